@@ -1,0 +1,1 @@
+//! placeholder: built by the fake-nvml work

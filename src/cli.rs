@@ -1,0 +1,154 @@
+//! The command line, defined once: `main` parses it and the man page
+//! (`gpu-guard man`, packaged as gpu-guard(1)) is generated from it.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "gpu-guard",
+    version,
+    about = "Refuses GPU containers that cannot work on this host; starts the rest tuned and locked down",
+    long_about = "gpu-guard runs beside the NVIDIA container toolkit as an OCI hook and as an OCI \
+runtime wrapper. It detects GPU containers, checks what the image declares \
+(NVIDIA_REQUIRE_*, CUDA_VERSION, compiled GPU code) against the host driver and GPUs, \
+refuses a mismatch with a diagnosis a person can act on, and applies host policy: \
+tuning environment variables, dropped capabilities and no_new_privileges."
+)]
+pub struct Cli {
+    /// Config file (default: $GPU_GUARD_CONFIG, then /etc/gpu-guard/config.toml)
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Describe one container, decide as the hook would, change nothing
+    Check(CheckArgs),
+    /// OCI hook entry points (prestart, createRuntime, precreate)
+    Hook(HookArgs),
+    /// OCI runtime wrapper: decide and edit on create/run, then exec the real runtime
+    Runtime(RuntimeArgs),
+    /// Show this host's driver and GPUs
+    Host(HostArgs),
+    /// List the CUDA code (SASS and PTX) compiled into ELF files
+    Scan(ScanArgs),
+    /// Register gpu-guard with a container engine
+    Install(InstallArgs),
+    /// Undo `gpu-guard install`
+    Uninstall(InstallArgs),
+    /// Print the gpu-guard(1) man page (roff)
+    #[command(hide = true)]
+    Man,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Bundle directory; reads DIR/config.json
+    #[arg(long, value_name = "DIR")]
+    pub bundle: Option<PathBuf>,
+    /// An OCI config.json
+    #[arg(long, value_name = "FILE")]
+    pub spec: Option<PathBuf>,
+    /// Container environment entry; repeatable; adds to or overrides the spec's env
+    #[arg(long = "env", value_name = "KEY=VALUE")]
+    pub env: Vec<OsString>,
+    /// Host facts JSON file (default: probe this host)
+    #[arg(long, value_name = "FILE")]
+    pub host: Option<PathBuf>,
+    /// Print the decision as JSON
+    #[arg(long)]
+    pub json: bool,
+    /// Decide as this entry point would: the wrapper edits, the prestart hook only verifies
+    #[arg(long, value_enum, default_value_t = CheckStage::Runtime)]
+    pub stage: CheckStage,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CheckStage {
+    /// As the runtime wrapper and the podman precreate hook: edits are applied
+    Runtime,
+    /// As the prestart hook: nothing can be edited, so policy is verified
+    Prestart,
+}
+
+#[derive(Debug, Args)]
+pub struct HookArgs {
+    /// prestart, createRuntime (OCI State on stdin) or precreate (config JSON on stdin, edited on stdout)
+    #[arg(value_enum)]
+    pub stage: HookStage,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum HookStage {
+    Prestart,
+    #[value(
+        name = "createRuntime",
+        alias = "create-runtime",
+        alias = "createruntime"
+    )]
+    CreateRuntime,
+    Precreate,
+}
+
+#[derive(Debug, Args)]
+pub struct RuntimeArgs {
+    /// The real runtime's arguments, passed through unchanged
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "ARGS"
+    )]
+    pub args: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub struct HostArgs {
+    /// Print the host facts JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ScanArgs {
+    /// ELF files or directories (walked)
+    #[arg(required = true, value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
+    /// Print JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Engine {
+    Docker,
+    Containerd,
+    Crio,
+    Podman,
+}
+
+#[derive(Debug, Args)]
+pub struct InstallArgs {
+    #[arg(value_enum)]
+    pub engine: Engine,
+    /// Print a unified diff and change nothing
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Make gpu-guard the engine's default runtime
+    #[arg(long)]
+    pub set_default: bool,
+    /// The engine's config file (or hooks directory for podman)
+    #[arg(long, value_name = "P")]
+    pub config_path: Option<PathBuf>,
+}
+
+/// Renders gpu-guard(1) from the definition above.
+pub fn man_page() -> std::io::Result<Vec<u8>> {
+    let cmd = <Cli as clap::CommandFactory>::command();
+    let mut out = Vec::new();
+    clap_mangen::Man::new(cmd).render(&mut out)?;
+    Ok(out)
+}

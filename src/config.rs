@@ -1,0 +1,468 @@
+//! gpu-guard's own configuration (`/etc/gpu-guard/config.toml`).
+//!
+//! `Config::default()` equals the shipped `config/config.toml` (a test holds
+//! them together). Unknown keys are errors that name the key, so a typo never
+//! silently weakens the policy.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::capability;
+use crate::version::Version;
+
+/// Where the config lives when neither `--config` nor `GPU_GUARD_CONFIG` says.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/gpu-guard/config.toml";
+/// Environment variable naming the config file (design.md, global options).
+pub const CONFIG_ENV: &str = "GPU_GUARD_CONFIG";
+/// The shipped config, compiled in so a test can hold `Default` to it.
+pub const SHIPPED_CONFIG: &str = include_str!("../config/config.toml");
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Refuse on errors, apply edits.
+    Enforce,
+    /// Log what enforce would refuse, start the container anyway, still apply edits.
+    Warn,
+    /// Do nothing at all.
+    Off,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnFailure {
+    Refuse,
+    Allow,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ApplyTo {
+    Gpu,
+    All,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KernelImageSeverity {
+    Off,
+    Warn,
+    Enforce,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub mode: Mode,
+    pub host: HostConfig,
+    pub requirements: RequirementsConfig,
+    pub tuning: TuningConfig,
+    pub security: SecurityConfig,
+    pub runtime: RuntimeConfig,
+    pub kernel_image: KernelImageConfig,
+    pub log: LogConfig,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HostConfig {
+    pub facts_file: String,
+    pub nvml_library: String,
+    pub probe_timeout_ms: u64,
+    pub on_probe_failure: OnFailure,
+    pub cache_file: String,
+    pub cache_ttl_s: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RequirementsConfig {
+    pub honor_disable_require: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TuningConfig {
+    pub enabled: bool,
+    pub disable_annotation: String,
+    pub frameworks: BTreeMap<String, Vec<String>>,
+    pub env: Vec<TuningRule>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TuningRule {
+    pub name: String,
+    pub value: String,
+    /// Apply only when every visible GPU has at least this compute capability.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_compute_capability: Option<String>,
+    /// Apply only when the image declares one of these frameworks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub frameworks: Vec<String>,
+    /// Skip when the image declares this framework at an older version.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub framework_min_version: BTreeMap<String, String>,
+    /// Skip when the container sets any of these (a newer spelling of the same knob).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unless_env: Vec<String>,
+}
+
+impl TuningRule {
+    fn plain(name: &str, value: &str) -> TuningRule {
+        TuningRule {
+            name: name.into(),
+            value: value.into(),
+            min_compute_capability: None,
+            frameworks: Vec::new(),
+            framework_min_version: BTreeMap::new(),
+            unless_env: Vec::new(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SecurityConfig {
+    pub apply_to: ApplyTo,
+    pub no_new_privileges: bool,
+    pub capabilities: Vec<String>,
+    pub privileged: OnFailure,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RuntimeConfig {
+    pub path: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KernelImageConfig {
+    pub severity: KernelImageSeverity,
+    pub libraries: Vec<String>,
+    pub cache_dir: String,
+    pub max_files: u64,
+    pub max_bytes: u64,
+    pub time_budget_ms: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    pub syslog: bool,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            mode: Mode::Enforce,
+            host: HostConfig::default(),
+            requirements: RequirementsConfig::default(),
+            tuning: TuningConfig::default(),
+            security: SecurityConfig::default(),
+            runtime: RuntimeConfig::default(),
+            kernel_image: KernelImageConfig::default(),
+            log: LogConfig::default(),
+        }
+    }
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        HostConfig {
+            facts_file: String::new(),
+            nvml_library: String::new(),
+            probe_timeout_ms: 5000,
+            on_probe_failure: OnFailure::Refuse,
+            cache_file: "/run/gpu-guard/host-facts.json".into(),
+            cache_ttl_s: 300,
+        }
+    }
+}
+
+impl Default for RequirementsConfig {
+    fn default() -> Self {
+        RequirementsConfig {
+            honor_disable_require: true,
+        }
+    }
+}
+
+impl Default for TuningConfig {
+    fn default() -> Self {
+        let fw = |vars: &[&str]| vars.iter().map(|v| v.to_string()).collect::<Vec<_>>();
+        let frameworks = BTreeMap::from([
+            (
+                "pytorch".to_string(),
+                fw(&[
+                    "PYTORCH_VERSION",
+                    "PYTORCH_BUILD_VERSION",
+                    "NVIDIA_PYTORCH_VERSION",
+                ]),
+            ),
+            (
+                "tensorflow".to_string(),
+                fw(&[
+                    "TENSORFLOW_VERSION",
+                    "TF_VERSION",
+                    "NVIDIA_TENSORFLOW_VERSION",
+                ]),
+            ),
+            (
+                "jax".to_string(),
+                fw(&["JAX_VERSION", "NVIDIA_JAX_VERSION"]),
+            ),
+        ]);
+        let mut alloc = TuningRule::plain("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True");
+        alloc.framework_min_version = BTreeMap::from([("pytorch".into(), "2.1".into())]);
+        alloc.unless_env = vec!["PYTORCH_ALLOC_CONF".into()];
+        let mut tf32 = TuningRule::plain("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "1");
+        tf32.min_compute_capability = Some("8.0".into());
+        TuningConfig {
+            enabled: true,
+            disable_annotation: "gpu-guard.tuning".into(),
+            frameworks,
+            env: vec![
+                TuningRule::plain("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),
+                TuningRule::plain("CUDA_DEVICE_MAX_CONNECTIONS", "32"),
+                TuningRule::plain("TF_GPU_ALLOCATOR", "cuda_malloc_async"),
+                alloc,
+                tf32,
+            ],
+        }
+    }
+}
+
+impl Default for SecurityConfig {
+    fn default() -> Self {
+        SecurityConfig {
+            apply_to: ApplyTo::Gpu,
+            no_new_privileges: true,
+            capabilities: [
+                "CAP_CHOWN",
+                "CAP_DAC_OVERRIDE",
+                "CAP_FOWNER",
+                "CAP_FSETID",
+                "CAP_KILL",
+                "CAP_NET_BIND_SERVICE",
+                "CAP_SETGID",
+                "CAP_SETPCAP",
+                "CAP_SETUID",
+                "CAP_SYS_CHROOT",
+            ]
+            .iter()
+            .map(|c| c.to_string())
+            .collect(),
+            privileged: OnFailure::Refuse,
+        }
+    }
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            path: String::new(),
+        }
+    }
+}
+
+impl Default for KernelImageConfig {
+    fn default() -> Self {
+        KernelImageConfig {
+            severity: KernelImageSeverity::Warn,
+            libraries: Vec::new(),
+            cache_dir: "/run/gpu-guard/scan".into(),
+            max_files: 64,
+            max_bytes: 16 << 30,
+            time_budget_ms: 2000,
+        }
+    }
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig { syslog: true }
+    }
+}
+
+/// A config that could not be used. The message names the file and the key.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("invalid gpu-guard config {}: {message}", path.display())]
+pub struct ConfigError {
+    pub path: PathBuf,
+    pub message: String,
+}
+
+/// Resolves the config path: `--config`, then `GPU_GUARD_CONFIG`, then the default.
+pub fn config_path(flag: Option<&Path>) -> (PathBuf, bool) {
+    if let Some(p) = flag {
+        return (p.to_path_buf(), true);
+    }
+    match std::env::var_os(CONFIG_ENV) {
+        Some(p) if !p.is_empty() => (PathBuf::from(p), true),
+        _ => (PathBuf::from(DEFAULT_CONFIG_PATH), false),
+    }
+}
+
+/// The largest config file we accept; the shipped one is a few KiB.
+const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// Loads the config. A missing file at the default path means built-in
+/// defaults (design: "a missing default file means built-in defaults"); a
+/// missing file the operator named explicitly is an error, since they meant it.
+pub fn load(flag: Option<&Path>) -> Result<Config, ConfigError> {
+    let (path, explicit) = config_path(flag);
+    let text = match crate::fsutil::read_to_string_limited(&path, MAX_CONFIG_BYTES) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => {
+            return Ok(Config::default())
+        }
+        Err(e) => {
+            return Err(ConfigError {
+                path,
+                message: format!("cannot read it: {e}"),
+            })
+        }
+    };
+    parse(&text).map_err(|message| ConfigError { path, message })
+}
+
+/// Parses and validates config text; the error is one line naming the key.
+pub fn parse(text: &str) -> Result<Config, String> {
+    let cfg = parse_unvalidated(text)?;
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+fn parse_unvalidated(text: &str) -> Result<Config, String> {
+    let de = toml::Deserializer::parse(text).map_err(|e| one_line_toml_error(text, &e))?;
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let msg = one_line_toml_error(text, &inner);
+        if path.is_empty() || path == "." {
+            msg
+        } else {
+            format!("key `{path}`: {msg}")
+        }
+    })
+}
+
+/// toml errors span several lines with a source excerpt; we want one line
+/// with the line number.
+fn one_line_toml_error(text: &str, e: &toml::de::Error) -> String {
+    let msg = e.message().trim().replace('\n', " ");
+    match e.span() {
+        Some(span) => {
+            let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
+            format!("line {line}: {msg}")
+        }
+        None => msg,
+    }
+}
+
+impl Config {
+    /// Checks what serde cannot: capability names, versions, framework names.
+    pub fn validate(&self) -> Result<(), String> {
+        for (i, cap) in self.security.capabilities.iter().enumerate() {
+            if capability::normalize(cap).is_none() {
+                return Err(format!(
+                    "key `security.capabilities[{i}]`: unknown capability `{cap}`"
+                ));
+            }
+        }
+        for (i, rule) in self.tuning.env.iter().enumerate() {
+            if !valid_env_name(&rule.name) {
+                return Err(format!(
+                    "key `tuning.env[{i}].name`: `{}` is not an environment variable name",
+                    rule.name
+                ));
+            }
+            if let Some(cc) = &rule.min_compute_capability {
+                Version::parse(cc)
+                    .map_err(|e| format!("key `tuning.env[{i}].min_compute_capability`: {e}"))?;
+            }
+            for fw in rule.frameworks.iter() {
+                if !self.tuning.frameworks.contains_key(fw) {
+                    return Err(format!(
+                        "key `tuning.env[{i}].frameworks`: framework `{fw}` is not defined in [tuning.frameworks]"
+                    ));
+                }
+            }
+            for (j, name) in rule.unless_env.iter().enumerate() {
+                if !valid_env_name(name) {
+                    return Err(format!(
+                        "key `tuning.env[{i}].unless_env[{j}]`: `{name}` is not an environment variable name"
+                    ));
+                }
+            }
+            for (fw, v) in rule.framework_min_version.iter() {
+                if !self.tuning.frameworks.contains_key(fw) {
+                    return Err(format!(
+                        "key `tuning.env[{i}].framework_min_version`: framework `{fw}` is not defined in [tuning.frameworks]"
+                    ));
+                }
+                Version::parse(v).map_err(|e| {
+                    format!("key `tuning.env[{i}].framework_min_version.{fw}`: {e}")
+                })?;
+            }
+        }
+        if self.host.probe_timeout_ms == 0 {
+            return Err("key `host.probe_timeout_ms`: must be at least 1".into());
+        }
+        Ok(())
+    }
+
+    /// The capability allowlist, normalized (`CAP_` prefix, upper case).
+    pub fn capability_allowlist(&self) -> Vec<String> {
+        let mut caps: Vec<String> = self
+            .security
+            .capabilities
+            .iter()
+            .filter_map(|c| capability::normalize(c))
+            .collect();
+        caps.sort();
+        caps.dedup();
+        caps
+    }
+}
+
+fn valid_env_name(s: &str) -> bool {
+    !s.is_empty() && !s.contains('=') && !s.bytes().any(|b| b.is_ascii_control() || b == b' ')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_file_parses_validates_and_is_default() {
+        let shipped = parse(SHIPPED_CONFIG).expect("shipped config must be valid");
+        assert_eq!(shipped, Config::default());
+        assert_eq!(shipped.mode, Mode::Enforce);
+        assert_eq!(shipped.host.facts_file, "");
+        assert_eq!(shipped.host.nvml_library, "");
+    }
+
+    #[test]
+    fn empty_file_is_defaults() {
+        let c = parse("").unwrap();
+        assert_eq!(c.mode, Mode::Enforce);
+        assert_eq!(c.host.probe_timeout_ms, 5000);
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let e = parse("mode = \"loud\"\n").unwrap_err();
+        assert!(e.contains("mode"), "{e}");
+        let e = parse("[host]\nfacts_fil = \"x\"\n").unwrap_err();
+        assert!(e.contains("facts_fil"), "{e}");
+        let e = parse("[security]\ncapabilities = [\"CAP_NOPE\"]\n").unwrap_err();
+        assert!(e.contains("security.capabilities[0]"), "{e}");
+        let e = parse("[host]\nprobe_timeout_ms = \"soon\"\n").unwrap_err();
+        assert!(e.contains("host.probe_timeout_ms"), "{e}");
+        assert!(!e.contains('\n'));
+    }
+}

@@ -1,0 +1,158 @@
+//! The decision JSON of design.md: a verdict, findings a person can act on,
+//! and the edits to make. A refusal is a value, never an error.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    Allow,
+    Refuse,
+    /// Not a GPU container: never refused, never changed.
+    Skip,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Info,
+    Warning,
+    Error,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Check {
+    Requirement,
+    Device,
+    Host,
+    KernelImage,
+    Tuning,
+    Security,
+    Config,
+}
+
+impl Check {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Check::Requirement => "requirement",
+            Check::Device => "device",
+            Check::Host => "host",
+            Check::KernelImage => "kernel-image",
+            Check::Tuning => "tuning",
+            Check::Security => "security",
+            Check::Config => "config",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    pub check: Check,
+    pub severity: Severity,
+    /// One line a person can act on.
+    pub message: String,
+    /// What to do, or null.
+    pub fix: Option<String>,
+    /// Extension: supporting lines for people (one per failed alternative).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub details: Vec<String>,
+}
+
+impl Finding {
+    pub fn new(check: Check, severity: Severity, message: impl Into<String>) -> Finding {
+        Finding {
+            check,
+            severity,
+            message: message.into(),
+            fix: None,
+            details: Vec::new(),
+        }
+    }
+
+    pub fn error(check: Check, message: impl Into<String>) -> Finding {
+        Finding::new(check, Severity::Error, message)
+    }
+
+    pub fn warning(check: Check, message: impl Into<String>) -> Finding {
+        Finding::new(check, Severity::Warning, message)
+    }
+
+    pub fn info(check: Check, message: impl Into<String>) -> Finding {
+        Finding::new(check, Severity::Info, message)
+    }
+
+    pub fn with_fix(mut self, fix: impl Into<String>) -> Finding {
+        self.fix = Some(fix.into());
+        self
+    }
+
+    pub fn with_details(mut self, details: Vec<String>) -> Finding {
+        self.details = details;
+        self
+    }
+}
+
+/// What gpu-guard changes in the container's config (runtime wrapper and
+/// podman precreate; the prestart hook can only verify).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Edits {
+    /// Variables added, in the order added. Never one the image or user set.
+    pub env: serde_json::Map<String, serde_json::Value>,
+    /// Capabilities removed from any of the five sets, sorted.
+    pub capabilities_dropped: Vec<String>,
+    /// True when the policy makes `process.noNewPrivileges` true.
+    pub no_new_privileges: bool,
+}
+
+impl Edits {
+    pub fn is_empty(&self) -> bool {
+        self.env.is_empty() && self.capabilities_dropped.is_empty() && !self.no_new_privileges
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Decision {
+    pub verdict: Verdict,
+    pub gpu_container: bool,
+    pub findings: Vec<Finding>,
+    pub edits: Edits,
+    /// Extension: the container id when known (hook state, wrapper argv).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_id: Option<String>,
+    /// Extension: indices of the host GPUs the container sees.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub visible_gpus: Option<Vec<u32>>,
+    /// Extension: where host facts came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_source: Option<String>,
+}
+
+impl Decision {
+    pub fn skip() -> Decision {
+        Decision {
+            verdict: Verdict::Skip,
+            gpu_container: false,
+            findings: Vec::new(),
+            edits: Edits::default(),
+            container_id: None,
+            visible_gpus: None,
+            host_source: None,
+        }
+    }
+
+    pub fn errors(&self) -> impl Iterator<Item = &Finding> {
+        self.findings
+            .iter()
+            .filter(|f| f.severity == Severity::Error)
+    }
+
+    pub fn has_errors(&self) -> bool {
+        self.errors().next().is_some()
+    }
+
+    /// Worth a syslog line: anything but a plain skip.
+    pub fn is_notable(&self) -> bool {
+        self.verdict != Verdict::Skip || !self.findings.is_empty() || !self.edits.is_empty()
+    }
+}

@@ -1,0 +1,19 @@
+//! gpu-guard: keeps GPU containers from starting on hosts where they cannot
+//! work, and starts the rest tuned and locked down.
+//!
+//! One pure core ([`decide`]) and thin adapters around it: the `check` CLI,
+//! the OCI hooks and the runtime wrapper. See ../shared/design.md.
+
+pub mod capability;
+pub mod check;
+pub mod cli;
+pub mod config;
+pub mod decision;
+pub mod fsutil;
+pub mod hook;
+pub mod host;
+pub mod install;
+pub mod probe;
+pub mod runtime;
+pub mod scan;
+pub mod version;

@@ -1,0 +1,77 @@
+//! The `gpu-guard` binary: parse arguments, set up logging, dispatch, map the
+//! outcome to an exit status. All logic lives in the library.
+
+use clap::Parser;
+use gpu_guard::cli::{Cli, Command};
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    // The runtime wrapper must see the engine's argv untouched: it is not
+    // parsed by clap, whose flags could collide with runc's.
+    if let Some((config, rest)) = runtime_invocation(&args) {
+        return exit(gpu_guard::runtime::main(config.as_deref(), rest));
+    }
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            // clap uses 2 for usage errors, 0 for --help/--version.
+            return ExitCode::from(e.exit_code().clamp(0, 255) as u8);
+        }
+    };
+    let config = cli.config.as_deref();
+    let code = match &cli.command {
+        Command::Check(a) => gpu_guard::check::main(config, a),
+        Command::Hook(a) => gpu_guard::hook::main(config, a.stage),
+        Command::Runtime(a) => gpu_guard::runtime::main(config, a.args.clone()),
+        Command::Host(a) => gpu_guard::probe::host_command(config, a),
+        Command::Scan(a) => gpu_guard::scan::command(config, a),
+        Command::Install(a) => gpu_guard::install::command(config, a, false),
+        Command::Uninstall(a) => gpu_guard::install::command(config, a, true),
+        Command::Man => match gpu_guard::cli::man_page() {
+            Ok(page) => {
+                use std::io::Write;
+                let _ = std::io::stdout().write_all(&page);
+                0
+            }
+            Err(e) => {
+                eprintln!("gpu-guard: cannot render the man page: {e}");
+                2
+            }
+        },
+    };
+    exit(code)
+}
+
+fn exit(code: i32) -> ExitCode {
+    ExitCode::from(code.clamp(0, 255) as u8)
+}
+
+/// `gpu-guard-runtime ARGS` or `gpu-guard [--config F] runtime ARGS`.
+fn runtime_invocation(args: &[OsString]) -> Option<(Option<PathBuf>, Vec<OsString>)> {
+    let argv0 = args.first()?;
+    let name = std::path::Path::new(argv0).file_name()?;
+    if name == "gpu-guard-runtime" {
+        return Some((None, args[1..].to_vec()));
+    }
+    let mut config = None;
+    let mut i = 1;
+    while i < args.len() {
+        let a = args[i].to_string_lossy();
+        if a == "--config" {
+            config = Some(PathBuf::from(args.get(i + 1)?));
+            i += 2;
+        } else if let Some(v) = a.strip_prefix("--config=") {
+            config = Some(PathBuf::from(v));
+            i += 1;
+        } else if a == "runtime" {
+            return Some((config, args[i + 1..].to_vec()));
+        } else {
+            return None;
+        }
+    }
+    None
+}
