@@ -1,7 +1,91 @@
-//! `gpu-guard check` (in progress).
-use crate::cli::CheckArgs;
+//! `gpu-guard check`: describe one container, decide as the hook or wrapper
+//! would, change nothing. Exit 0 when it would start, 1 when refused, 2 for
+//! bad usage or unreadable input (design.md).
+
+use crate::cli::{CheckArgs, CheckStage};
+use crate::config;
+use crate::container::Container;
+use crate::decision::Verdict;
+use crate::pipeline::{self, HostChoice};
+use crate::report;
+use crate::security::Stage;
+use crate::spec_file;
 use std::path::Path;
-pub fn main(_config: Option<&Path>, _args: &CheckArgs) -> i32 {
-    eprintln!("gpu-guard: check is not built yet");
-    2
+
+pub const EXIT_ALLOW: i32 = 0;
+pub const EXIT_REFUSE: i32 = 1;
+pub const EXIT_USAGE: i32 = 2;
+
+fn usage(msg: impl std::fmt::Display) -> i32 {
+    eprintln!(
+        "gpu-guard check: {}",
+        crate::sanitize::one_line(&msg.to_string())
+    );
+    EXIT_USAGE
+}
+
+pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
+    if args.bundle.is_none() && args.spec.is_none() && args.env.is_empty() {
+        return usage("describe a container with --bundle DIR, --spec FILE or --env KEY=VALUE");
+    }
+    let mut container = match (&args.spec, &args.bundle) {
+        (Some(spec), bundle) => match spec_file::load(spec, bundle.as_deref().or(spec.parent())) {
+            Ok(s) => s.container,
+            Err(e) => return usage(e),
+        },
+        (None, Some(bundle)) => match spec_file::load(&bundle.join("config.json"), Some(bundle)) {
+            Ok(s) => s.container,
+            Err(e) => return usage(e),
+        },
+        (None, None) => Container::default(),
+    };
+    for raw in &args.env {
+        let entry = raw.to_string_lossy();
+        match entry.split_once('=') {
+            Some((k, v)) if !k.is_empty() => container.env.set(k, v),
+            _ => {
+                return usage(format!(
+                    "--env wants KEY=VALUE, got `{}`",
+                    crate::sanitize::esc(&entry)
+                ))
+            }
+        }
+    }
+    if let Some(host) = &args.host {
+        // Unreadable input is a usage error here, not a refusal.
+        if let Err(e) = crate::host::read_facts_file(host) {
+            return usage(e);
+        }
+    }
+    let cfg = config::load(config_flag);
+    if let Err(e) = &cfg {
+        if e.unreadable {
+            return usage(e);
+        }
+        eprintln!(
+            "gpu-guard check: {}",
+            crate::sanitize::one_line(&e.to_string())
+        );
+    }
+    let stage = match args.stage {
+        CheckStage::Runtime => Stage::Edit,
+        CheckStage::Prestart => Stage::Verify,
+    };
+    let host = match &args.host {
+        Some(p) => HostChoice::File(p),
+        None => HostChoice::FromConfig,
+    };
+    let decision = pipeline::assess(&cfg, &container, stage, host);
+    if args.json {
+        match serde_json::to_string_pretty(&decision) {
+            Ok(s) => println!("{s}"),
+            Err(e) => return usage(format!("cannot print the decision: {e}")),
+        }
+    } else {
+        print!("{}", report::human(&decision));
+    }
+    match decision.verdict {
+        Verdict::Refuse => EXIT_REFUSE,
+        Verdict::Allow | Verdict::Skip => EXIT_ALLOW,
+    }
 }

@@ -293,6 +293,8 @@ impl Default for LogConfig {
 pub struct ConfigError {
     pub path: PathBuf,
     pub message: String,
+    /// The file could not be read at all (as opposed to read and rejected).
+    pub unreadable: bool,
 }
 
 /// Resolves the config path: `--config`, then `GPU_GUARD_CONFIG`, then the default.
@@ -323,10 +325,15 @@ pub fn load(flag: Option<&Path>) -> Result<Config, ConfigError> {
             return Err(ConfigError {
                 path,
                 message: format!("cannot read it: {e}"),
+                unreadable: true,
             })
         }
     };
-    parse(&text).map_err(|message| ConfigError { path, message })
+    parse(&text).map_err(|message| ConfigError {
+        path,
+        message,
+        unreadable: false,
+    })
 }
 
 /// Parses and validates config text; the error is one line naming the key.

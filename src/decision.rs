@@ -57,6 +57,10 @@ pub struct Finding {
     /// Extension: supporting lines for people (one per failed alternative).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub details: Vec<String>,
+    /// For people: the message without the details folded into it, shown
+    /// above the detail lines. Not part of the JSON.
+    #[serde(skip)]
+    pub headline: Option<String>,
 }
 
 impl Finding {
@@ -67,6 +71,7 @@ impl Finding {
             message: message.into(),
             fix: None,
             details: Vec::new(),
+            headline: None,
         }
     }
 
@@ -90,6 +95,19 @@ impl Finding {
     pub fn with_details(mut self, details: Vec<String>) -> Finding {
         self.details = details;
         self
+    }
+
+    pub fn with_headline(mut self, headline: impl Into<String>) -> Finding {
+        self.headline = Some(headline.into());
+        self
+    }
+
+    /// The first line people see: the headline when there are detail lines.
+    pub fn title(&self) -> &str {
+        match (&self.headline, self.details.is_empty()) {
+            (Some(h), false) => h,
+            _ => &self.message,
+        }
     }
 }
 

@@ -1,7 +1,171 @@
-//! OCI hooks (in progress).
+//! OCI hook entry points.
+//!
+//! - `prestart` / `createRuntime`: OCI State JSON on stdin (runtime-spec
+//!   config.md "Hooks"); the bundle's config.json says what the container is.
+//!   By now runc has handed env, capabilities and noNewPrivileges to the
+//!   container's init (libcontainer/process_linux.go), so this stage only
+//!   verifies. Exit 1 refuses (runc then fails with our stderr embedded:
+//!   "error running prestart hook #N: ..., stderr: ..."), 2 means bad input.
+//! - `precreate`: podman's extension stage (containers/common pkg/hooks): the
+//!   config JSON on stdin, the edited config JSON on stdout.
+
 use crate::cli::HookStage;
-use std::path::Path;
-pub fn main(_config: Option<&Path>, _stage: HookStage) -> i32 {
-    eprintln!("gpu-guard: hooks are not built yet");
-    2
+use crate::config;
+use crate::container::{parse_spec_bytes, Container};
+use crate::decision::{Decision, Verdict};
+use crate::logging;
+use crate::pipeline::{self, HostChoice};
+use crate::report;
+use crate::security::Stage;
+use crate::spec_file;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+pub const EXIT_REFUSE: i32 = 1;
+pub const EXIT_BAD_INPUT: i32 = 2;
+
+/// OCI State is a few hundred bytes plus annotations.
+const MAX_STATE_BYTES: u64 = 16 << 20;
+
+fn bad_input(msg: impl std::fmt::Display) -> i32 {
+    eprintln!(
+        "gpu-guard hook: {}",
+        crate::sanitize::one_line(&msg.to_string())
+    );
+    EXIT_BAD_INPUT
+}
+
+fn read_stdin(limit: u64) -> std::io::Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    std::io::stdin()
+        .lock()
+        .take(limit + 1)
+        .read_to_end(&mut buf)?;
+    if buf.len() as u64 > limit {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("more than {limit} bytes on stdin"),
+        ));
+    }
+    Ok(buf)
+}
+
+/// The fields of OCI State we use.
+struct State {
+    id: Option<String>,
+    bundle: PathBuf,
+}
+
+fn parse_state(bytes: &[u8]) -> Result<State, String> {
+    let v: serde_json::Value = parse_spec_bytes(bytes)
+        .map_err(|e| format!("OCI state on stdin is not valid JSON: {e}"))?;
+    let obj = v
+        .as_object()
+        .ok_or("OCI state on stdin is not a JSON object")?;
+    let bundle = obj
+        .get("bundle")
+        .and_then(|b| b.as_str())
+        .filter(|b| !b.is_empty())
+        .ok_or("OCI state on stdin has no bundle path")?;
+    let id = obj.get("id").and_then(|i| i.as_str()).map(String::from);
+    Ok(State {
+        id,
+        bundle: PathBuf::from(bundle),
+    })
+}
+
+pub fn main(config_flag: Option<&Path>, stage: HookStage) -> i32 {
+    match stage {
+        HookStage::Prestart | HookStage::CreateRuntime => prestart(config_flag),
+        HookStage::Precreate => precreate(config_flag),
+    }
+}
+
+fn prestart(config_flag: Option<&Path>) -> i32 {
+    let input = match read_stdin(MAX_STATE_BYTES) {
+        Ok(b) => b,
+        Err(e) => return bad_input(format!("cannot read OCI state from stdin: {e}")),
+    };
+    let state = match parse_state(&input) {
+        Ok(s) => s,
+        Err(e) => return bad_input(e),
+    };
+    let spec_path = state.bundle.join("config.json");
+    let mut container = match spec_file::load(&spec_path, Some(&state.bundle)) {
+        Ok(s) => s.container,
+        Err(e) => return bad_input(e),
+    };
+    container.id = state.id;
+    match decide(config_flag, &container, Stage::Verify) {
+        Ok(_) => 0,
+        Err(code) => code,
+    }
+}
+
+/// Decides and logs; on refusal prints the diagnosis and returns the exit code.
+fn decide(
+    config_flag: Option<&Path>,
+    container: &Container,
+    stage: Stage,
+) -> Result<Decision, i32> {
+    let cfg = config::load(config_flag);
+    let decision = pipeline::assess(&cfg, container, stage, HostChoice::FromConfig);
+    logging::record(&decision, pipeline::use_syslog(&cfg));
+    if decision.verdict == Verdict::Refuse {
+        eprint!("{}", report::refusal(&decision));
+        return Err(EXIT_REFUSE);
+    }
+    Ok(decision)
+}
+
+fn precreate(config_flag: Option<&Path>) -> i32 {
+    let input = match read_stdin(spec_file::MAX_SPEC_BYTES) {
+        Ok(b) => b,
+        Err(e) => return bad_input(format!("cannot read the config from stdin: {e}")),
+    };
+    let mut json = match parse_spec_bytes(&input) {
+        Ok(v) => v,
+        Err(e) => return bad_input(format!("config on stdin is not valid JSON: {e}")),
+    };
+    let container = match Container::from_spec(&json, None) {
+        Ok(c) => c,
+        Err(e) => return bad_input(format!("config on stdin: {e}")),
+    };
+    let decision = match decide(config_flag, &container, Stage::Edit) {
+        Ok(d) => d,
+        Err(code) => return code,
+    };
+    // Unchanged configs go back byte for byte.
+    let output = if spec_file::apply(&mut json, &decision.edits) {
+        match serde_json::to_vec(&json) {
+            Ok(b) => b,
+            Err(e) => return bad_input(format!("cannot serialize the edited config: {e}")),
+        }
+    } else {
+        input
+    };
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_all(&output).and_then(|_| out.flush()) {
+        return bad_input(format!("cannot write the config to stdout: {e}"));
+    }
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_parsing() {
+        let s = parse_state(
+            br#"{"ociVersion":"1.0.2","id":"abc","status":"creating","pid":1,"bundle":"/b"}"#,
+        )
+        .unwrap();
+        assert_eq!(s.id.as_deref(), Some("abc"));
+        assert_eq!(s.bundle, PathBuf::from("/b"));
+        assert!(parse_state(b"{").is_err());
+        assert!(parse_state(b"[]").is_err());
+        assert!(parse_state(br#"{"id":"x"}"#).is_err());
+        assert!(parse_state(br#"{"bundle":""}"#).is_err());
+    }
 }

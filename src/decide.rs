@@ -1,0 +1,382 @@
+//! The core: one pure function of (container, host facts, policy).
+//!
+//! Every entry point (check, hooks, runtime wrapper) builds these inputs,
+//! calls [`decide`], and carries out the result. Nothing here does I/O.
+
+use crate::config::{ApplyTo, Config, Mode, OnFailure};
+use crate::container::Container;
+use crate::decision::{Check, Decision, Finding, Severity, Verdict};
+use crate::detect::{self, Detection};
+use crate::diagnosis::{self, Failure};
+use crate::host::{Gpu, HostFacts, HostProblemKind, HostReport};
+use crate::requirement::{self, Context, Requirement, Verdict as ReqVerdict};
+use crate::sanitize::esc;
+use crate::security::{self, Stage};
+use crate::tuning;
+use crate::version::Version;
+
+/// Everything `decide` needs. `kernel_image` holds the findings of the image
+/// scan, done by the caller (it reads the rootfs).
+pub struct Inputs<'a> {
+    pub container: &'a Container,
+    pub detection: &'a Detection,
+    /// None when the host was not probed (not a GPU container).
+    pub host: Option<&'a HostReport>,
+    pub config: &'a Config,
+    pub stage: Stage,
+    pub kernel_image: Vec<Finding>,
+}
+
+/// Variables that are requirements: every `NVIDIA_REQUIRE_*` except
+/// `NVIDIA_REQUIRE_JETPACK*` (nvidia-container-toolkit
+/// internal/config/image/cuda_image.go GetRequirements), sorted by name so the
+/// output is stable; plus the legacy `cuda>=MAJOR.MINOR` of `CUDA_VERSION`.
+pub fn requirements(c: &Container) -> (Vec<Requirement>, Vec<Finding>) {
+    let mut reqs = Vec::new();
+    let mut findings = Vec::new();
+    for (name, value) in c.env.vars() {
+        if !name.starts_with("NVIDIA_REQUIRE_") || name.starts_with("NVIDIA_REQUIRE_JETPACK") {
+            continue;
+        }
+        match Requirement::parse(name, value) {
+            Ok(r) => {
+                for k in &r.unknown_keys {
+                    findings.push(Finding::warning(
+                        Check::Requirement,
+                        format!(
+                            "{}: `{}` uses a key NVIDIA does not define (cuda, driver, arch, brand); it is ignored",
+                            esc(name),
+                            esc(k)
+                        ),
+                    ));
+                }
+                reqs.push(r);
+            }
+            Err(e) => findings.push(
+                Finding::error(
+                    Check::Requirement,
+                    format!("{} is not a valid requirement: {}", esc(name), esc(&e.to_string())),
+                )
+                .with_fix(
+                    "fix the image's requirement: factors are key op value with keys cuda, driver, arch, brand and operators = != < <= > >=, alternatives separated by spaces, factors by commas",
+                ),
+            ),
+        }
+    }
+    let require_cuda = c.env.get("NVIDIA_REQUIRE_CUDA").unwrap_or("");
+    let cuda_version = c.env.get("CUDA_VERSION").unwrap_or("");
+    if require_cuda.is_empty() && !cuda_version.is_empty() {
+        match requirement::cuda_version_major_minor(cuda_version) {
+            Some(mm) => {
+                let text = format!("cuda>={mm}");
+                if let Ok(r) = Requirement::parse("CUDA_VERSION", &text) {
+                    reqs.push(r);
+                }
+            }
+            None => findings.push(
+                Finding::error(
+                    Check::Requirement,
+                    format!(
+                        "CUDA_VERSION={} is not a version, so the legacy requirement cuda>=MAJOR.MINOR cannot be formed",
+                        esc(cuda_version)
+                    ),
+                )
+                .with_fix("set CUDA_VERSION to the image's CUDA version (e.g. 12.4.1), or set NVIDIA_REQUIRE_CUDA"),
+            ),
+        }
+    }
+    (reqs, findings)
+}
+
+/// Judges the requirements on every visible GPU (once with no GPU when none
+/// is visible, where arch and brand pass).
+fn check_requirements(
+    c: &Container,
+    facts: &HostFacts,
+    visible: &[&Gpu],
+    cfg: &Config,
+    out: &mut Vec<Finding>,
+) {
+    let disable = c.env.get("NVIDIA_DISABLE_REQUIRE");
+    let disabled = disable
+        .and_then(requirement::parse_go_bool)
+        .unwrap_or(false);
+    if disabled {
+        if cfg.requirements.honor_disable_require {
+            out.push(Finding::info(
+                Check::Requirement,
+                format!(
+                    "NVIDIA_DISABLE_REQUIRE={}: requirement checks are skipped for this container",
+                    esc(disable.unwrap_or(""))
+                ),
+            ));
+            return;
+        }
+        out.push(Finding::warning(
+            Check::Requirement,
+            "NVIDIA_DISABLE_REQUIRE is set but host policy ignores it (requirements.honor_disable_require = false); requirements are checked",
+        ));
+    }
+    let (reqs, mut findings) = requirements(c);
+    out.append(&mut findings);
+    if reqs.is_empty() {
+        return;
+    }
+    let driver = facts
+        .driver_version
+        .as_deref()
+        .and_then(|d| Version::parse(d).ok());
+    let cuda = facts
+        .cuda_driver_version
+        .as_deref()
+        .and_then(|v| Version::parse(v).ok());
+    let gpus: Vec<Option<&Gpu>> = if visible.is_empty() {
+        vec![None]
+    } else {
+        visible.iter().map(|g| Some(*g)).collect()
+    };
+    for req in &reqs {
+        let mut failing = Vec::new();
+        let mut unknown = Vec::new();
+        for gpu in &gpus {
+            let j = req.judge(&Context {
+                driver: driver.as_ref(),
+                driver_text: facts.driver_version.as_deref(),
+                cuda: cuda.as_ref(),
+                gpu: *gpu,
+            });
+            match j.outcome {
+                ReqVerdict::Holds => {}
+                ReqVerdict::Fails => failing.push((*gpu, j)),
+                ReqVerdict::CannotJudge => unknown.push((*gpu, j)),
+            }
+        }
+        if !failing.is_empty() {
+            out.push(diagnosis::requirement_failure(
+                &Failure {
+                    requirement: req,
+                    failing,
+                },
+                facts,
+                cfg.requirements.honor_disable_require,
+            ));
+        } else if let Some((gpu, j)) = unknown.first() {
+            let why = j
+                .terms
+                .iter()
+                .find_map(|t| match &t.outcome {
+                    requirement::Outcome::Unknown(w) => Some(format!("{}: {w}", esc(&t.term))),
+                    _ => None,
+                })
+                .unwrap_or_default();
+            let on = gpu
+                .map(|g| g.describe())
+                .unwrap_or_else(|| "this host".into());
+            out.push(
+                Finding::warning(
+                    Check::Requirement,
+                    format!("{} cannot be judged on {on}: {why}", req.source),
+                )
+                .with_fix("make NVML available to gpu-guard (install the NVIDIA driver's libnvidia-ml.so.1) so compute capability and CUDA version can be read"),
+            );
+        }
+    }
+}
+
+fn device_findings(det: &Detection, facts: &HostFacts, out: &mut Vec<Finding>) -> Vec<usize> {
+    let (visible, unknown) = detect::resolve(&det.request, facts);
+    for u in unknown {
+        let name = u
+            .device
+            .name
+            .strip_prefix("minor:")
+            .map(|m| format!("/dev/nvidia{m}"));
+        let shown = name.unwrap_or_else(|| u.device.name.clone());
+        out.push(
+            Finding::error(
+                Check::Device,
+                format!(
+                    "{} asks for GPU {}, which this host does not have; host GPUs: {}",
+                    esc(&u.device.via),
+                    esc(&shown),
+                    facts.gpu_list()
+                ),
+            )
+            .with_fix("request a GPU this host has (index, GPU UUID or MIG UUID as `nvidia-smi -L` lists them), or `all`"),
+        );
+    }
+    if facts.gpus.is_empty() && (det.request.all || !det.request.devices.is_empty()) {
+        out.push(
+            Finding::warning(
+                Check::Device,
+                "the container asks for GPUs but this host's driver reports none",
+            )
+            .with_fix("check `nvidia-smi -L` and `dmesg` on the host"),
+        );
+    }
+    visible
+}
+
+/// Findings for host faults. Returns false when nothing more can be judged.
+fn host_findings(host: &HostReport, visible: &[&Gpu], cfg: &Config, out: &mut Vec<Finding>) {
+    for p in &host.problems {
+        let f = match &p.kind {
+            HostProblemKind::NoDriver => Finding::error(Check::Host, p.message.clone()),
+            HostProblemKind::ProbeFailed => match cfg.host.on_probe_failure {
+                OnFailure::Refuse => Finding::error(Check::Host, p.message.clone()),
+                OnFailure::Allow => Finding::warning(
+                    Check::Host,
+                    format!(
+                        "{} (host.on_probe_failure = \"allow\": starting without checks)",
+                        p.message
+                    ),
+                ),
+            },
+            HostProblemKind::GpuLost { index } => {
+                if visible.iter().any(|g| g.index == *index) {
+                    Finding::error(Check::Host, p.message.clone())
+                } else {
+                    Finding::info(
+                        Check::Host,
+                        format!("{} (this container does not use it)", p.message),
+                    )
+                }
+            }
+            HostProblemKind::Degraded => Finding::warning(Check::Host, p.message.clone()),
+        };
+        out.push(match &p.fix {
+            Some(fix) => f.with_fix(fix.clone()),
+            None => f,
+        });
+    }
+}
+
+pub fn decide(inp: &Inputs) -> Decision {
+    let c = inp.container;
+    let cfg = inp.config;
+    let det = inp.detection;
+    let mut d = Decision::skip();
+    d.container_id = c.id.clone();
+    d.gpu_container = det.gpu;
+    if cfg.mode == Mode::Off {
+        return d;
+    }
+    let allow = cfg.capability_allowlist();
+    if !det.gpu {
+        if cfg.security.apply_to == ApplyTo::All {
+            let sp = security::plan(c, &cfg.security, &allow, inp.stage);
+            d.findings = sp.findings;
+            d.edits.capabilities_dropped = sp.dropped;
+            d.edits.no_new_privileges = sp.no_new_privileges;
+            finish(&mut d, cfg);
+            if d.verdict == Verdict::Allow {
+                d.verdict = Verdict::Skip;
+            }
+        }
+        return d;
+    }
+
+    let mut findings = Vec::new();
+    let mut visible: Vec<&Gpu> = Vec::new();
+    match inp.host {
+        None => findings.push(Finding::error(Check::Host, "host facts were not gathered")),
+        Some(host) => {
+            d.host_source = Some(host.source.clone());
+            match &host.facts {
+                Some(facts) => {
+                    let idx = device_findings(det, facts, &mut findings);
+                    visible = idx.iter().map(|i| &facts.gpus[*i]).collect();
+                    d.visible_gpus = Some(visible.iter().map(|g| g.index).collect());
+                    host_findings(host, &visible, cfg, &mut findings);
+                    let no_driver_reported = host
+                        .problems
+                        .iter()
+                        .any(|p| p.kind == HostProblemKind::NoDriver);
+                    if facts.driver_version.is_none() {
+                        if !no_driver_reported {
+                            findings.push(
+                                Finding::error(
+                                    Check::Host,
+                                    format!("no NVIDIA driver on this host ({} has no driver version)", host.source),
+                                )
+                                .with_fix("install the NVIDIA driver on this host, or run the container on a GPU host"),
+                            );
+                        }
+                    } else {
+                        check_requirements(c, facts, &visible, cfg, &mut findings);
+                    }
+                }
+                None => {
+                    host_findings(host, &visible, cfg, &mut findings);
+                    if host.problems.is_empty() {
+                        findings.push(Finding::error(
+                            Check::Host,
+                            format!("host facts unavailable from {}", host.source),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    findings.extend(inp.kernel_image.iter().cloned());
+
+    if inp.stage == Stage::Edit {
+        let (env, mut tf) = tuning::plan(c, &visible, &cfg.tuning);
+        d.edits.env = env;
+        findings.append(&mut tf);
+    }
+    let sp = security::plan(c, &cfg.security, &allow, inp.stage);
+    findings.extend(sp.findings);
+    d.edits.capabilities_dropped = sp.dropped;
+    d.edits.no_new_privileges = sp.no_new_privileges;
+    d.findings = findings;
+    finish(&mut d, cfg);
+    d
+}
+
+/// Sets the verdict from the findings and the mode.
+fn finish(d: &mut Decision, cfg: &Config) {
+    if !d.has_errors() {
+        d.verdict = Verdict::Allow;
+        return;
+    }
+    match cfg.mode {
+        Mode::Enforce => {
+            d.verdict = Verdict::Refuse;
+            // A refused container is never created; edits would mislead.
+            d.edits = Default::default();
+        }
+        _ => {
+            d.verdict = Verdict::Allow;
+            d.findings.push(Finding::info(
+                Check::Config,
+                "mode = \"warn\": gpu-guard would refuse this container; it starts anyway",
+            ));
+        }
+    }
+}
+
+/// The decision for a GPU container when the config itself is unusable:
+/// refuse, naming the file and key (design: non-GPU containers still start).
+pub fn config_error(err: &crate::config::ConfigError, c: &Container, det: &Detection) -> Decision {
+    let mut d = Decision::skip();
+    d.container_id = c.id.clone();
+    d.gpu_container = det.gpu;
+    if det.gpu {
+        d.verdict = Verdict::Refuse;
+        d.findings.push(
+            Finding::error(Check::Config, crate::sanitize::one_line(&err.to_string()))
+                .with_fix(format!(
+                    "fix {} (`gpu-guard check` shows the same error), or remove it to use the built-in defaults",
+                    err.path.display()
+                )),
+        );
+    }
+    d
+}
+
+impl Decision {
+    pub fn severity_max(&self) -> Option<Severity> {
+        self.findings.iter().map(|f| f.severity).max()
+    }
+}

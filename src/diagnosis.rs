@@ -1,0 +1,379 @@
+//! Turns a failed requirement into a finding a person can act on.
+//!
+//! NVIDIA's hook says `unsatisfied condition: cuda>=12.4` whatever failed: it
+//! prints the first alternative (libnvidia-container src/cli/dsl.c). Official
+//! images carry thirty-odd alternatives, most of them forward-compatibility
+//! terms for other GPU brands, so the real cause is easy to miss. Here every
+//! alternative is accounted for, grouped by the reason it failed, with the
+//! host value that made it fail, and the fix names the driver to install.
+
+use crate::cuda_tables;
+use crate::decision::{Check, Finding};
+use crate::host::{Gpu, HostFacts};
+use crate::requirement::{Judgement, Key, Outcome, Requirement, TermResult};
+use crate::sanitize::esc;
+use crate::version::Version;
+
+/// Most groups listed in the message; the rest are counted.
+const MAX_GROUPS: usize = 6;
+/// Most alternatives named inside one group line.
+const MAX_NAMED: usize = 4;
+
+/// A requirement that failed on some of the visible GPUs (None = no GPU).
+pub struct Failure<'a> {
+    pub requirement: &'a Requirement,
+    pub failing: Vec<(Option<&'a Gpu>, Judgement)>,
+}
+
+/// Where it failed, for the message: "GPU 0 (NVIDIA A100, compute capability 8.0)".
+fn where_text(failing: &[(Option<&Gpu>, Judgement)]) -> String {
+    let gpus: Vec<&Gpu> = failing.iter().filter_map(|(g, _)| *g).collect();
+    if gpus.is_empty() {
+        return "this host".to_string();
+    }
+    let same_model = gpus
+        .iter()
+        .all(|g| g.name == gpus[0].name && g.compute_capability == gpus[0].compute_capability);
+    if gpus.len() > 1 && same_model {
+        let idx: Vec<String> = gpus.iter().map(|g| g.index.to_string()).collect();
+        let first = gpus[0].describe();
+        // "GPU 0 (X, cc)" → "GPUs 0, 1 (X, cc)"
+        let detail = first.split_once(' ').map(|x| x.1).unwrap_or("");
+        let detail = detail.split_once(' ').map(|x| x.1).unwrap_or("");
+        format!("GPUs {} {}", idx.join(", "), detail)
+    } else {
+        gpus.iter()
+            .map(|g| g.describe())
+            .collect::<Vec<_>>()
+            .join(" and ")
+    }
+}
+
+fn reason(t: &TermResult) -> &str {
+    match &t.outcome {
+        Outcome::Fail(w) | Outcome::Unknown(w) => w,
+        Outcome::Pass => "holds",
+    }
+}
+
+/// One line per group of alternatives that failed for the same reason.
+fn group_lines(terms: &[TermResult]) -> Vec<String> {
+    // (key, reason) → terms, in first-seen order.
+    let mut groups: Vec<(Option<Key>, String, Vec<&TermResult>)> = Vec::new();
+    for t in terms {
+        let r = reason(t).to_string();
+        match groups
+            .iter_mut()
+            .find(|(k, why, _)| *k == t.key && *why == r)
+        {
+            Some(g) => g.2.push(t),
+            None => groups.push((t.key, r, vec![t])),
+        }
+    }
+    // Most telling first: cuda, arch, driver, then brand mismatches.
+    let rank = |k: &Option<Key>| match k {
+        Some(Key::Cuda) => 0,
+        Some(Key::Arch) => 1,
+        Some(Key::Driver) => 2,
+        Some(Key::Brand) => 4,
+        None => 3,
+    };
+    groups.sort_by_key(|g| rank(&g.0));
+    groups
+        .iter()
+        .map(|(key, why, ts)| {
+            let single = ts.len() == 1;
+            match key {
+                _ if single => {
+                    let t = ts[0];
+                    let multi_factor = t.term.contains(',');
+                    match (&t.factor, key, multi_factor) {
+                        (Some(f), Some(k), true) if *k != Key::Brand => {
+                            format!("{}: {} (needs {})", esc(&t.term), why, esc(f))
+                        }
+                        _ => format!("{}: {}", esc(&t.term), why),
+                    }
+                }
+                Some(Key::Brand) => {
+                    let brands: Vec<String> = unique(
+                        ts.iter()
+                            .filter_map(|t| t.factor.as_deref())
+                            .map(|f| f.split_once('=').map(|x| x.1).unwrap_or(f).to_string()),
+                    );
+                    format!(
+                        "{} alternatives for other GPU brands ({}): {}",
+                        ts.len(),
+                        esc(&named(&brands)),
+                        why
+                    )
+                }
+                Some(Key::Driver) => {
+                    // Official images: brand=X,driver>=B,driver<B+1 per
+                    // forward-compatible branch B. Name the branches.
+                    let branches = unique(ts.iter().flat_map(|t| {
+                        t.term
+                            .split(',')
+                            .filter_map(|f| f.strip_prefix("driver>="))
+                            .map(|v| v.split('.').next().unwrap_or(v).to_string())
+                            .collect::<Vec<_>>()
+                    }));
+                    let brands = unique(ts.iter().flat_map(|t| {
+                        t.term
+                            .split(',')
+                            .filter_map(|f| f.strip_prefix("brand="))
+                            .map(String::from)
+                            .collect::<Vec<_>>()
+                    }));
+                    let for_brands = if brands.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" for {}", esc(&named(&brands)))
+                    };
+                    if branches.is_empty() {
+                        format!(
+                            "{} alternatives ({}): {}",
+                            ts.len(),
+                            esc(&named(
+                                &ts.iter().map(|t| t.term.clone()).collect::<Vec<_>>()
+                            )),
+                            why
+                        )
+                    } else {
+                        format!(
+                            "{} forward-compatibility alternatives{for_brands} need driver branch {}: {}",
+                            ts.len(),
+                            esc(&or_list(&branches)),
+                            why
+                        )
+                    }
+                }
+                _ => format!(
+                    "{} alternatives ({}): {}",
+                    ts.len(),
+                    esc(&named(
+                        &ts.iter().map(|t| t.term.clone()).collect::<Vec<_>>()
+                    )),
+                    why
+                ),
+            }
+        })
+        .collect()
+}
+
+fn unique(items: impl Iterator<Item = String>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for i in items {
+        if !out.contains(&i) {
+            out.push(i);
+        }
+    }
+    out
+}
+
+fn named(items: &[String]) -> String {
+    if items.len() <= MAX_NAMED {
+        items.join(", ")
+    } else {
+        format!(
+            "{}, ... {} more",
+            items[..MAX_NAMED].join(", "),
+            items.len() - MAX_NAMED
+        )
+    }
+}
+
+fn or_list(items: &[String]) -> String {
+    match items.len() {
+        0 => String::new(),
+        1 => items[0].clone(),
+        n => format!("{} or {}", items[..n - 1].join(", "), items[n - 1]),
+    }
+}
+
+/// The finding for one failed requirement.
+pub fn requirement_failure(f: &Failure, facts: &HostFacts, honor_disable_require: bool) -> Finding {
+    let req = f.requirement;
+    let where_ = where_text(&f.failing);
+    // The first failing GPU's alternatives carry the story; others repeat it
+    // unless they differ, and then they get their own detail lines.
+    let mut details: Vec<String> = Vec::new();
+    let mut summary: Vec<String> = Vec::new();
+    for (i, (gpu, j)) in f.failing.iter().enumerate() {
+        let lines = group_lines(&j.terms);
+        if i == 0 {
+            summary = lines.clone();
+            details.extend(lines);
+        } else if lines != summary {
+            let who = gpu.map(|g| g.describe()).unwrap_or_else(|| "no GPU".into());
+            details.push(format!("on {who}:"));
+            details.extend(lines.into_iter().map(|l| format!("  {l}")));
+        }
+    }
+    let shown: Vec<String> = summary.iter().take(MAX_GROUPS).cloned().collect();
+    let headline = format!("{} is not satisfied on {}", req.source, where_);
+    let mut message = format!("{headline}: {}", shown.join("; "));
+    if summary.len() > MAX_GROUPS {
+        message.push_str(&format!("; and {} more", summary.len() - MAX_GROUPS));
+    }
+    Finding::error(Check::Requirement, message)
+        .with_fix(fix_text(f, facts, honor_disable_require))
+        .with_details(details)
+        .with_headline(headline)
+}
+
+fn fix_text(f: &Failure, facts: &HostFacts, honor_disable_require: bool) -> String {
+    let req = f.requirement;
+    let mut fixes = Vec::new();
+    let host_cuda = facts
+        .cuda_driver_version
+        .as_deref()
+        .and_then(|c| Version::parse(c).ok());
+    let driver_text = facts.driver_version.as_deref().unwrap_or("unknown");
+    let cuda_failed = f.failing.iter().any(|(_, j)| {
+        j.terms
+            .iter()
+            .any(|t| t.key == Some(Key::Cuda) && matches!(t.outcome, Outcome::Fail(_)))
+    });
+    if let (true, Some(floor)) = (cuda_failed, req.cuda_floor()) {
+        let host = match &host_cuda {
+            Some(c) => format!("this host has driver {driver_text} with CUDA {c}"),
+            None => format!("this host has driver {driver_text}"),
+        };
+        match cuda_tables::min_driver_for_cuda(floor) {
+            Some(d) => fixes.push(format!(
+                "install NVIDIA driver {d} or newer, the minimum for CUDA {floor} ({host})"
+            )),
+            None => fixes.push(format!(
+                "install an NVIDIA driver that supports CUDA {floor} ({host})"
+            )),
+        }
+        if let Some(c) = &host_cuda {
+            fixes.push(format!(
+                "or use an image built for CUDA {}.{} or older",
+                c.major(),
+                c.minor()
+            ));
+        }
+    }
+    let arch_failed: Vec<&Gpu> = f
+        .failing
+        .iter()
+        .filter(|(_, j)| {
+            j.terms
+                .iter()
+                .any(|t| t.key == Some(Key::Arch) && matches!(t.outcome, Outcome::Fail(_)))
+        })
+        .filter_map(|(g, _)| *g)
+        .collect();
+    if let (false, Some(floor)) = (arch_failed.is_empty(), req.arch_floor()) {
+        let have: Vec<String> = arch_failed
+            .iter()
+            .map(|g| {
+                format!(
+                    "GPU {} has {}",
+                    g.index,
+                    g.compute_capability.as_deref().unwrap_or("unknown")
+                )
+            })
+            .collect();
+        fixes.push(format!(
+            "run it on GPUs with compute capability {floor} or higher ({}), or use an image built for this GPU",
+            have.join(", ")
+        ));
+    }
+    let only_brand = !cuda_failed
+        && arch_failed.is_empty()
+        && f.failing.iter().all(|(_, j)| {
+            j.terms
+                .iter()
+                .all(|t| matches!(t.key, Some(Key::Brand) | Some(Key::Driver)))
+        });
+    if only_brand {
+        fixes.push(
+            "run it on a GPU brand and driver branch the image lists, or use an image without this restriction"
+                .to_string(),
+        );
+    }
+    if fixes.is_empty() {
+        fixes.push(format!(
+            "change {} to something this host meets, or run the container on a host that meets it",
+            req.source
+        ));
+    }
+    if honor_disable_require {
+        fixes.push(
+            "to start it anyway at your own risk, set NVIDIA_DISABLE_REQUIRE=true on the container"
+                .to_string(),
+        );
+    } else {
+        fixes.push(
+            "host policy ignores NVIDIA_DISABLE_REQUIRE (requirements.honor_disable_require = false)"
+                .to_string(),
+        );
+    }
+    fixes.join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::requirement::{Context, Verdict};
+
+    const CUDA_12_4: &str = "cuda>=12.4 brand=tesla,driver>=470,driver<471 brand=unknown,driver>=470,driver<471 brand=nvidia,driver>=470,driver<471 brand=nvidiartx,driver>=470,driver<471 brand=geforce,driver>=470,driver<471 brand=geforcertx,driver>=470,driver<471 brand=quadro,driver>=470,driver<471 brand=quadrortx,driver>=470,driver<471 brand=titan,driver>=470,driver<471 brand=titanrtx,driver>=470,driver<471 brand=tesla,driver>=525,driver<526 brand=unknown,driver>=525,driver<526 brand=nvidia,driver>=525,driver<526 brand=nvidiartx,driver>=525,driver<526 brand=geforce,driver>=525,driver<526 brand=geforcertx,driver>=525,driver<526 brand=quadro,driver>=525,driver<526 brand=quadrortx,driver>=525,driver<526 brand=titan,driver>=525,driver<526 brand=titanrtx,driver>=525,driver<526 brand=tesla,driver>=535,driver<536 brand=unknown,driver>=535,driver<536 brand=nvidia,driver>=535,driver<536 brand=nvidiartx,driver>=535,driver<536 brand=geforce,driver>=535,driver<536 brand=geforcertx,driver>=535,driver<536 brand=quadro,driver>=535,driver<536 brand=quadrortx,driver>=535,driver<536 brand=titan,driver>=535,driver<536 brand=titanrtx,driver>=535,driver<536";
+
+    #[test]
+    fn official_image_on_geforce_names_the_real_causes() {
+        let facts = HostFacts {
+            driver_version: Some("545.23.06".into()),
+            cuda_driver_version: Some("12.3".into()),
+            gpus: vec![Gpu {
+                index: 0,
+                name: "NVIDIA GeForce RTX 4090".into(),
+                brand: "geforce".into(),
+                compute_capability: Some("8.9".into()),
+                ..Default::default()
+            }],
+        };
+        let req = Requirement::parse("NVIDIA_REQUIRE_CUDA", CUDA_12_4).unwrap();
+        let d = Version::parse("545.23.06").unwrap();
+        let c = Version::parse("12.3").unwrap();
+        let j = req.judge(&Context {
+            driver: Some(&d),
+            driver_text: Some("545.23.06"),
+            cuda: Some(&c),
+            gpu: Some(&facts.gpus[0]),
+        });
+        assert_eq!(j.outcome, Verdict::Fails);
+        let f = requirement_failure(
+            &Failure {
+                requirement: &req,
+                failing: vec![(Some(&facts.gpus[0]), j)],
+            },
+            &facts,
+            true,
+        );
+        let m = &f.message;
+        assert!(m.starts_with("NVIDIA_REQUIRE_CUDA is not satisfied on GPU 0 (NVIDIA GeForce RTX 4090, compute capability 8.9)"), "{m}");
+        assert!(
+            m.contains("cuda>=12.4: driver 545.23.06 provides CUDA 12.3"),
+            "{m}"
+        );
+        assert!(
+            m.contains("3 forward-compatibility alternatives for geforce need driver branch 470, 525 or 535: driver is 545.23.06"),
+            "{m}"
+        );
+        assert!(m.contains("27 alternatives for other GPU brands"), "{m}");
+        assert!(m.contains("GPU 0 is geforce"), "{m}");
+        assert!(!m.contains('\n'));
+        let fix = f.fix.unwrap();
+        assert!(
+            fix.contains("install NVIDIA driver 550.54.14 or newer, the minimum for CUDA 12.4"),
+            "{fix}"
+        );
+        assert!(
+            fix.contains("use an image built for CUDA 12.3 or older"),
+            "{fix}"
+        );
+        assert!(fix.contains("NVIDIA_DISABLE_REQUIRE=true"), "{fix}");
+    }
+}

@@ -1,0 +1,86 @@
+//! The I/O around the pure core, shared by every entry point: classify the
+//! container, gather host facts only for GPU containers (a non-GPU container
+//! never waits for NVML), scan the image's GPU code, then [`decide`].
+
+use crate::config::{Config, ConfigError, KernelImageSeverity, Mode};
+use crate::container::Container;
+use crate::decide::{self, Inputs};
+use crate::decision::Decision;
+use crate::detect;
+use crate::host::{FactsFile, HostReport, HostSource};
+use crate::security::Stage;
+use crate::version::Version;
+use std::path::Path;
+
+/// Where host facts come from for this call.
+pub enum HostChoice<'a> {
+    /// `check --host FILE`.
+    File(&'a Path),
+    /// Config `host.facts_file`, else the probe (cache, NVML, /proc).
+    FromConfig,
+}
+
+fn host_report(cfg: &Config, choice: &HostChoice) -> HostReport {
+    match choice {
+        HostChoice::File(p) => FactsFile(p.to_path_buf()).report(),
+        HostChoice::FromConfig if !cfg.host.facts_file.is_empty() => {
+            FactsFile(cfg.host.facts_file.clone().into()).report()
+        }
+        HostChoice::FromConfig => crate::probe::probe(&cfg.host),
+    }
+}
+
+/// Decides for one container.
+pub fn assess(
+    config: &Result<Config, ConfigError>,
+    container: &Container,
+    stage: Stage,
+    host: HostChoice,
+) -> Decision {
+    let detection = detect::classify(container);
+    let cfg = match config {
+        Ok(c) => c,
+        Err(e) => return decide::config_error(e, container, &detection),
+    };
+    let needs_host = detection.gpu && cfg.mode != Mode::Off;
+    let report = needs_host.then(|| host_report(cfg, &host));
+    let kernel_image = match (&report, &container.rootfs) {
+        (Some(r), Some(rootfs)) if cfg.kernel_image.severity != KernelImageSeverity::Off => {
+            match &r.facts {
+                Some(facts) => {
+                    let (idx, _) = detect::resolve(&detection.request, facts);
+                    let gpus: Vec<_> = idx.iter().map(|i| facts.gpus[*i].clone()).collect();
+                    let cuda = facts
+                        .cuda_driver_version
+                        .as_deref()
+                        .and_then(|v| Version::parse(v).ok());
+                    if gpus.is_empty() {
+                        Vec::new()
+                    } else {
+                        crate::scan::kernel_image_findings(
+                            rootfs,
+                            &gpus,
+                            cuda.as_ref(),
+                            &cfg.kernel_image,
+                        )
+                    }
+                }
+                None => Vec::new(),
+            }
+        }
+        _ => Vec::new(),
+    };
+    decide::decide(&Inputs {
+        container,
+        detection: &detection,
+        host: report.as_ref(),
+        config: cfg,
+        stage,
+        kernel_image,
+    })
+}
+
+/// Whether decisions should go to syslog (an invalid config still logs).
+pub fn use_syslog(config: &Result<Config, ConfigError>) -> bool {
+    config.as_ref().map(|c| c.log.syslog).unwrap_or(true)
+}

@@ -1,0 +1,681 @@
+//! NVIDIA's requirement language (`NVIDIA_REQUIRE_*`), parsed into data and
+//! evaluated against host facts, one GPU at a time.
+//!
+//! Semantics follow libnvidia-container src/cli/dsl.c (`dsl_evaluate`), the
+//! implementation that enforces these variables for `docker --gpus`:
+//! - the value splits on ' ' into alternatives (OR) and each alternative on ','
+//!   into factors (AND); empty pieces are skipped;
+//! - a factor is `name op value`: the name runs up to the first of `<>=!`, the
+//!   operator is the longest run of those characters and must be one of
+//!   `= != < <= > >=`; an empty value is invalid;
+//! - `cuda`, `driver` and `arch` compare as dotted versions, `brand` as a
+//!   case-insensitive string with `=`/`!=` only.
+//!
+//! Where the two NVIDIA implementations differ we follow the Go toolkit
+//! (internal/requirements): an unknown key is skipped rather than failing the
+//! whole requirement, and we report it as a warning.
+
+use crate::host::Gpu;
+use crate::version::Version;
+use std::fmt;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Key {
+    Cuda,
+    Driver,
+    Arch,
+    Brand,
+}
+
+impl Key {
+    fn from_name(name: &str) -> Option<Key> {
+        match name.to_ascii_lowercase().as_str() {
+            "cuda" => Some(Key::Cuda),
+            "driver" => Some(Key::Driver),
+            "arch" => Some(Key::Arch),
+            "brand" => Some(Key::Brand),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl Op {
+    fn parse(s: &str) -> Option<Op> {
+        Some(match s {
+            "=" => Op::Eq,
+            "!=" => Op::Ne,
+            "<" => Op::Lt,
+            "<=" => Op::Le,
+            ">" => Op::Gt,
+            ">=" => Op::Ge,
+            _ => return None,
+        })
+    }
+
+    fn holds(self, ord: std::cmp::Ordering) -> bool {
+        use std::cmp::Ordering::*;
+        match self {
+            Op::Eq => ord == Equal,
+            Op::Ne => ord != Equal,
+            Op::Lt => ord == Less,
+            Op::Le => ord != Greater,
+            Op::Gt => ord == Greater,
+            Op::Ge => ord != Less,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Op::Eq => "=",
+            Op::Ne => "!=",
+            Op::Lt => "<",
+            Op::Le => "<=",
+            Op::Gt => ">",
+            Op::Ge => ">=",
+        }
+    }
+}
+
+/// The value side of a factor, typed by its key.
+#[derive(Clone, Debug)]
+pub enum Operand {
+    Version(Version),
+    Brand(String),
+    /// An unknown key: kept only to be reported.
+    Ignored,
+}
+
+#[derive(Clone, Debug)]
+pub struct Factor {
+    /// None for an unknown key.
+    pub key: Option<Key>,
+    pub op: Op,
+    pub operand: Operand,
+    /// The factor as written, for messages.
+    pub text: String,
+}
+
+/// Comma-separated factors that must all hold.
+#[derive(Clone, Debug)]
+pub struct AllOf {
+    pub factors: Vec<Factor>,
+    pub text: String,
+}
+
+/// One `NVIDIA_REQUIRE_*` variable: at least one alternative must hold.
+#[derive(Clone, Debug)]
+pub struct Requirement {
+    /// The variable it came from (`NVIDIA_REQUIRE_CUDA`, or `CUDA_VERSION` for
+    /// the legacy rule).
+    pub source: String,
+    pub text: String,
+    pub any_of: Vec<AllOf>,
+    /// Factors with a key NVIDIA does not define (`cudnn>=8`), ignored.
+    pub unknown_keys: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SyntaxError {
+    #[error("`{0}` has no operator (expected one of = != < <= > >=)")]
+    MissingOperator(String),
+    #[error("`{factor}` uses operator `{op}`, which is not one of = != < <= > >=")]
+    BadOperator { factor: String, op: String },
+    #[error("`{0}` has no key before its operator")]
+    MissingKey(String),
+    #[error("`{0}` has an empty value")]
+    EmptyValue(String),
+    #[error("`{factor}`: {reason}")]
+    BadVersion { factor: String, reason: String },
+    #[error("`{0}`: brand takes only = or !=")]
+    BrandOperator(String),
+}
+
+const OP_CHARS: &[char] = &['<', '>', '=', '!'];
+
+fn parse_factor(text: &str) -> Result<Factor, SyntaxError> {
+    let start = text
+        .find(OP_CHARS)
+        .ok_or_else(|| SyntaxError::MissingOperator(text.to_string()))?;
+    let name = &text[..start];
+    let rest = &text[start..];
+    let op_len = rest
+        .find(|c: char| !OP_CHARS.contains(&c))
+        .unwrap_or(rest.len());
+    let (op_text, value) = rest.split_at(op_len);
+    let op = Op::parse(op_text).ok_or_else(|| SyntaxError::BadOperator {
+        factor: text.to_string(),
+        op: op_text.to_string(),
+    })?;
+    if name.is_empty() {
+        return Err(SyntaxError::MissingKey(text.to_string()));
+    }
+    if value.is_empty() {
+        return Err(SyntaxError::EmptyValue(text.to_string()));
+    }
+    let key = Key::from_name(name);
+    let operand = match key {
+        Some(Key::Brand) => {
+            if !matches!(op, Op::Eq | Op::Ne) {
+                return Err(SyntaxError::BrandOperator(text.to_string()));
+            }
+            Operand::Brand(value.to_ascii_lowercase())
+        }
+        Some(_) => {
+            Operand::Version(Version::parse(value).map_err(|e| SyntaxError::BadVersion {
+                factor: text.to_string(),
+                reason: e.to_string(),
+            })?)
+        }
+        None => Operand::Ignored,
+    };
+    Ok(Factor {
+        key,
+        op,
+        operand,
+        text: text.to_string(),
+    })
+}
+
+impl Requirement {
+    /// Parses a whole requirement. Unlike dsl.c, which stops at the first
+    /// alternative that holds, every factor is checked, so a typo in a later
+    /// alternative is reported on every host, not only where it is reached.
+    pub fn parse(source: &str, text: &str) -> Result<Requirement, SyntaxError> {
+        let mut any_of = Vec::new();
+        let mut unknown_keys = Vec::new();
+        for term in text.split(' ').filter(|t| !t.is_empty()) {
+            let mut factors = Vec::new();
+            for f in term.split(',').filter(|f| !f.is_empty()) {
+                let factor = parse_factor(f)?;
+                if factor.key.is_none() {
+                    unknown_keys.push(factor.text.clone());
+                }
+                factors.push(factor);
+            }
+            if !factors.is_empty() {
+                any_of.push(AllOf {
+                    factors,
+                    text: term.to_string(),
+                });
+            }
+        }
+        Ok(Requirement {
+            source: source.to_string(),
+            text: text.to_string(),
+            any_of,
+            unknown_keys,
+        })
+    }
+}
+
+/// The host values a requirement is judged against, for one GPU (or none).
+#[derive(Clone, Copy, Debug)]
+pub struct Context<'a> {
+    pub driver: Option<&'a Version>,
+    pub driver_text: Option<&'a str>,
+    pub cuda: Option<&'a Version>,
+    /// None when the container sees no GPU: arch and brand then pass (dsl.c
+    /// evaluates them per selected device only).
+    pub gpu: Option<&'a Gpu>,
+}
+
+/// A three-valued result: facts can be missing (compute capability from the
+/// /proc fallback), and "cannot judge" must not read as a pass.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Pass,
+    Fail(String),
+    Unknown(String),
+}
+
+impl Factor {
+    /// Judges one factor; a failure says why with the host value.
+    pub fn eval(&self, ctx: &Context) -> Outcome {
+        let key = match self.key {
+            Some(k) => k,
+            None => return Outcome::Pass,
+        };
+        match (&self.operand, key) {
+            (Operand::Version(want), Key::Cuda) => match ctx.cuda {
+                Some(have) if self.op.holds(have.cmp(want)) => Outcome::Pass,
+                Some(have) => Outcome::Fail(match ctx.driver_text {
+                    Some(d) => format!("driver {d} provides CUDA {have}"),
+                    None => format!("the host provides CUDA {have}"),
+                }),
+                None => Outcome::Unknown("the host's CUDA version is unknown".into()),
+            },
+            (Operand::Version(want), Key::Driver) => match (ctx.driver, ctx.driver_text) {
+                (Some(have), _) if self.op.holds(have.cmp(want)) => Outcome::Pass,
+                (Some(have), text) => {
+                    Outcome::Fail(format!("driver is {}", text.unwrap_or(have.as_str())))
+                }
+                (None, _) => Outcome::Unknown("the host's driver version is unknown".into()),
+            },
+            (Operand::Version(want), Key::Arch) => {
+                let gpu = match ctx.gpu {
+                    Some(g) => g,
+                    None => return Outcome::Pass,
+                };
+                match gpu.compute_capability.as_deref().map(Version::parse) {
+                    Some(Ok(have)) if self.op.holds(have.cmp(want)) => Outcome::Pass,
+                    Some(Ok(have)) => {
+                        Outcome::Fail(format!("GPU {} has compute capability {have}", gpu.index))
+                    }
+                    _ => Outcome::Unknown(format!(
+                        "the compute capability of GPU {} is unknown",
+                        gpu.index
+                    )),
+                }
+            }
+            (Operand::Brand(want), Key::Brand) => {
+                let gpu = match ctx.gpu {
+                    Some(g) => g,
+                    None => return Outcome::Pass,
+                };
+                let same = gpu.brand.eq_ignore_ascii_case(want);
+                if (self.op == Op::Eq) == same {
+                    Outcome::Pass
+                } else {
+                    Outcome::Fail(format!("GPU {} is {}", gpu.index, gpu.brand))
+                }
+            }
+            // parse_factor pairs operands with keys; nothing else is built.
+            _ => Outcome::Pass,
+        }
+    }
+}
+
+/// Why one alternative did not hold.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TermResult {
+    pub term: String,
+    pub outcome: Outcome,
+    /// The factor that decided the outcome (first failing, else first unknown).
+    pub factor: Option<String>,
+    /// The key of that factor.
+    pub key: Option<Key>,
+}
+
+impl AllOf {
+    pub fn eval(&self, ctx: &Context) -> TermResult {
+        let mut unknown: Option<(&Factor, String)> = None;
+        for f in &self.factors {
+            match f.eval(ctx) {
+                Outcome::Pass => {}
+                Outcome::Fail(why) => {
+                    return TermResult {
+                        term: self.text.clone(),
+                        outcome: Outcome::Fail(why),
+                        factor: Some(f.text.clone()),
+                        key: f.key,
+                    }
+                }
+                Outcome::Unknown(why) => {
+                    if unknown.is_none() {
+                        unknown = Some((f, why));
+                    }
+                }
+            }
+        }
+        match unknown {
+            Some((f, why)) => TermResult {
+                term: self.text.clone(),
+                outcome: Outcome::Unknown(why),
+                factor: Some(f.text.clone()),
+                key: f.key,
+            },
+            None => TermResult {
+                term: self.text.clone(),
+                outcome: Outcome::Pass,
+                factor: None,
+                key: None,
+            },
+        }
+    }
+}
+
+/// A requirement judged for one GPU context.
+#[derive(Clone, Debug)]
+pub struct Judgement {
+    pub outcome: Verdict,
+    /// Every alternative's result, in order (empty when one passed early).
+    pub terms: Vec<TermResult>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Holds,
+    Fails,
+    CannotJudge,
+}
+
+impl Requirement {
+    /// At least one alternative must hold. An empty requirement holds.
+    pub fn judge(&self, ctx: &Context) -> Judgement {
+        let mut terms = Vec::with_capacity(self.any_of.len());
+        for t in &self.any_of {
+            let r = t.eval(ctx);
+            if r.outcome == Outcome::Pass {
+                return Judgement {
+                    outcome: Verdict::Holds,
+                    terms: Vec::new(),
+                };
+            }
+            terms.push(r);
+        }
+        if terms.is_empty() {
+            return Judgement {
+                outcome: Verdict::Holds,
+                terms,
+            };
+        }
+        let outcome = if terms
+            .iter()
+            .any(|t| matches!(t.outcome, Outcome::Unknown(_)))
+        {
+            Verdict::CannotJudge
+        } else {
+            Verdict::Fails
+        };
+        Judgement { outcome, terms }
+    }
+
+    /// The `cuda>=X` (or `cuda>X`, `cuda=X`) floor this requirement's
+    /// alternatives ask for, the smallest one: what a driver upgrade must reach.
+    pub fn cuda_floor(&self) -> Option<&Version> {
+        self.any_of
+            .iter()
+            .flat_map(|t| t.factors.iter())
+            .filter(|f| f.key == Some(Key::Cuda) && matches!(f.op, Op::Ge | Op::Gt | Op::Eq))
+            .filter_map(|f| match &f.operand {
+                Operand::Version(v) => Some(v),
+                _ => None,
+            })
+            .min()
+    }
+
+    /// The `arch>=X` floor, for "needs compute capability X" fixes.
+    pub fn arch_floor(&self) -> Option<&Version> {
+        self.any_of
+            .iter()
+            .flat_map(|t| t.factors.iter())
+            .filter(|f| f.key == Some(Key::Arch) && matches!(f.op, Op::Ge | Op::Gt | Op::Eq))
+            .filter_map(|f| match &f.operand {
+                Operand::Version(v) => Some(v),
+                _ => None,
+            })
+            .min()
+    }
+}
+
+impl fmt::Display for Requirement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}={}", self.source, self.text)
+    }
+}
+
+/// Go's strconv.ParseBool, which NVIDIA uses for NVIDIA_DISABLE_REQUIRE
+/// (internal/config/image/cuda_image.go HasDisableRequire): anything else is
+/// false there, and so here.
+pub fn parse_go_bool(s: &str) -> Option<bool> {
+    match s {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+/// `CUDA_VERSION` of a legacy image → `MAJOR.MINOR`, as NVIDIA's
+/// parseMajorMinorVersion does with Go's semver: an optional `v`, one to three
+/// numeric parts (missing ones are 0), and an optional `-pre`/`+build` suffix.
+pub fn cuda_version_major_minor(s: &str) -> Option<Version> {
+    let s = s.strip_prefix('v').unwrap_or(s);
+    let core = s.split(['-', '+']).next().unwrap_or("");
+    let parts: Vec<&str> = core.split('.').collect();
+    if parts.is_empty() || parts.len() > 3 {
+        return None;
+    }
+    let mut nums = Vec::with_capacity(3);
+    for p in &parts {
+        if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        nums.push(p.parse::<u64>().ok()?);
+    }
+    Some(Version::from_major_minor(
+        nums[0],
+        nums.get(1).copied().unwrap_or(0),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu(index: u32, brand: &str, cc: Option<&str>) -> Gpu {
+        Gpu {
+            index,
+            uuid: format!("GPU-{index}"),
+            name: "Test GPU".into(),
+            brand: brand.into(),
+            compute_capability: cc.map(String::from),
+            ..Default::default()
+        }
+    }
+
+    fn judge(req: &str, driver: &str, cuda: &str, g: Option<&Gpu>) -> Verdict {
+        let r = Requirement::parse("NVIDIA_REQUIRE_CUDA", req).unwrap();
+        let d = Version::parse(driver).unwrap();
+        let c = Version::parse(cuda).unwrap();
+        r.judge(&Context {
+            driver: Some(&d),
+            driver_text: Some(driver),
+            cuda: Some(&c),
+            gpu: g,
+        })
+        .outcome
+    }
+
+    #[test]
+    fn syntax_table() {
+        let bad = [
+            ("cuda==12.4", "not one of"),
+            ("cuda12.4", "no operator"),
+            ("cuda>=", "empty value"),
+            (">=12.4", "no key"),
+            ("cuda=>12.4", "not one of"),
+            ("cuda>=12.x", "digits and dots"),
+            ("brand>=tesla", "brand takes only"),
+            ("cuda>=12.4 driver<<5", "not one of"),
+            ("arch>=8.0,cuda=!12", "not one of"),
+        ];
+        for (text, want) in bad {
+            let e = Requirement::parse("NVIDIA_REQUIRE_CUDA", text).unwrap_err();
+            assert!(e.to_string().contains(want), "{text}: {e}");
+        }
+        let ok = [
+            "cuda>=12.4",
+            "CUDA>=12.4",
+            "  cuda>=12.4   ",
+            "cuda>=12.4,,driver>=535",
+            "",
+            "brand=Tesla",
+            "driver!=535.54.03",
+            "cudnn>=8",
+        ];
+        for text in ok {
+            Requirement::parse("NVIDIA_REQUIRE_CUDA", text)
+                .unwrap_or_else(|e| panic!("{text}: {e}"));
+        }
+    }
+
+    #[test]
+    fn or_and_semantics() {
+        let t = gpu(0, "tesla", Some("8.0"));
+        assert_eq!(
+            judge("cuda>=12.4", "535.104.05", "12.2", Some(&t)),
+            Verdict::Fails
+        );
+        assert_eq!(
+            judge("cuda>=12.2", "535.104.05", "12.2", Some(&t)),
+            Verdict::Holds
+        );
+        assert_eq!(
+            judge("cuda>=12.2.1", "535.104.05", "12.2", Some(&t)),
+            Verdict::Fails
+        );
+        assert_eq!(
+            judge(
+                "cuda>=12.4 brand=tesla,driver>=535,driver<536",
+                "535.104.05",
+                "12.2",
+                Some(&t)
+            ),
+            Verdict::Holds
+        );
+        assert_eq!(
+            judge(
+                "cuda>=12.4 brand=tesla,driver>=470,driver<471",
+                "535.104.05",
+                "12.2",
+                Some(&t)
+            ),
+            Verdict::Fails
+        );
+        assert_eq!(
+            judge("driver>535.54.03", "535.104.05", "12.2", Some(&t)),
+            Verdict::Holds
+        );
+        assert_eq!(
+            judge("arch>=8.0", "535.104.05", "12.2", Some(&t)),
+            Verdict::Holds
+        );
+        assert_eq!(
+            judge("arch>8.0", "535.104.05", "12.2", Some(&t)),
+            Verdict::Fails
+        );
+        assert_eq!(
+            judge("arch=8", "535.104.05", "12.2", Some(&t)),
+            Verdict::Holds
+        );
+        assert_eq!(
+            judge("brand=TESLA", "535.104.05", "12.2", Some(&t)),
+            Verdict::Holds
+        );
+        assert_eq!(
+            judge("brand!=tesla", "535.104.05", "12.2", Some(&t)),
+            Verdict::Fails
+        );
+        assert_eq!(judge("", "535.104.05", "12.2", Some(&t)), Verdict::Holds);
+        // unknown keys are ignored
+        assert_eq!(
+            judge("cudnn>=99", "535.104.05", "12.2", Some(&t)),
+            Verdict::Holds
+        );
+    }
+
+    #[test]
+    fn no_gpu_passes_arch_and_brand_only() {
+        assert_eq!(
+            judge("arch>=9.0", "535.104.05", "12.2", None),
+            Verdict::Holds
+        );
+        assert_eq!(
+            judge("brand=geforce", "535.104.05", "12.2", None),
+            Verdict::Holds
+        );
+        assert_eq!(
+            judge("cuda>=12.4", "535.104.05", "12.2", None),
+            Verdict::Fails
+        );
+    }
+
+    #[test]
+    fn unknown_compute_capability_cannot_be_judged() {
+        let g = gpu(0, "tesla", None);
+        assert_eq!(
+            judge("arch>=8.0", "535.104.05", "12.2", Some(&g)),
+            Verdict::CannotJudge
+        );
+        // another alternative holding still decides
+        assert_eq!(
+            judge("arch>=8.0 cuda>=12.0", "535.104.05", "12.2", Some(&g)),
+            Verdict::Holds
+        );
+        // a definite failure in the same alternative wins over unknown
+        assert_eq!(
+            judge("arch>=8.0,cuda>=13", "535.104.05", "12.2", Some(&g)),
+            Verdict::Fails
+        );
+    }
+
+    #[test]
+    fn reasons_name_host_values() {
+        let g = gpu(1, "geforce", Some("8.9"));
+        let r = Requirement::parse(
+            "NVIDIA_REQUIRE_CUDA",
+            "cuda>=12.4 brand=tesla,driver>=470,driver<471 brand=geforce,driver>=535,driver<536",
+        )
+        .unwrap();
+        let d = Version::parse("545.23.06").unwrap();
+        let c = Version::parse("12.3").unwrap();
+        let j = r.judge(&Context {
+            driver: Some(&d),
+            driver_text: Some("545.23.06"),
+            cuda: Some(&c),
+            gpu: Some(&g),
+        });
+        assert_eq!(j.outcome, Verdict::Fails);
+        assert_eq!(
+            j.terms[0].outcome,
+            Outcome::Fail("driver 545.23.06 provides CUDA 12.3".into())
+        );
+        assert_eq!(j.terms[1].outcome, Outcome::Fail("GPU 1 is geforce".into()));
+        assert_eq!(j.terms[2].factor.as_deref(), Some("driver<536"));
+        assert_eq!(
+            j.terms[2].outcome,
+            Outcome::Fail("driver is 545.23.06".into())
+        );
+        assert_eq!(
+            r.cuda_floor().map(|v| v.to_string()).as_deref(),
+            Some("12.4")
+        );
+    }
+
+    #[test]
+    fn go_parse_bool() {
+        for t in ["1", "t", "T", "true", "TRUE", "True"] {
+            assert_eq!(parse_go_bool(t), Some(true), "{t}");
+        }
+        for f in ["0", "f", "F", "false", "FALSE", "False"] {
+            assert_eq!(parse_go_bool(f), Some(false), "{f}");
+        }
+        for n in ["yes", "on", "", "tRUE", " true"] {
+            assert_eq!(parse_go_bool(n), None, "{n}");
+        }
+    }
+
+    #[test]
+    fn legacy_cuda_version() {
+        let mm = |s: &str| cuda_version_major_minor(s).map(|v| v.to_string());
+        assert_eq!(mm("12.4.1").as_deref(), Some("12.4"));
+        assert_eq!(mm("10.0.130").as_deref(), Some("10.0"));
+        assert_eq!(mm("11").as_deref(), Some("11.0"));
+        assert_eq!(mm("v9.2").as_deref(), Some("9.2"));
+        assert_eq!(mm("12.4.1-1").as_deref(), Some("12.4"));
+        assert_eq!(mm("abc"), None);
+        assert_eq!(mm("12.4.1.2"), None);
+        assert_eq!(mm(""), None);
+        assert_eq!(mm("12..1"), None);
+    }
+}

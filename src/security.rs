@@ -1,0 +1,196 @@
+//! Host security policy: `no_new_privileges` and a capability allowlist.
+//!
+//! runc hands the capability sets and noNewPrivileges to the container's init
+//! before prestart/createRuntime hooks run (libcontainer/process_linux.go), so
+//! only an entry point that runs before `create` (the runtime wrapper, podman's
+//! precreate hook) can change them. The prestart hook can only verify.
+
+use crate::capability;
+use crate::config::{OnFailure, SecurityConfig};
+use crate::container::{Capabilities, Container};
+use crate::decision::{Check, Finding};
+use crate::sanitize::esc;
+
+/// Whether the entry point can change the spec or only check it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// Runtime wrapper, podman precreate, `check` by default.
+    Edit,
+    /// Prestart/createRuntime hook: the container's process is already set up.
+    Verify,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Plan {
+    pub findings: Vec<Finding>,
+    /// Capabilities to remove from every set, sorted.
+    pub dropped: Vec<String>,
+    /// Set process.noNewPrivileges = true.
+    pub no_new_privileges: bool,
+}
+
+const INSTALL_HINT: &str = "let gpu-guard apply the policy before the container is created: `gpu-guard install docker` (or containerd, crio) registers the runtime wrapper, `gpu-guard install podman` the precreate hook";
+
+fn outside(caps: &Capabilities, allow: &[String]) -> Vec<(&'static str, Vec<String>)> {
+    Capabilities::SETS
+        .iter()
+        .filter_map(|set| {
+            let extra: Vec<String> = caps
+                .set(set)?
+                .iter()
+                .filter(|c| {
+                    let n = capability::normalize(c).unwrap_or_else(|| c.to_string());
+                    !allow.contains(&n)
+                })
+                .cloned()
+                .collect();
+            (!extra.is_empty()).then_some((*set, extra))
+        })
+        .collect()
+}
+
+pub fn plan(c: &Container, cfg: &SecurityConfig, allow: &[String], stage: Stage) -> Plan {
+    let mut p = Plan::default();
+    let privileged = c
+        .capabilities
+        .bounding
+        .as_ref()
+        .is_some_and(|b| capability::is_privileged_set(b.iter().map(|s| s.as_str())));
+    if privileged {
+        match cfg.privileged {
+            OnFailure::Refuse => p.findings.push(
+                Finding::error(
+                    Check::Security,
+                    "the container is privileged: its bounding set holds every capability",
+                )
+                .with_fix(
+                    "run it without --privileged (add only the capabilities it needs), or set security.privileged = \"allow\" in the gpu-guard config",
+                ),
+            ),
+            OnFailure::Allow => p.findings.push(Finding::warning(
+                Check::Security,
+                "the container is privileged: host policy (security.privileged = \"allow\") leaves its capabilities and no_new_privileges untouched",
+            )),
+        }
+        return p;
+    }
+    let extra = outside(&c.capabilities, allow);
+    match stage {
+        Stage::Edit => {
+            let mut dropped: Vec<String> =
+                extra.iter().flat_map(|(_, e)| e.iter().cloned()).collect();
+            dropped.sort();
+            dropped.dedup();
+            p.dropped = dropped;
+            p.no_new_privileges = cfg.no_new_privileges;
+        }
+        Stage::Verify => {
+            if cfg.no_new_privileges && !c.no_new_privileges {
+                p.findings.push(
+                    Finding::error(
+                        Check::Security,
+                        "process.noNewPrivileges is not true, and host policy requires it for GPU containers",
+                    )
+                    .with_fix(format!(
+                        "run with --security-opt no-new-privileges, or {INSTALL_HINT}"
+                    )),
+                );
+            }
+            if !extra.is_empty() {
+                let fields: Vec<String> = extra
+                    .iter()
+                    .map(|(set, caps)| {
+                        format!("process.capabilities.{set} holds {}", esc(&caps.join(", ")))
+                    })
+                    .collect();
+                let mut all: Vec<&str> = extra
+                    .iter()
+                    .flat_map(|(_, e)| e.iter().map(|s| s.as_str()))
+                    .collect();
+                all.sort_unstable();
+                all.dedup();
+                let drops: Vec<String> = all
+                    .iter()
+                    .map(|c| format!("--cap-drop {}", esc(c.trim_start_matches("CAP_"))))
+                    .collect();
+                p.findings.push(
+                    Finding::error(
+                        Check::Security,
+                        format!(
+                            "capabilities outside the host allowlist: {}",
+                            fields.join("; ")
+                        ),
+                    )
+                    .with_fix(format!("run with {}, or {INSTALL_HINT}", drops.join(" "))),
+                );
+            }
+        }
+    }
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    fn container(bounding: &[&str], nnp: bool) -> Container {
+        let mut c = Container::default();
+        let v: Vec<String> = bounding.iter().map(|s| s.to_string()).collect();
+        c.capabilities = Capabilities {
+            bounding: Some(v.clone()),
+            effective: Some(v.clone()),
+            inheritable: None,
+            permitted: Some(v),
+            ambient: Some(vec![]),
+        };
+        c.no_new_privileges = nnp;
+        c
+    }
+
+    #[test]
+    fn edit_drops_what_is_outside() {
+        let cfg = Config::default();
+        let allow = cfg.capability_allowlist();
+        let c = container(&["CAP_CHOWN", "CAP_NET_RAW", "CAP_MKNOD", "CAP_FOO"], false);
+        let p = plan(&c, &cfg.security, &allow, Stage::Edit);
+        assert_eq!(p.dropped, vec!["CAP_FOO", "CAP_MKNOD", "CAP_NET_RAW"]);
+        assert!(p.no_new_privileges);
+        assert!(p.findings.is_empty());
+    }
+
+    #[test]
+    fn verify_names_fields() {
+        let cfg = Config::default();
+        let allow = cfg.capability_allowlist();
+        let c = container(&["CAP_CHOWN", "CAP_NET_RAW"], false);
+        let p = plan(&c, &cfg.security, &allow, Stage::Verify);
+        assert_eq!(p.findings.len(), 2);
+        assert!(p.findings[0].message.contains("noNewPrivileges"));
+        assert!(p.findings[1]
+            .message
+            .contains("process.capabilities.bounding holds CAP_NET_RAW"));
+        assert!(p.findings[1]
+            .fix
+            .as_ref()
+            .unwrap()
+            .contains("gpu-guard install"));
+        let ok = container(&["CAP_CHOWN"], true);
+        assert!(plan(&ok, &cfg.security, &allow, Stage::Verify)
+            .findings
+            .is_empty());
+    }
+
+    #[test]
+    fn privileged_follows_policy() {
+        let mut cfg = Config::default();
+        let allow = cfg.capability_allowlist();
+        let c = container(capability::ALL, false);
+        let p = plan(&c, &cfg.security, &allow, Stage::Edit);
+        assert_eq!(p.findings[0].severity, crate::decision::Severity::Error);
+        cfg.security.privileged = OnFailure::Allow;
+        let p = plan(&c, &cfg.security, &allow, Stage::Edit);
+        assert_eq!(p.findings[0].severity, crate::decision::Severity::Warning);
+        assert!(p.dropped.is_empty() && !p.no_new_privileges);
+    }
+}

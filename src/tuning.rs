@@ -1,0 +1,201 @@
+//! Tuning environment variables from host policy (`[tuning]` in config.toml).
+//!
+//! A variable the image or the user set is never touched: their value is a
+//! decision someone made, ours is a default.
+
+use crate::config::{TuningConfig, TuningRule};
+use crate::container::Container;
+use crate::decision::{Check, Finding};
+use crate::host::Gpu;
+use crate::version::Version;
+use serde_json::{Map, Value};
+
+/// The annotation values that switch tuning off for one container.
+fn is_off(v: &str) -> bool {
+    matches!(
+        v.trim().to_ascii_lowercase().as_str(),
+        "off" | "false" | "0" | "no" | "disabled"
+    )
+}
+
+/// The version an image declares for a framework: the first variable of the
+/// framework's list that is set, read up to the first non-version character
+/// (`2.4.0a0+3bcc3cd` → 2.4.0). `Some(None)`: declared, version unreadable.
+fn framework_version(c: &Container, vars: &[String]) -> Option<Option<Version>> {
+    let value = vars.iter().find_map(|v| c.env.get(v))?;
+    let prefix: String = value
+        .trim()
+        .trim_start_matches('v')
+        .chars()
+        .take_while(|ch| ch.is_ascii_digit() || *ch == '.')
+        .collect();
+    Some(Version::parse(prefix.trim_end_matches('.')).ok())
+}
+
+/// Lowest compute capability among the visible GPUs; None when no GPU is
+/// visible or one is unknown (then capability-conditioned rules do not apply).
+fn lowest_cc(gpus: &[&Gpu]) -> Option<Version> {
+    if gpus.is_empty() {
+        return None;
+    }
+    let mut low: Option<Version> = None;
+    for g in gpus {
+        let v = Version::parse(g.compute_capability.as_deref()?).ok()?;
+        low = Some(match low {
+            Some(l) if l <= v => l,
+            _ => v,
+        });
+    }
+    low
+}
+
+fn rule_applies(
+    rule: &TuningRule,
+    c: &Container,
+    cfg: &TuningConfig,
+    low_cc: Option<&Version>,
+) -> bool {
+    if rule.unless_env.iter().any(|v| c.env.contains(v)) {
+        return false;
+    }
+    if let Some(min) = &rule.min_compute_capability {
+        let Ok(min) = Version::parse(min) else {
+            return false;
+        };
+        match low_cc {
+            Some(have) if *have >= min => {}
+            _ => return false,
+        }
+    }
+    let declared = |fw: &str| {
+        cfg.frameworks
+            .get(fw)
+            .and_then(|vars| framework_version(c, vars))
+    };
+    if !rule.frameworks.is_empty() && !rule.frameworks.iter().any(|fw| declared(fw).is_some()) {
+        return false;
+    }
+    for (fw, min) in &rule.framework_min_version {
+        if let (Some(Some(have)), Ok(min)) = (declared(fw), Version::parse(min)) {
+            if have < min {
+                return false;
+            }
+        }
+    }
+    true
+}
+
+/// The variables to add, in rule order, and findings (tuning switched off).
+pub fn plan(
+    c: &Container,
+    gpus: &[&Gpu],
+    cfg: &TuningConfig,
+) -> (Map<String, Value>, Vec<Finding>) {
+    let mut env = Map::new();
+    if !cfg.enabled {
+        return (env, Vec::new());
+    }
+    if let Some(v) = c.annotations.get(&cfg.disable_annotation) {
+        if is_off(v) {
+            return (
+                env,
+                vec![Finding::info(
+                    Check::Tuning,
+                    format!(
+                        "tuning is off for this container (annotation {}={})",
+                        cfg.disable_annotation,
+                        crate::sanitize::esc(v)
+                    ),
+                )],
+            );
+        }
+    }
+    let low = lowest_cc(gpus);
+    for rule in &cfg.env {
+        if c.env.contains(&rule.name) || env.contains_key(&rule.name) {
+            continue;
+        }
+        if rule_applies(rule, c, cfg, low.as_ref()) {
+            env.insert(rule.name.clone(), Value::String(rule.value.clone()));
+        }
+    }
+    (env, Vec::new())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::container::Env;
+
+    fn gpu(cc: Option<&str>) -> Gpu {
+        Gpu {
+            compute_capability: cc.map(String::from),
+            ..Default::default()
+        }
+    }
+
+    fn names(m: &Map<String, Value>) -> Vec<&str> {
+        m.keys().map(|k| k.as_str()).collect()
+    }
+
+    #[test]
+    fn shipped_rules() {
+        let cfg = Config::default().tuning;
+        let a100 = gpu(Some("8.0"));
+        let t4 = gpu(Some("7.5"));
+        let c = Container::from_env(Env::from_entries(["CUDA_DEVICE_ORDER=FASTEST_FIRST"]));
+        let (env, _) = plan(&c, &[&a100], &cfg);
+        assert_eq!(
+            names(&env),
+            vec![
+                "CUDA_DEVICE_MAX_CONNECTIONS",
+                "TF_GPU_ALLOCATOR",
+                "PYTORCH_CUDA_ALLOC_CONF",
+                "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"
+            ]
+        );
+        // one GPU below 8.0 among the visible ones: no TF32
+        let (env, _) = plan(&c, &[&a100, &t4], &cfg);
+        assert!(!env.contains_key("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"));
+        // unknown capability or no GPU: no TF32
+        let (env, _) = plan(&c, &[&gpu(None)], &cfg);
+        assert!(!env.contains_key("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"));
+        let (env, _) = plan(&c, &[], &cfg);
+        assert!(!env.contains_key("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"));
+    }
+
+    #[test]
+    fn framework_conditions() {
+        let cfg = Config::default().tuning;
+        let a100 = gpu(Some("8.0"));
+        let old = Container::from_env(Env::from_entries(["PYTORCH_VERSION=1.13.1"]));
+        let (env, _) = plan(&old, &[&a100], &cfg);
+        assert!(!env.contains_key("PYTORCH_CUDA_ALLOC_CONF"));
+        let new = Container::from_env(Env::from_entries(["PYTORCH_VERSION=2.4.0a0+3bcc3cd"]));
+        let (env, _) = plan(&new, &[&a100], &cfg);
+        assert!(env.contains_key("PYTORCH_CUDA_ALLOC_CONF"));
+        let newer_name =
+            Container::from_env(Env::from_entries(["PYTORCH_ALLOC_CONF=backend:native"]));
+        let (env, _) = plan(&newer_name, &[&a100], &cfg);
+        assert!(!env.contains_key("PYTORCH_CUDA_ALLOC_CONF"));
+
+        let mut only_pt = cfg.clone();
+        only_pt.env[0].frameworks = vec!["pytorch".into()];
+        let (env, _) = plan(&Container::default(), &[&a100], &only_pt);
+        assert!(!env.contains_key("CUDA_DEVICE_ORDER"));
+        let (env, _) = plan(&new, &[&a100], &only_pt);
+        assert!(env.contains_key("CUDA_DEVICE_ORDER"));
+    }
+
+    #[test]
+    fn annotation_turns_it_off() {
+        let cfg = Config::default().tuning;
+        let mut c = Container::default();
+        c.annotations
+            .insert("gpu-guard.tuning".into(), "off".into());
+        let (env, findings) = plan(&c, &[&gpu(Some("9.0"))], &cfg);
+        assert!(env.is_empty());
+        assert_eq!(findings.len(), 1);
+    }
+}
