@@ -8,6 +8,7 @@ use crate::report;
 use std::sync::Once;
 
 static INIT: Once = Once::new();
+static SYSLOG_UP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Writes to stderr with a `gpu-guard:` prefix; used when syslog is off or
 /// unreachable.
@@ -44,6 +45,7 @@ pub fn init(use_syslog: bool) {
             if let Ok(logger) = syslog::unix(formatter) {
                 if log::set_boxed_logger(Box::new(syslog::BasicLogger::new(logger))).is_ok() {
                     log::set_max_level(log::LevelFilter::Info);
+                    SYSLOG_UP.store(true, std::sync::atomic::Ordering::Relaxed);
                     return;
                 }
             }
@@ -55,12 +57,16 @@ pub fn init(use_syslog: bool) {
 }
 
 /// Logs a decision unless it is a plain skip. Every string in the line has
-/// been escaped by [`report::log_line`].
+/// been escaped by [`report::log_line`]. Without syslog a refusal is not
+/// logged again: its full diagnosis goes to stderr already.
 pub fn record(d: &Decision, use_syslog: bool) {
     if !d.is_notable() {
         return;
     }
     init(use_syslog);
+    if d.verdict == Verdict::Refuse && !SYSLOG_UP.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
     let line = report::log_line(d);
     match d.verdict {
         Verdict::Refuse => log::error!("{line}"),

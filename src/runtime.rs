@@ -1,7 +1,379 @@
-//! OCI runtime wrapper (in progress).
-use std::ffi::OsString;
-use std::path::Path;
-pub fn main(_config: Option<&Path>, _args: Vec<OsString>) -> i32 {
-    eprintln!("gpu-guard: the runtime wrapper is not built yet");
-    2
+//! `gpu-guard runtime ARGS...` / `gpu-guard-runtime ARGS...`: an OCI runtime
+//! wrapper for docker, containerd and CRI-O.
+//!
+//! On `create` and `run` it decides before the container exists — the only
+//! moment env, capabilities and noNewPrivileges can still change (runc sends
+//! them to init before any hook runs, libcontainer/process_linux.go) — then
+//! execs the real runtime with the argv unchanged. Every other subcommand is
+//! exec'd byte for byte. A refusal is written as one logrus-style JSON line to
+//! the `--log` file: containerd's shim reports the last `"level":"error"` line
+//! as `OCI runtime create failed: <msg>` (shared/research/oci-integration.md),
+//! which is what `docker run` prints.
+
+use crate::config::{self, Config, ConfigError};
+use crate::decision::Verdict;
+use crate::logging;
+use crate::pipeline::{self, HostChoice};
+use crate::report;
+use crate::security::Stage;
+use crate::spec_file;
+use std::ffi::{OsStr, OsString};
+use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+
+/// What we understood of a runtime command line.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Invocation {
+    /// `--log FILE` (global).
+    pub log: Option<PathBuf>,
+    /// The subcommand (`create`, `run`, `state`, ...), if any.
+    pub command: Option<String>,
+    /// `--bundle`/`-b` of create/run; None means the working directory.
+    pub bundle: Option<PathBuf>,
+    /// The container id (first positional after the subcommand's flags).
+    pub id: Option<String>,
+}
+
+/// runc's global flags that take a value (runc main.go). urfave/cli and Go's
+/// flag package accept one or two dashes and `--flag=value`.
+const GLOBAL_VALUE_FLAGS: &[&str] = &["log", "log-format", "root", "criu", "rootless"];
+/// create/run flags that take a value (runc create.go, run.go, utils_linux.go).
+const CREATE_VALUE_FLAGS: &[&str] = &[
+    "bundle",
+    "b",
+    "console-socket",
+    "pid-file",
+    "preserve-fds",
+    "pidfd-socket",
+];
+
+/// Splits `--name=value` / `-name value` forms. Returns (name, inline value).
+fn flag_name(arg: &OsStr) -> Option<(String, Option<OsString>)> {
+    let bytes = arg.as_bytes();
+    if bytes.len() < 2 || bytes[0] != b'-' || bytes == b"--" {
+        return None;
+    }
+    let body = if bytes.starts_with(b"--") {
+        &bytes[2..]
+    } else {
+        &bytes[1..]
+    };
+    match body.iter().position(|b| *b == b'=') {
+        Some(eq) => Some((
+            String::from_utf8_lossy(&body[..eq]).into_owned(),
+            Some(OsStr::from_bytes(&body[eq + 1..]).to_os_string()),
+        )),
+        None => Some((String::from_utf8_lossy(body).into_owned(), None)),
+    }
+}
+
+/// Reads the parts of the argv we need; never fails (unknown shapes are
+/// simply passed through).
+pub fn parse(args: &[OsString]) -> Invocation {
+    let mut inv = Invocation::default();
+    let mut i = 0;
+    while i < args.len() {
+        match flag_name(&args[i]) {
+            Some((name, inline)) => {
+                let takes_value = GLOBAL_VALUE_FLAGS.contains(&name.as_str());
+                let value = if takes_value && inline.is_none() {
+                    i += 1;
+                    args.get(i).cloned()
+                } else {
+                    inline
+                };
+                if name == "log" {
+                    inv.log = value.map(PathBuf::from);
+                }
+                i += 1;
+            }
+            None => break,
+        }
+    }
+    let Some(cmd) = args.get(i) else { return inv };
+    let cmd = cmd.to_string_lossy().into_owned();
+    i += 1;
+    if cmd == "create" || cmd == "run" {
+        while i < args.len() {
+            match flag_name(&args[i]) {
+                Some((name, inline)) => {
+                    let takes_value = CREATE_VALUE_FLAGS.contains(&name.as_str());
+                    let value = if takes_value && inline.is_none() {
+                        i += 1;
+                        args.get(i).cloned()
+                    } else {
+                        inline
+                    };
+                    if name == "bundle" || name == "b" {
+                        inv.bundle = value.map(PathBuf::from);
+                    }
+                }
+                None if args[i] == "--" => {}
+                None => {
+                    if inv.id.is_none() {
+                        inv.id = Some(args[i].to_string_lossy().into_owned());
+                    }
+                }
+            }
+            i += 1;
+        }
+    }
+    inv.command = Some(cmd);
+    inv
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("no OCI runtime found: set runtime.path in the gpu-guard config, or put runc or crun on PATH")]
+    NotFound,
+    #[error("cannot exec {path}: {source}")]
+    Exec {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn is_executable(p: &Path) -> bool {
+    std::fs::metadata(p)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+/// The real runtime: `runtime.path`, else the first `runc`, then `crun`, on
+/// PATH that is not gpu-guard itself (a host may have linked us as runc).
+pub fn find_real_runtime(configured: &str) -> Result<PathBuf, RuntimeError> {
+    if !configured.is_empty() {
+        return Ok(PathBuf::from(configured));
+    }
+    let me = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.canonicalize().ok());
+    let path = std::env::var_os("PATH")
+        .unwrap_or_else(|| "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into());
+    for name in ["runc", "crun"] {
+        for dir in std::env::split_paths(&path) {
+            let cand = dir.join(name);
+            if !is_executable(&cand) {
+                continue;
+            }
+            let canon = cand.canonicalize().ok();
+            if canon.is_some() && canon == me {
+                continue;
+            }
+            return Ok(cand);
+        }
+    }
+    Err(RuntimeError::NotFound)
+}
+
+/// Replaces this process with the real runtime, argv unchanged.
+fn exec_real(real: &Path, args: &[OsString]) -> i32 {
+    let err = std::process::Command::new(real).args(args).exec();
+    eprintln!(
+        "gpu-guard-runtime: {}",
+        RuntimeError::Exec {
+            path: real.to_path_buf(),
+            source: err
+        }
+    );
+    // 127: the convention for "command could not be run".
+    127
+}
+
+/// RFC 3339 UTC timestamp without a date crate (Howard Hinnant's
+/// civil_from_days).
+pub fn rfc3339_now() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let secs = now.as_secs() as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:09}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        now.subsec_nanos()
+    )
+}
+
+/// Appends the refusal as one JSON line to the runtime log.
+fn write_log_line(log: &Path, msg: &str) -> std::io::Result<()> {
+    let line = serde_json::json!({ "level": "error", "msg": msg, "time": rfc3339_now() });
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)?;
+    let mut bytes = serde_json::to_vec(&line).map_err(std::io::Error::other)?;
+    bytes.push(b'\n');
+    f.write_all(&bytes)
+}
+
+pub fn main(config_flag: Option<&Path>, args: Vec<OsString>) -> i32 {
+    let cfg: Result<Config, ConfigError> = config::load(config_flag);
+    let configured = cfg
+        .as_ref()
+        .map(|c| c.runtime.path.clone())
+        .unwrap_or_default();
+    let real = match find_real_runtime(&configured) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("gpu-guard-runtime: {e}");
+            return 127;
+        }
+    };
+    let inv = parse(&args);
+    if !matches!(inv.command.as_deref(), Some("create") | Some("run")) {
+        return exec_real(&real, &args);
+    }
+    let bundle = match &inv.bundle {
+        Some(b) => b.clone(),
+        None => match std::env::current_dir() {
+            Ok(d) => d,
+            Err(_) => return exec_real(&real, &args),
+        },
+    };
+    let spec_path = bundle.join("config.json");
+    let mut spec = match spec_file::load(&spec_path, Some(&bundle)) {
+        Ok(s) => s,
+        Err(e) => {
+            // The real runtime reports its own, better error about the bundle.
+            logging::stood_aside(
+                &format!(
+                    "standing aside for container {}: {e}; the real runtime will report it",
+                    inv.id
+                        .as_deref()
+                        .map(crate::sanitize::esc)
+                        .unwrap_or_else(|| "-".into())
+                ),
+                pipeline::use_syslog(&cfg),
+            );
+            return exec_real(&real, &args);
+        }
+    };
+    spec.container.id = inv.id.clone();
+    let decision = pipeline::assess(&cfg, &spec.container, Stage::Edit, HostChoice::FromConfig);
+    logging::record(&decision, pipeline::use_syslog(&cfg));
+    if decision.verdict == Verdict::Refuse {
+        let line = report::refusal_line(&decision);
+        if let Some(log) = &inv.log {
+            if let Err(e) = write_log_line(log, &line) {
+                eprintln!("gpu-guard-runtime: cannot write {}: {e}", log.display());
+            }
+        }
+        eprint!("{}", report::refusal(&decision));
+        return 1;
+    }
+    if spec_file::apply(&mut spec.json, &decision.edits) {
+        if let Err(e) = spec_file::write(&spec.path, &spec.json) {
+            // The container must not start without the policy it was decided under.
+            let msg = format!("gpu-guard could not apply its edits: {e}");
+            if let Some(log) = &inv.log {
+                let _ = write_log_line(log, &msg);
+            }
+            eprintln!("gpu-guard-runtime: {msg}");
+            return 1;
+        }
+    }
+    exec_real(&real, &args)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn os(v: &[&str]) -> Vec<OsString> {
+        v.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn parses_containerd_shim_argv() {
+        let inv = parse(&os(&[
+            "--root",
+            "/run/containerd/runc/moby",
+            "--log",
+            "/b/log.json",
+            "--log-format",
+            "json",
+            "--systemd-cgroup",
+            "create",
+            "--bundle",
+            "/b",
+            "--pid-file",
+            "/b/init.pid",
+            "--console-socket",
+            "/tmp/s",
+            "--no-pivot",
+            "abc123",
+        ]));
+        assert_eq!(inv.command.as_deref(), Some("create"));
+        assert_eq!(inv.log.as_deref(), Some(Path::new("/b/log.json")));
+        assert_eq!(inv.bundle.as_deref(), Some(Path::new("/b")));
+        assert_eq!(inv.id.as_deref(), Some("abc123"));
+    }
+
+    #[test]
+    fn parses_equals_and_short_forms() {
+        let inv = parse(&os(&[
+            "--root=/r",
+            "--log=/l",
+            "--debug",
+            "run",
+            "-b",
+            "/x",
+            "--detach",
+            "id1",
+        ]));
+        assert_eq!(inv.command.as_deref(), Some("run"));
+        assert_eq!(inv.log.as_deref(), Some(Path::new("/l")));
+        assert_eq!(inv.bundle.as_deref(), Some(Path::new("/x")));
+        assert_eq!(inv.id.as_deref(), Some("id1"));
+        let inv = parse(&os(&["-root", "/r", "create", "--bundle=/y", "id2"]));
+        assert_eq!(inv.bundle.as_deref(), Some(Path::new("/y")));
+        assert_eq!(inv.id.as_deref(), Some("id2"));
+        // CRI-O's conmon: --root=R, no --log
+        let inv = parse(&os(&[
+            "--root=/run/runc",
+            "create",
+            "--bundle",
+            "/z",
+            "--pid-file",
+            "/p",
+            "id3",
+        ]));
+        assert_eq!(inv.log, None);
+        assert_eq!(inv.id.as_deref(), Some("id3"));
+    }
+
+    #[test]
+    fn other_commands_and_no_bundle() {
+        let inv = parse(&os(&["--root", "/r", "state", "abc"]));
+        assert_eq!(inv.command.as_deref(), Some("state"));
+        assert_eq!(inv.bundle, None);
+        let inv = parse(&os(&["create", "abc"]));
+        assert_eq!(inv.bundle, None);
+        assert_eq!(inv.id.as_deref(), Some("abc"));
+        assert_eq!(parse(&[]).command, None);
+    }
+
+    #[test]
+    fn timestamp_shape() {
+        let t = rfc3339_now();
+        assert_eq!(t.len(), 30, "{t}");
+        assert!(t.ends_with('Z') && t.as_bytes()[10] == b'T', "{t}");
+        assert!(t.starts_with("20"), "{t}");
+    }
 }

@@ -97,10 +97,27 @@ pub fn plan(c: &Container, cfg: &SecurityConfig, allow: &[String], stage: Stage)
                 );
             }
             if !extra.is_empty() {
-                let fields: Vec<String> = extra
+                // Sets holding the same extras share one line:
+                // process.capabilities.{bounding,effective,permitted} hold ...
+                let mut groups: Vec<(Vec<&str>, &Vec<String>)> = Vec::new();
+                for (set, caps) in &extra {
+                    match groups.iter_mut().find(|(_, c)| *c == caps) {
+                        Some(g) => g.0.push(set),
+                        None => groups.push((vec![set], caps)),
+                    }
+                }
+                let fields: Vec<String> = groups
                     .iter()
-                    .map(|(set, caps)| {
-                        format!("process.capabilities.{set} holds {}", esc(&caps.join(", ")))
+                    .map(|(sets, caps)| {
+                        let (name, verb) = if sets.len() == 1 {
+                            (sets[0].to_string(), "holds")
+                        } else {
+                            (format!("{{{}}}", sets.join(",")), "hold")
+                        };
+                        format!(
+                            "process.capabilities.{name} {verb} {}",
+                            esc(&caps.join(", "))
+                        )
                     })
                     .collect();
                 let mut all: Vec<&str> = extra
@@ -169,7 +186,7 @@ mod tests {
         assert!(p.findings[0].message.contains("noNewPrivileges"));
         assert!(p.findings[1]
             .message
-            .contains("process.capabilities.bounding holds CAP_NET_RAW"));
+            .contains("process.capabilities.{bounding,effective,permitted} hold CAP_NET_RAW"));
         assert!(p.findings[1]
             .fix
             .as_ref()

@@ -1,0 +1,154 @@
+# Shared helpers for gpu-guard's real-engine tests. Source it; don't run it.
+# shellcheck shell=bash
+
+set -u
+
+INTEGRATION_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO_DIR=$(cd "$INTEGRATION_DIR/.." && pwd)
+HOSTS_DIR="$REPO_DIR/tests/data/hosts"
+
+# The binary under test: $GPU_GUARD_BIN (the installed /usr/bin/gpu-guard in
+# the package test), else the release build, else the debug build.
+gg_bin() {
+    if [ -n "${GPU_GUARD_BIN:-}" ]; then
+        echo "$GPU_GUARD_BIN"
+    elif [ -x "$REPO_DIR/target/release/gpu-guard" ]; then
+        echo "$REPO_DIR/target/release/gpu-guard"
+    else
+        echo "$REPO_DIR/target/debug/gpu-guard"
+    fi
+}
+GG=$(gg_bin)
+
+FAILS=0
+PASSES=0
+pass() { PASSES=$((PASSES + 1)); printf 'PASS %s\n' "$*"; }
+fail() { FAILS=$((FAILS + 1)); printf 'FAIL %s\n' "$*"; }
+
+# A test that cannot run here says why. Under CI (GPU_GUARD_CI=1) that is a
+# failure: CI installs everything, so a skip there would hide a broken setup.
+skip_or_fail() {
+    if [ "${GPU_GUARD_CI:-0}" = 1 ]; then
+        fail "cannot run: $* (GPU_GUARD_CI=1 forbids skipping)"
+        finish
+    fi
+    printf 'SKIP %s\n' "$*"
+    exit 0
+}
+
+finish() {
+    printf '%s: %d passed, %d failed\n' "$(basename "$0")" "$PASSES" "$FAILS"
+    [ "$FAILS" -eq 0 ]
+    exit $?
+}
+
+need_root() {
+    [ "$(id -u)" = 0 ] || skip_or_fail "needs root"
+}
+
+need_cmd() {
+    for c in "$@"; do
+        command -v "$c" >/dev/null 2>&1 || skip_or_fail "$c is not installed"
+    done
+}
+
+# check_contains NAME HAYSTACK NEEDLE
+check_contains() {
+    if printf '%s' "$2" | grep -qF -- "$3"; then pass "$1"; else fail "$1: expected to find [$3] in: $2"; fi
+}
+check_not_contains() {
+    if printf '%s' "$2" | grep -qF -- "$3"; then fail "$1: did not expect [$3] in: $2"; else pass "$1"; fi
+}
+check_eq() {
+    if [ "$2" = "$3" ]; then pass "$1"; else fail "$1: expected [$3], got [$2]"; fi
+}
+
+# new_scratch: sets T to a fresh scratch directory removed at exit (unless
+# KEEP_SCRATCH=1, for debugging).
+new_scratch() {
+    T=$(mktemp -d "${TMPDIR:-/tmp}/gpu-guard-it.XXXXXX")
+    if [ "${KEEP_SCRATCH:-0}" != 1 ]; then
+        # shellcheck disable=SC2064
+        trap "rm -rf '$T'" EXIT
+    fi
+}
+
+# make_rootfs DIR: a busybox-static root filesystem.
+make_rootfs() {
+    local root=$1
+    mkdir -p "$root/bin" "$root/proc" "$root/sys" "$root/dev" "$root/tmp" "$root/etc"
+    cp /bin/busybox "$root/bin/busybox"
+    for a in sh env cat true sleep grep echo ls id; do
+        ln -sf busybox "$root/bin/$a"
+    done
+    echo 'root:x:0:0:root:/root:/bin/sh' > "$root/etc/passwd"
+}
+
+# gg_config FILE PROFILE [extra TOML lines...]: a gpu-guard config reading
+# host facts from tests/data/hosts/PROFILE.json, with caches in scratch space.
+gg_config() {
+    local file=$1 profile=$2
+    shift 2
+    local dir
+    dir=$(dirname "$file")
+    {
+        echo "mode = \"${GG_MODE:-enforce}\""
+        echo '[host]'
+        echo "facts_file = \"$HOSTS_DIR/$profile.json\""
+        echo "cache_file = \"$dir/host-cache.json\""
+        echo '[kernel_image]'
+        echo "cache_dir = \"$dir/scan-cache\""
+        for l in "$@"; do echo "$l"; done
+    } > "$file"
+}
+
+# make_bundle DIR ARGS_JSON ENV... : a runc bundle over DIR/rootfs running
+# ARGS_JSON (a JSON array), with the given KEY=VALUE env entries, Docker's
+# default capability set, and noNewPrivileges unset (as docker leaves it).
+make_bundle() {
+    local dir=$1 args=$2
+    shift 2
+    mkdir -p "$dir"
+    make_rootfs "$dir/rootfs"
+    (cd "$dir" && runc spec)
+    local env_json
+    env_json=$(printf '%s\n' "PATH=/bin" "$@" | jq -R . | jq -s .)
+    local caps='["CAP_CHOWN","CAP_DAC_OVERRIDE","CAP_FSETID","CAP_FOWNER","CAP_MKNOD","CAP_NET_RAW","CAP_SETGID","CAP_SETUID","CAP_SETFCAP","CAP_SETPCAP","CAP_NET_BIND_SERVICE","CAP_SYS_CHROOT","CAP_KILL","CAP_AUDIT_WRITE"]'
+    jq --argjson args "$args" --argjson env "$env_json" --argjson caps "$caps" '
+        .process.terminal = false
+        | .process.args = $args
+        | .process.env = $env
+        | .process.noNewPrivileges = false
+        | .process.capabilities = {bounding: $caps, effective: $caps, permitted: $caps, inheritable: [], ambient: []}
+        | .root.readonly = true
+        | .hostname = "gpu-guard-test"
+        | .annotations = {"org.example.keep": "me"}' "$dir/config.json" > "$dir/config.json.new"
+    mv "$dir/config.json.new" "$dir/config.json"
+}
+
+# add_prestart_hook DIR CONFIG: run `gpu-guard --config CONFIG hook prestart`.
+add_prestart_hook() {
+    local dir=$1 cfg=$2
+    jq --arg gg "$GG" --arg cfg "$cfg" '
+        .hooks.prestart = [{path: $gg, args: ["gpu-guard", "--config", $cfg, "hook", "prestart"]}]' \
+        "$dir/config.json" > "$dir/config.json.new"
+    mv "$dir/config.json.new" "$dir/config.json"
+}
+
+# The official nvidia/cuda 12.4.1 requirement (gitlab.com/nvidia/container-images/cuda dist/12.4.1).
+CUDA_12_4_REQUIRE='cuda>=12.4 brand=tesla,driver>=470,driver<471 brand=unknown,driver>=470,driver<471 brand=nvidia,driver>=470,driver<471 brand=nvidiartx,driver>=470,driver<471 brand=geforce,driver>=470,driver<471 brand=geforcertx,driver>=470,driver<471 brand=quadro,driver>=470,driver<471 brand=quadrortx,driver>=470,driver<471 brand=titan,driver>=470,driver<471 brand=titanrtx,driver>=470,driver<471 brand=tesla,driver>=525,driver<526 brand=unknown,driver>=525,driver<526 brand=nvidia,driver>=525,driver<526 brand=nvidiartx,driver>=525,driver<526 brand=geforce,driver>=525,driver<526 brand=geforcertx,driver>=525,driver<526 brand=quadro,driver>=525,driver<526 brand=quadrortx,driver>=525,driver<526 brand=titan,driver>=525,driver<526 brand=titanrtx,driver>=525,driver<526 brand=tesla,driver>=535,driver<536 brand=unknown,driver>=535,driver<536 brand=nvidia,driver>=535,driver<536 brand=nvidiartx,driver>=535,driver<536 brand=geforce,driver>=535,driver<536 brand=geforcertx,driver>=535,driver<536 brand=quadro,driver>=535,driver<536 brand=quadrortx,driver>=535,driver<536 brand=titan,driver>=535,driver<536 brand=titanrtx,driver>=535,driver<536'
+
+# Capability bits as /proc/self/status prints them, for a list of names.
+cap_mask() {
+    python3 - "$@" <<'PY'
+import sys
+names = ["CHOWN","DAC_OVERRIDE","DAC_READ_SEARCH","FOWNER","FSETID","KILL","SETGID","SETUID","SETPCAP","LINUX_IMMUTABLE","NET_BIND_SERVICE","NET_BROADCAST","NET_ADMIN","NET_RAW","IPC_LOCK","IPC_OWNER","SYS_MODULE","SYS_RAWIO","SYS_CHROOT","SYS_PTRACE","SYS_PACCT","SYS_ADMIN","SYS_BOOT","SYS_NICE","SYS_RESOURCE","SYS_TIME","SYS_TTY_CONFIG","MKNOD","LEASE","AUDIT_WRITE","AUDIT_CONTROL","SETFCAP","MAC_OVERRIDE","MAC_ADMIN","SYSLOG","WAKE_ALARM","BLOCK_SUSPEND","AUDIT_READ","PERFMON","BPF","CHECKPOINT_RESTORE"]
+m = 0
+for a in sys.argv[1:]:
+    m |= 1 << names.index(a.upper().removeprefix("CAP_"))
+print("%016x" % m)
+PY
+}
+
+# The shipped capability allowlist, read from the shipped config.
+ALLOWLIST_CAPS=$(python3 -c 'import sys, tomllib; print(" ".join(tomllib.load(open(sys.argv[1], "rb"))["security"]["capabilities"]))' "$REPO_DIR/config/config.toml")

@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# gpu-guard under real runc: the prestart hook (refuse / run / non-GPU /
+# hook-only policy verification) and the runtime wrapper (refuse with a --log
+# JSON line / edits visible inside the container / non-GPU untouched /
+# pass-through argv / parallel creates / unparseable config.json).
+. "$(dirname "$0")/lib.sh"
+
+need_root
+need_cmd runc jq python3 sha256sum
+[ -x "$GG" ] || skip_or_fail "gpu-guard binary $GG not built"
+
+new_scratch
+SHOW=$(jq -nc '["sh", "-c", "echo RAN; env; grep -E \"^(CapEff|CapBnd|NoNewPrivs)\" /proc/self/status"]')
+COMPLIANT_CAPS=$(printf '%s\n' $ALLOWLIST_CAPS | jq -R . | jq -sc .)
+
+# A bundle that already meets the security policy (what the wrapper would
+# produce), for hook-only tests whose subject is the requirement check.
+make_compliant() {
+    jq --argjson caps "$COMPLIANT_CAPS" '.process.noNewPrivileges = true
+        | .process.capabilities = {bounding: $caps, effective: $caps, permitted: $caps, inheritable: [], ambient: []}' \
+        "$1/config.json" > "$1/config.json.new" && mv "$1/config.json.new" "$1/config.json"
+}
+
+run_bundle() { # DIR ID -> stdout+stderr in $OUT, exit status in $RC
+    OUT=$(cd "$1" && timeout 60 runc run "$2" 2>&1)
+    RC=$?
+    runc delete -f "$2" >/dev/null 2>&1 || true
+}
+
+echo "== prestart hook under runc =="
+gg_config "$T/a100.toml" a100
+gg_config "$T/h100.toml" h100x8
+gg_config "$T/tesla535.toml" tesla-535
+gg_config "$T/geforce.toml" geforce-545
+
+# 1. An image requiring more than the host: refused, runc's error carries our diagnosis.
+make_bundle "$T/h1" "$SHOW" NVIDIA_VISIBLE_DEVICES=all "NVIDIA_REQUIRE_CUDA=$CUDA_12_4_REQUIRE" CUDA_VERSION=12.4.1
+make_compliant "$T/h1"
+add_prestart_hook "$T/h1" "$T/geforce.toml"
+run_bundle "$T/h1" gg-h1
+check_eq "hook: unsatisfied image is refused (runc exit)" "$([ $RC -ne 0 ] && echo refused)" refused
+check_not_contains "hook: refused container never ran" "$OUT" "RAN"
+check_contains "hook: runc error names gpu-guard" "$OUT" "gpu-guard refused to start container gg-h1"
+check_contains "hook: diagnosis names the real cause with host values" "$OUT" "cuda>=12.4: driver 545.23.06 provides CUDA 12.3"
+check_contains "hook: diagnosis accounts for the brand alternatives" "$OUT" "27 alternatives for other GPU brands"
+check_contains "hook: diagnosis names the GPU" "$OUT" "GPU 0 (NVIDIA GeForce RTX 4090, compute capability 8.9)"
+check_contains "hook: fix names the minimum driver" "$OUT" "install NVIDIA driver 550.54.14 or newer"
+
+# 2. The same image on a host that satisfies it runs.
+make_bundle "$T/h2" "$SHOW" NVIDIA_VISIBLE_DEVICES=all "NVIDIA_REQUIRE_CUDA=$CUDA_12_4_REQUIRE"
+make_compliant "$T/h2"
+add_prestart_hook "$T/h2" "$T/h100.toml"
+run_bundle "$T/h2" gg-h2
+check_eq "hook: satisfied image runs (exit)" "$RC" 0
+check_contains "hook: satisfied image ran" "$OUT" "RAN"
+
+# 3. Forward compatibility: a CUDA 12.4 image on a 535 Tesla host runs.
+make_bundle "$T/h3" '["true"]' NVIDIA_VISIBLE_DEVICES=all "NVIDIA_REQUIRE_CUDA=$CUDA_12_4_REQUIRE"
+make_compliant "$T/h3"
+add_prestart_hook "$T/h3" "$T/tesla535.toml"
+run_bundle "$T/h3" gg-h3
+check_eq "hook: forward-compatible alternative admits 12.4 image on 535 Tesla" "$RC" 0
+
+# 4. A non-GPU container runs, even with capabilities the GPU policy would refuse.
+make_bundle "$T/h4" '["sh","-c","echo RAN"]'
+add_prestart_hook "$T/h4" "$T/a100.toml"
+run_bundle "$T/h4" gg-h4
+check_eq "hook: non-GPU container runs" "$RC" 0
+check_contains "hook: non-GPU container ran" "$OUT" "RAN"
+
+# 5. Hook-only host: a GPU container that lacks no_new_privileges and holds
+#    capabilities outside the allowlist is refused, naming the spec fields.
+make_bundle "$T/h5" '["true"]' NVIDIA_VISIBLE_DEVICES=all
+add_prestart_hook "$T/h5" "$T/h100.toml"
+run_bundle "$T/h5" gg-h5
+check_eq "hook-only: non-compliant GPU container refused" "$([ $RC -ne 0 ] && echo refused)" refused
+check_contains "hook-only: names noNewPrivileges" "$OUT" "process.noNewPrivileges is not true"
+check_contains "hook-only: names the capability fields" "$OUT" "process.capabilities.{bounding,effective,permitted} hold CAP_MKNOD, CAP_NET_RAW"
+check_contains "hook-only: names the install command" "$OUT" "gpu-guard install"
+
+# 6. warn mode: the same container starts.
+GG_MODE=warn gg_config "$T/warn.toml" a100
+make_bundle "$T/h6" '["sh","-c","echo RAN"]' NVIDIA_VISIBLE_DEVICES=all "NVIDIA_REQUIRE_CUDA=cuda>=12.4"
+add_prestart_hook "$T/h6" "$T/warn.toml"
+run_bundle "$T/h6" gg-h6
+check_eq "hook: warn mode starts a container enforce would refuse" "$RC" 0
+
+# 7. An invalid gpu-guard config refuses GPU containers naming file and key; non-GPU still run.
+printf 'mode = "enforce"\n[tuning]\nenabeld = true\n' > "$T/bad.toml"
+make_bundle "$T/h7" '["true"]' NVIDIA_VISIBLE_DEVICES=all
+make_compliant "$T/h7"
+add_prestart_hook "$T/h7" "$T/bad.toml"
+run_bundle "$T/h7" gg-h7
+check_contains "hook: invalid config names the file" "$OUT" "$T/bad.toml"
+check_contains "hook: invalid config names the key" "$OUT" "enabeld"
+make_bundle "$T/h8" '["sh","-c","echo RAN"]'
+add_prestart_hook "$T/h8" "$T/bad.toml"
+run_bundle "$T/h8" gg-h8
+check_eq "hook: invalid config still starts non-GPU containers" "$RC" 0
+
+echo "== runtime wrapper under runc =="
+mkdir -p "$T/bin"
+ln -sf "$GG" "$T/bin/gpu-guard-runtime"
+WRAP="$T/bin/gpu-guard-runtime"
+export GPU_GUARD_CONFIG="$T/geforce.toml"
+
+# Refused: never starts, last line of --log is our JSON error.
+make_bundle "$T/w1" "$SHOW" NVIDIA_VISIBLE_DEVICES=all "NVIDIA_REQUIRE_CUDA=$CUDA_12_4_REQUIRE"
+echo '{"level":"info","msg":"earlier line","time":"2026-01-01T00:00:00Z"}' > "$T/w1/log.json"
+OUT=$(timeout 60 "$WRAP" --root "$T/runc-root" --log "$T/w1/log.json" --log-format json run --bundle "$T/w1" gg-w1 2>&1)
+RC=$?
+check_eq "wrapper: refused run exits 1" "$RC" 1
+check_not_contains "wrapper: refused container never ran" "$OUT" "RAN"
+check_contains "wrapper: diagnosis on stderr" "$OUT" "cuda>=12.4: driver 545.23.06 provides CUDA 12.3"
+LAST=$(tail -n 1 "$T/w1/log.json")
+check_eq "wrapper: last log line is level error" "$(printf '%s' "$LAST" | jq -r .level)" error
+check_contains "wrapper: last log line carries the diagnosis" "$(printf '%s' "$LAST" | jq -r .msg)" "gpu-guard refused container gg-w1: [requirement] NVIDIA_REQUIRE_CUDA is not satisfied"
+check_contains "wrapper: log time is RFC 3339" "$(printf '%s' "$LAST" | jq -r .time)" "T"
+check_eq "wrapper: refused container does not exist" "$(runc --root "$T/runc-root" state gg-w1 >/dev/null 2>&1 && echo exists || echo absent)" absent
+
+# Allowed: env injected (image values kept), caps reduced, no_new_privileges.
+export GPU_GUARD_CONFIG="$T/a100.toml"
+make_bundle "$T/w2" "$SHOW" NVIDIA_VISIBLE_DEVICES=all "NVIDIA_REQUIRE_CUDA=cuda>=12.0" CUDA_DEVICE_MAX_CONNECTIONS=8
+OUT=$(cd "$T/w2" && timeout 60 "$WRAP" --root "$T/runc-root" run gg-w2 2>&1)
+RC=$?
+runc --root "$T/runc-root" delete -f gg-w2 >/dev/null 2>&1
+check_eq "wrapper: allowed run exits 0 (bundle = cwd)" "$RC" 0
+check_contains "wrapper: injected CUDA_DEVICE_ORDER" "$OUT" "CUDA_DEVICE_ORDER=PCI_BUS_ID"
+check_contains "wrapper: injected TF_GPU_ALLOCATOR" "$OUT" "TF_GPU_ALLOCATOR=cuda_malloc_async"
+check_contains "wrapper: injected TF32 on compute capability 8.0" "$OUT" "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1"
+check_contains "wrapper: kept the image's own value" "$OUT" "CUDA_DEVICE_MAX_CONNECTIONS=8"
+check_not_contains "wrapper: did not override the image's value" "$OUT" "CUDA_DEVICE_MAX_CONNECTIONS=32"
+MASK=$(cap_mask $ALLOWLIST_CAPS)
+check_contains "wrapper: CapEff equals the allowlist" "$OUT" "CapEff:	$MASK"
+check_contains "wrapper: CapBnd equals the allowlist" "$OUT" "CapBnd:	$MASK"
+check_contains "wrapper: NoNewPrivs is 1" "$OUT" "NoNewPrivs:	1"
+check_eq "wrapper: unknown fields kept" "$(jq -r '.annotations["org.example.keep"]' "$T/w2/config.json")" me
+
+# Non-GPU: config.json byte-identical before and after, container runs.
+make_bundle "$T/w3" '["sh","-c","echo RAN"]'
+BEFORE=$(sha256sum < "$T/w3/config.json")
+OUT=$(timeout 60 "$WRAP" --root "$T/runc-root" run -b "$T/w3" gg-w3 2>&1)
+RC=$?
+runc --root "$T/runc-root" delete -f gg-w3 >/dev/null 2>&1
+check_eq "wrapper: non-GPU runs" "$RC" 0
+check_contains "wrapper: non-GPU ran" "$OUT" "RAN"
+check_eq "wrapper: non-GPU config.json byte-identical" "$(sha256sum < "$T/w3/config.json")" "$BEFORE"
+
+# Pass-through: a recording stand-in runtime proves argv is byte-identical.
+cat > "$T/bin/recorder" <<EOF
+#!/usr/bin/env python3
+import os, sys
+with open("$T/recorded", "wb") as f:
+    f.write(b"\0".join(os.fsencode(a) for a in sys.argv[1:]))
+EOF
+chmod +x "$T/bin/recorder"
+gg_config "$T/rec.toml" a100 '[runtime]' "path = \"$T/bin/recorder\""
+export GPU_GUARD_CONFIG="$T/rec.toml"
+WEIRD=$(printf 'we ird\nline\x01')
+for argv in "state gg-x" "--root=/r --log /l --log-format json kill gg-x KILL" "--debug exec --process /p.json gg-x" \
+            "features" "delete --force gg-x" "ps gg-x" "events --stats gg-x" "update --memory 1G gg-x" \
+            "pause gg-x" "resume gg-x" "checkpoint --image-path /i gg-x" "restore --bundle /b gg-x" "start gg-x"; do
+    rm -f "$T/recorded"
+    # shellcheck disable=SC2086
+    "$WRAP" $argv "$WEIRD" $'\xff\xfe' >/dev/null 2>&1
+    # shellcheck disable=SC2086
+    EXPECT=$(python3 -c 'import os,sys; sys.stdout.buffer.write(b"\0".join(os.fsencode(a) for a in sys.argv[1:]).hex().encode())' $argv "$WEIRD" $'\xff\xfe')
+    GOT=$(python3 -c 'import sys; print(open(sys.argv[1],"rb").read().hex(), end="")' "$T/recorded" 2>/dev/null)
+    check_eq "wrapper: pass-through argv byte-identical: ${argv%% *}" "$GOT" "$EXPECT"
+done
+
+# Unparseable config.json: the real runtime is exec'd untouched.
+mkdir -p "$T/w4" && echo '{"process": {' > "$T/w4/config.json"
+rm -f "$T/recorded"
+OUT=$("$WRAP" create --bundle "$T/w4" gg-w4 2>&1)
+check_eq "wrapper: unparseable config.json goes to the real runtime" "$(tr '\0' ' ' < "$T/recorded")" "create --bundle $T/w4 gg-w4"
+check_contains "wrapper: says why it stood aside" "$OUT" "standing aside for container gg-w4"
+check_eq "wrapper: unparseable config.json untouched" "$(cat "$T/w4/config.json")" '{"process": {'
+
+# Ten containers created in parallel through the wrapper.
+export GPU_GUARD_CONFIG="$T/h100.toml"
+for i in $(seq 1 10); do
+    make_bundle "$T/p$i" '["sleep","30"]' NVIDIA_VISIBLE_DEVICES=$((i % 8)) "NVIDIA_REQUIRE_CUDA=cuda>=12.0" "MARK=$i"
+done
+for i in $(seq 1 10); do
+    "$WRAP" --root "$T/runc-root" create --bundle "$T/p$i" "gg-p$i" >"$T/p$i.out" 2>&1 &
+done
+wait
+OK=0
+for i in $(seq 1 10); do
+    if jq -e --arg m "MARK=$i" '(.process.env | index($m)) and (.process.env | index("CUDA_DEVICE_ORDER=PCI_BUS_ID")) and .process.noNewPrivileges == true
+          and (.process.capabilities.bounding | index("CAP_NET_RAW") | not) and .annotations["org.example.keep"] == "me"' \
+          "$T/p$i/config.json" >/dev/null \
+        && [ "$(runc --root "$T/runc-root" state "gg-p$i" | jq -r .status)" = created ]; then
+        OK=$((OK + 1))
+    else
+        echo "bundle p$i:"; cat "$T/p$i.out"
+    fi
+    runc --root "$T/runc-root" delete -f "gg-p$i" >/dev/null 2>&1
+done
+check_eq "wrapper: 10 parallel creates, all config.json correct and created" "$OK" 10
+check_eq "wrapper: no temp files left in bundles" "$(ls -a "$T"/p*/ | grep -c 'gpu-guard.*tmp')" 0
+
+finish
