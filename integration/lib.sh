@@ -84,22 +84,23 @@ make_rootfs() {
     echo 'root:x:0:0:root:/root:/bin/sh' > "$root/etc/passwd"
 }
 
-# gg_config FILE PROFILE [extra TOML lines...]: a gpu-guard config reading
-# host facts from tests/data/hosts/PROFILE.json, with caches in scratch space.
+# gg_config FILE PROFILE [extra TOML lines...]: the shipped config with host
+# facts read from tests/data/hosts/PROFILE.json and caches in FILE's directory.
+# GG_MODE overrides `mode`, GG_RUNTIME_PATH `runtime.path`. Extra lines are appended (give their [table]).
 gg_config() {
     local file=$1 profile=$2
     shift 2
     local dir
-    dir=$(dirname "$file")
-    {
-        echo "mode = \"${GG_MODE:-enforce}\""
-        echo '[host]'
-        echo "facts_file = \"$HOSTS_DIR/$profile.json\""
-        echo "cache_file = \"$dir/host-cache.json\""
-        echo '[kernel_image]'
-        echo "cache_dir = \"$dir/scan-cache\""
-        for l in "$@"; do echo "$l"; done
-    } > "$file"
+    dir=$(cd "$(dirname "$file")" && pwd)
+    sed -e "s|^mode = .*|mode = \"${GG_MODE:-enforce}\"|" \
+        -e "s|^facts_file = .*|facts_file = \"$HOSTS_DIR/$profile.json\"|" \
+        -e "s|^cache_file = .*|cache_file = \"$dir/host-cache.json\"|" \
+        -e "s|^cache_dir = .*|cache_dir = \"$dir/scan-cache\"|" \
+        -e "s|^syslog = .*|syslog = ${GG_SYSLOG:-true}|" \
+        -e "s|^path = \"\"|path = \"${GG_RUNTIME_PATH:-}\"|" \
+        "$REPO_DIR/config/config.toml" > "$file"
+    for l in "$@"; do echo "$l" >> "$file"; done
+    grep -q "^facts_file = \"$HOSTS_DIR" "$file" || { echo "gg_config: shipped config has no facts_file line" >&2; return 1; }
 }
 
 # make_bundle DIR ARGS_JSON ENV... : a runc bundle over DIR/rootfs running

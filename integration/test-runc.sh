@@ -154,7 +154,7 @@ with open("$T/recorded", "wb") as f:
     f.write(b"\0".join(os.fsencode(a) for a in sys.argv[1:]))
 EOF
 chmod +x "$T/bin/recorder"
-gg_config "$T/rec.toml" a100 '[runtime]' "path = \"$T/bin/recorder\""
+GG_RUNTIME_PATH="$T/bin/recorder" gg_config "$T/rec.toml" a100
 export GPU_GUARD_CONFIG="$T/rec.toml"
 WEIRD=$(printf 'we ird\nline\x01')
 for argv in "state gg-x" "--root=/r --log /l --log-format json kill gg-x KILL" "--debug exec --process /p.json gg-x" \

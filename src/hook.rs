@@ -131,10 +131,28 @@ fn precreate(config_flag: Option<&Path>) -> i32 {
         Ok(c) => c,
         Err(e) => return bad_input(format!("config on stdin: {e}")),
     };
-    let decision = match decide(config_flag, &container, Stage::Edit) {
-        Ok(d) => d,
-        Err(code) => return code,
-    };
+    let cfg = config::load(config_flag);
+    let mut decision = pipeline::assess(&cfg, &container, Stage::Edit, HostChoice::FromConfig);
+    logging::record(&decision, pipeline::use_syslog(&cfg));
+    if decision.verdict == Verdict::Refuse {
+        if !has_gpu_guard_prestart(&json) {
+            eprint!("{}", report::refusal(&decision));
+            return EXIT_REFUSE;
+        }
+        // podman discards a precreate hook's stderr and reports only "exit
+        // status 1" (containers/common pkg/hooks/exec RuntimeConfigFilter
+        // runs the hook with no stderr), while runc embeds a prestart hook's
+        // stderr in its error, which podman prints. podman adds the hooks.d
+        // prestart hooks to the config before precreate runs, so when ours
+        // is there we let it refuse: same decision, and the user sees why.
+        // The policy edits still go in, so the prestart check reports only
+        // what really blocks the container.
+        if let Ok(c) = &cfg {
+            let mut warn = c.clone();
+            warn.mode = config::Mode::Warn;
+            decision = pipeline::assess(&Ok(warn), &container, Stage::Edit, HostChoice::FromConfig);
+        }
+    }
     // Unchanged configs go back byte for byte.
     let output = if spec_file::apply(&mut json, &decision.edits) {
         match serde_json::to_vec(&json) {
@@ -149,6 +167,34 @@ fn precreate(config_flag: Option<&Path>) -> i32 {
         return bad_input(format!("cannot write the config to stdout: {e}"));
     }
     0
+}
+
+/// True when the config runs `gpu-guard ... hook prestart|createRuntime`.
+fn has_gpu_guard_prestart(spec: &serde_json::Value) -> bool {
+    let Some(hooks) = spec.get("hooks") else {
+        return false;
+    };
+    ["prestart", "createRuntime"].iter().any(|stage| {
+        hooks
+            .get(stage)
+            .and_then(|l| l.as_array())
+            .into_iter()
+            .flatten()
+            .any(|h| {
+                let path = h.get("path").and_then(|p| p.as_str()).unwrap_or("");
+                let base = path.rsplit('/').next().unwrap_or(path);
+                let args: Vec<&str> = h
+                    .get("args")
+                    .and_then(|a| a.as_array())
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|a| a.as_str())
+                    .collect();
+                base.starts_with("gpu-guard")
+                    && args.contains(&"hook")
+                    && args.iter().any(|a| *a == "prestart" || *a == "createRuntime")
+            })
+    })
 }
 
 #[cfg(test)]

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# gpu-guard under real podman (runtime runc) through hooks.d: the precreate
+# hook edits, the prestart hook verifies. Three outcomes: refused with our
+# diagnosis, started with its edits, non-GPU untouched.
+#
+# GG_INSTALLED=1 (the package test): use the hook files the package and
+# `gpu-guard install podman` put in the system hooks directories, and the
+# installed /etc/gpu-guard/config.toml (temporarily pointed at a test host
+# profile; restored at exit).
+. "$(dirname "$0")/lib.sh"
+
+need_root
+need_cmd podman runc jq python3
+[ -x "$GG" ] || skip_or_fail "gpu-guard binary $GG not built"
+
+new_scratch
+PODMAN=(podman --runtime runc)
+RUNOPTS=(--rm --ulimit nofile=10000:10000 --ulimit nproc=1000:1000)
+
+if [ "${GG_INSTALLED:-0}" = 1 ]; then
+    SYSCFG=/etc/gpu-guard/config.toml
+    cp -p "$SYSCFG" "$T/config.toml.orig"
+    gg_config "$T/cfg.toml" geforce-545
+    cp "$T/cfg.toml" "$SYSCFG"
+    ls /etc/containers/oci/hooks.d/ /usr/share/containers/oci/hooks.d/ 2>/dev/null
+else
+    gg_config "$T/cfg.toml" geforce-545
+    mkdir -p "$T/hooks.d"
+    for stage in precreate prestart; do
+        jq -n --arg gg "$GG" --arg cfg "$T/cfg.toml" --arg stage "$stage" '{
+            version: "1.0.0",
+            hook: {path: $gg, args: ["gpu-guard", "--config", $cfg, "hook", $stage]},
+            when: {always: true},
+            stages: [$stage]}' > "$T/hooks.d/gpu-guard-$stage.json"
+    done
+    PODMAN+=(--hooks-dir "$T/hooks.d")
+fi
+
+make_rootfs "$T/rootfs"
+TAG=gg-it-$$
+import_image() { # NAME ENV-LINES...
+    local name=$1
+    shift
+    local changes=()
+    for e in "$@"; do changes+=(--change "ENV ${e%%=*}=\"${e#*=}\""); done
+    tar -C "$T/rootfs" -c . | podman import "${changes[@]}" - "localhost/$TAG-$name:1" >/dev/null 2>&1
+}
+cleanup_images() { podman rmi -f "localhost/$TAG-refuse:1" "localhost/$TAG-allow:1" "localhost/$TAG-plain:1" >/dev/null 2>&1; }
+trap 'cleanup_images; [ -n "${SYSCFG:-}" ] && cp -p "$T/config.toml.orig" "$SYSCFG"; rm -rf "$T"' EXIT
+import_image refuse NVIDIA_VISIBLE_DEVICES=all "NVIDIA_REQUIRE_CUDA=$CUDA_12_4_REQUIRE" CUDA_VERSION=12.4.1
+import_image allow NVIDIA_VISIBLE_DEVICES=all "NVIDIA_REQUIRE_CUDA=cuda>=12.2" CUDA_DEVICE_MAX_CONNECTIONS=8
+import_image plain FOO=bar
+SHOW='echo RAN; env; grep -E "^(CapEff|CapBnd|NoNewPrivs)" /proc/self/status'
+MASK=$(cap_mask $ALLOWLIST_CAPS)
+
+OUT=$(timeout 120 "${PODMAN[@]}" run "${RUNOPTS[@]}" "localhost/$TAG-refuse:1" sh -c "$SHOW" 2>&1)
+RC=$?
+check_eq "podman: unsatisfied image refused" "$([ $RC -ne 0 ] && echo refused)" refused
+check_not_contains "podman: refused container never ran" "$OUT" "RAN"
+check_contains "podman: error shows gpu-guard's diagnosis" "$OUT" "cuda>=12.4: driver 545.23.06 provides CUDA 12.3"
+check_contains "podman: diagnosis has the fix" "$OUT" "install NVIDIA driver 550.54.14 or newer"
+
+OUT=$(timeout 120 "${PODMAN[@]}" run "${RUNOPTS[@]}" "localhost/$TAG-allow:1" sh -c "$SHOW" 2>&1)
+RC=$?
+check_eq "podman: satisfied image runs" "$RC" 0
+check_contains "podman: injected CUDA_DEVICE_ORDER" "$OUT" "CUDA_DEVICE_ORDER=PCI_BUS_ID"
+check_contains "podman: injected PYTORCH_CUDA_ALLOC_CONF" "$OUT" "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+check_contains "podman: kept the image's value" "$OUT" "CUDA_DEVICE_MAX_CONNECTIONS=8"
+check_contains "podman: CapEff equals the allowlist" "$OUT" "CapEff:	$MASK"
+check_contains "podman: CapBnd equals the allowlist" "$OUT" "CapBnd:	$MASK"
+check_contains "podman: NoNewPrivs is 1" "$OUT" "NoNewPrivs:	1"
+
+# A user's --cap-add cannot loosen the policy; a user's -e wins over tuning.
+OUT=$(timeout 120 "${PODMAN[@]}" run "${RUNOPTS[@]}" --cap-add NET_ADMIN -e CUDA_DEVICE_ORDER=FASTEST_FIRST "localhost/$TAG-allow:1" sh -c "$SHOW" 2>&1)
+check_contains "podman: --cap-add does not widen the allowlist" "$OUT" "CapBnd:	$MASK"
+check_contains "podman: user -e value kept" "$OUT" "CUDA_DEVICE_ORDER=FASTEST_FIRST"
+
+OUT=$(timeout 120 "${PODMAN[@]}" run "${RUNOPTS[@]}" "localhost/$TAG-plain:1" sh -c "$SHOW" 2>&1)
+RC=$?
+check_eq "podman: non-GPU container runs" "$RC" 0
+check_not_contains "podman: non-GPU gets no tuning" "$OUT" "CUDA_DEVICE_ORDER"
+check_contains "podman: non-GPU keeps no_new_privileges as podman set it" "$OUT" "NoNewPrivs:	0"
+check_not_contains "podman: non-GPU capabilities untouched" "$OUT" "CapEff:	$MASK"
+
+finish
