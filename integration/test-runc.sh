@@ -135,6 +135,7 @@ check_contains "wrapper: CapEff equals the allowlist" "$OUT" "CapEff:	$MASK"
 check_contains "wrapper: CapBnd equals the allowlist" "$OUT" "CapBnd:	$MASK"
 check_contains "wrapper: NoNewPrivs is 1" "$OUT" "NoNewPrivs:	1"
 check_eq "wrapper: unknown fields kept" "$(jq -r '.annotations["org.example.keep"]' "$T/w2/config.json")" me
+check_not_contains "wrapper: no gpu-guard output in the container's stderr" "$OUT" "gpu-guard"
 
 # Non-GPU: config.json byte-identical before and after, container runs.
 make_bundle "$T/w3" '["sh","-c","echo RAN"]'
@@ -174,7 +175,10 @@ mkdir -p "$T/w4" && echo '{"process": {' > "$T/w4/config.json"
 rm -f "$T/recorded"
 OUT=$("$WRAP" create --bundle "$T/w4" gg-w4 2>&1)
 check_eq "wrapper: unparseable config.json goes to the real runtime" "$(tr '\0' ' ' < "$T/recorded")" "create --bundle $T/w4 gg-w4"
-check_contains "wrapper: says why it stood aside" "$OUT" "standing aside for container gg-w4"
+check_contains "wrapper: says why it stood aside (stderr without --log)" "$OUT" "standing aside for container gg-w4"
+OUT=$("$WRAP" --log "$T/w4/log.json" create --bundle "$T/w4" gg-w4 2>&1)
+check_contains "wrapper: says why it stood aside (in the --log file)" "$(cat "$T/w4/log.json")" "standing aside for container gg-w4"
+check_not_contains "wrapper: nothing on the container's stderr with --log" "$OUT" "standing aside"
 check_eq "wrapper: unparseable config.json untouched" "$(cat "$T/w4/config.json")" '{"process": {'
 
 # Ten containers created in parallel through the wrapper.

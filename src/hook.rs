@@ -110,7 +110,11 @@ fn decide(
 ) -> Result<Decision, i32> {
     let cfg = config::load(config_flag);
     let decision = pipeline::assess(&cfg, container, stage, HostChoice::FromConfig);
-    logging::record(&decision, pipeline::use_syslog(&cfg));
+    logging::record(
+        &decision,
+        pipeline::use_syslog(&cfg),
+        logging::Fallback::Stderr,
+    );
     if decision.verdict == Verdict::Refuse {
         eprint!("{}", report::refusal(&decision));
         return Err(EXIT_REFUSE);
@@ -133,7 +137,11 @@ fn precreate(config_flag: Option<&Path>) -> i32 {
     };
     let cfg = config::load(config_flag);
     let mut decision = pipeline::assess(&cfg, &container, Stage::Edit, HostChoice::FromConfig);
-    logging::record(&decision, pipeline::use_syslog(&cfg));
+    logging::record(
+        &decision,
+        pipeline::use_syslog(&cfg),
+        logging::Fallback::Stderr,
+    );
     if decision.verdict == Verdict::Refuse {
         if !has_gpu_guard_prestart(&json) {
             eprint!("{}", report::refusal(&decision));
@@ -192,7 +200,9 @@ fn has_gpu_guard_prestart(spec: &serde_json::Value) -> bool {
                     .collect();
                 base.starts_with("gpu-guard")
                     && args.contains(&"hook")
-                    && args.iter().any(|a| *a == "prestart" || *a == "createRuntime")
+                    && args
+                        .iter()
+                        .any(|a| *a == "prestart" || *a == "createRuntime")
             })
     })
 }

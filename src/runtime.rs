@@ -35,6 +35,10 @@ pub struct Invocation {
     pub bundle: Option<PathBuf>,
     /// The container id (first positional after the subcommand's flags).
     pub id: Option<String>,
+    /// `--process`/`-p` of exec: the process.json to run.
+    pub process: Option<PathBuf>,
+    /// Global `--root`, kept to ask the real runtime about a container.
+    pub root: Option<OsString>,
 }
 
 /// runc's global flags that take a value (runc main.go). urfave/cli and Go's
@@ -48,6 +52,27 @@ const CREATE_VALUE_FLAGS: &[&str] = &[
     "pid-file",
     "preserve-fds",
     "pidfd-socket",
+];
+
+/// exec flags that take a value (runc exec.go).
+const EXEC_VALUE_FLAGS: &[&str] = &[
+    "console-socket",
+    "cwd",
+    "env",
+    "e",
+    "user",
+    "u",
+    "additional-gids",
+    "g",
+    "process",
+    "p",
+    "pid-file",
+    "process-label",
+    "apparmor",
+    "cap",
+    "c",
+    "preserve-fds",
+    "cgroup",
 ];
 
 /// Splits `--name=value` / `-name value` forms. Returns (name, inline value).
@@ -85,8 +110,10 @@ pub fn parse(args: &[OsString]) -> Invocation {
                 } else {
                     inline
                 };
-                if name == "log" {
-                    inv.log = value.map(PathBuf::from);
+                match name.as_str() {
+                    "log" => inv.log = value.map(PathBuf::from),
+                    "root" => inv.root = value,
+                    _ => {}
                 }
                 i += 1;
             }
@@ -96,30 +123,40 @@ pub fn parse(args: &[OsString]) -> Invocation {
     let Some(cmd) = args.get(i) else { return inv };
     let cmd = cmd.to_string_lossy().into_owned();
     i += 1;
-    if cmd == "create" || cmd == "run" {
-        while i < args.len() {
-            match flag_name(&args[i]) {
-                Some((name, inline)) => {
-                    let takes_value = CREATE_VALUE_FLAGS.contains(&name.as_str());
-                    let value = if takes_value && inline.is_none() {
-                        i += 1;
-                        args.get(i).cloned()
-                    } else {
-                        inline
-                    };
-                    if name == "bundle" || name == "b" {
-                        inv.bundle = value.map(PathBuf::from);
-                    }
-                }
-                None if args[i] == "--" => {}
-                None => {
-                    if inv.id.is_none() {
-                        inv.id = Some(args[i].to_string_lossy().into_owned());
-                    }
+    let value_flags = match cmd.as_str() {
+        "create" | "run" => CREATE_VALUE_FLAGS,
+        "exec" => EXEC_VALUE_FLAGS,
+        _ => {
+            inv.command = Some(cmd);
+            return inv;
+        }
+    };
+    while i < args.len() {
+        match flag_name(&args[i]) {
+            Some((name, inline)) => {
+                let takes_value = value_flags.contains(&name.as_str());
+                let value = if takes_value && inline.is_none() {
+                    i += 1;
+                    args.get(i).cloned()
+                } else {
+                    inline
+                };
+                match name.as_str() {
+                    "bundle" | "b" if cmd != "exec" => inv.bundle = value.map(PathBuf::from),
+                    "process" | "p" if cmd == "exec" => inv.process = value.map(PathBuf::from),
+                    _ => {}
                 }
             }
-            i += 1;
+            None if args[i] == "--" => {}
+            None => {
+                if inv.id.is_none() {
+                    inv.id = Some(args[i].to_string_lossy().into_owned());
+                }
+                // Everything after the id belongs to the process (exec ID CMD...).
+                break;
+            }
         }
+        i += 1;
     }
     inv.command = Some(cmd);
     inv
@@ -236,14 +273,74 @@ pub fn main(config_flag: Option<&Path>, args: Vec<OsString>) -> i32 {
         }
     };
     let inv = parse(&args);
-    if !matches!(inv.command.as_deref(), Some("create") | Some("run")) {
-        return exec_real(&real, &args);
+    match inv.command.as_deref() {
+        Some("create") | Some("run") => guard_create(&cfg, &inv, &real, &args),
+        Some("exec") => guard_exec(&cfg, &inv, &real, &args),
+        _ => exec_real(&real, &args),
     }
+}
+
+/// The bundle of a running container, from `<runtime> [--root R] state ID`
+/// (runtime-spec "state": every runtime reports `bundle`).
+fn container_bundle(real: &Path, inv: &Invocation) -> Option<PathBuf> {
+    let id = inv.id.as_ref()?;
+    let mut cmd = std::process::Command::new(real);
+    if let Some(root) = &inv.root {
+        cmd.arg("--root").arg(root);
+    }
+    let out = cmd
+        .arg("state")
+        .arg(id)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    v.get("bundle")?.as_str().map(PathBuf::from)
+}
+
+/// The log fallback for decisions: the runtime's --log file, never stderr.
+fn log_fallback(inv: &Invocation) -> logging::Fallback {
+    logging::Fallback::RuntimeLog(inv.log.clone())
+}
+
+/// Reports a refusal: JSON line in --log (what containerd shows), and stderr.
+fn refuse(inv: &Invocation, decision: &crate::decision::Decision) -> i32 {
+    let line = report::refusal_line(decision);
+    if let Some(log) = &inv.log {
+        if let Err(e) = write_log_line(log, &line) {
+            eprintln!("gpu-guard-runtime: cannot write {}: {e}", log.display());
+        }
+    }
+    eprint!("{}", report::refusal(decision));
+    1
+}
+
+/// Reports that edits could not be written; the process must not start
+/// without the policy it was decided under.
+fn edit_failed(inv: &Invocation, e: &dyn std::fmt::Display) -> i32 {
+    let msg = format!("gpu-guard could not apply its edits: {e}");
+    if let Some(log) = &inv.log {
+        let _ = write_log_line(log, &msg);
+    }
+    eprintln!("gpu-guard-runtime: {msg}");
+    1
+}
+
+fn guard_create(
+    cfg: &Result<Config, ConfigError>,
+    inv: &Invocation,
+    real: &Path,
+    args: &[OsString],
+) -> i32 {
     let bundle = match &inv.bundle {
         Some(b) => b.clone(),
         None => match std::env::current_dir() {
             Ok(d) => d,
-            Err(_) => return exec_real(&real, &args),
+            Err(_) => return exec_real(real, args),
         },
     };
     let spec_path = bundle.join("config.json");
@@ -259,36 +356,93 @@ pub fn main(config_flag: Option<&Path>, args: Vec<OsString>) -> i32 {
                         .map(crate::sanitize::esc)
                         .unwrap_or_else(|| "-".into())
                 ),
-                pipeline::use_syslog(&cfg),
+                pipeline::use_syslog(cfg),
+                // The real runtime fails on this bundle anyway, so stderr
+                // cannot leak into a running container's output.
+                match &inv.log {
+                    Some(l) => logging::Fallback::RuntimeLog(Some(l.clone())),
+                    None => logging::Fallback::Stderr,
+                },
             );
-            return exec_real(&real, &args);
+            return exec_real(real, args);
         }
     };
     spec.container.id = inv.id.clone();
-    let decision = pipeline::assess(&cfg, &spec.container, Stage::Edit, HostChoice::FromConfig);
-    logging::record(&decision, pipeline::use_syslog(&cfg));
+    let decision = pipeline::assess(cfg, &spec.container, Stage::Edit, HostChoice::FromConfig);
+    logging::record(&decision, pipeline::use_syslog(cfg), log_fallback(inv));
     if decision.verdict == Verdict::Refuse {
-        let line = report::refusal_line(&decision);
-        if let Some(log) = &inv.log {
-            if let Err(e) = write_log_line(log, &line) {
-                eprintln!("gpu-guard-runtime: cannot write {}: {e}", log.display());
-            }
-        }
-        eprint!("{}", report::refusal(&decision));
-        return 1;
+        return refuse(inv, &decision);
     }
     if spec_file::apply(&mut spec.json, &decision.edits) {
         if let Err(e) = spec_file::write(&spec.path, &spec.json) {
-            // The container must not start without the policy it was decided under.
-            let msg = format!("gpu-guard could not apply its edits: {e}");
-            if let Some(log) = &inv.log {
-                let _ = write_log_line(log, &msg);
-            }
-            eprintln!("gpu-guard-runtime: {msg}");
-            return 1;
+            return edit_failed(inv, &e);
         }
     }
-    exec_real(&real, &args)
+    exec_real(real, args)
+}
+
+/// `exec --process P.json ID`: `docker exec` builds a fresh process with
+/// docker's default capabilities and its own noNewPrivileges (moby
+/// daemon/exec_linux.go), and runc applies them as given, so without this an
+/// exec'd shell in a GPU container would get back what the policy dropped.
+/// The argv stays byte-identical; the process file is edited in place. Only
+/// the security policy applies here (the container was already admitted).
+fn guard_exec(
+    cfg: &Result<Config, ConfigError>,
+    inv: &Invocation,
+    real: &Path,
+    args: &[OsString],
+) -> i32 {
+    let (Some(path), Ok(cfg)) = (&inv.process, cfg) else {
+        return exec_real(real, args);
+    };
+    if cfg.mode == config::Mode::Off {
+        return exec_real(real, args);
+    }
+    let bytes = match crate::fsutil::read_limited(path, spec_file::MAX_SPEC_BYTES) {
+        Ok(b) => b,
+        Err(_) => return exec_real(real, args),
+    };
+    let Ok(process) = crate::container::parse_spec_bytes(&bytes) else {
+        return exec_real(real, args);
+    };
+    let mut wrapped = serde_json::json!({ "process": process });
+    let Ok(mut c) = crate::container::Container::from_spec(&wrapped, None) else {
+        return exec_real(real, args);
+    };
+    c.id = inv.id.clone();
+    // Whether the container is a GPU container is in its bundle's config.json
+    // (docker --gpus puts NVIDIA_VISIBLE_DEVICES in the OCI spec, not in the
+    // env it gives exec'd processes).
+    let gpu = container_bundle(real, inv)
+        .and_then(|b| spec_file::load(&b.join("config.json"), Some(&b)).ok())
+        .map(|s| crate::detect::classify(&s.container).gpu)
+        .unwrap_or(false)
+        || crate::detect::classify(&c).gpu;
+    if !gpu && cfg.security.apply_to != config::ApplyTo::All {
+        return exec_real(real, args);
+    }
+    let plan = crate::security::plan(&c, &cfg.security, &cfg.capability_allowlist(), Stage::Edit);
+    let mut decision = crate::decision::Decision::skip();
+    decision.container_id = c.id.clone();
+    decision.gpu_container = gpu;
+    decision.findings = plan.findings;
+    decision.edits.capabilities_dropped = plan.dropped;
+    decision.edits.no_new_privileges = plan.no_new_privileges;
+    if decision.has_errors() && cfg.mode == config::Mode::Enforce {
+        decision.verdict = Verdict::Refuse;
+        logging::record(&decision, cfg.log.syslog, log_fallback(inv));
+        return refuse(inv, &decision);
+    }
+    decision.verdict = Verdict::Allow;
+    logging::record(&decision, cfg.log.syslog, log_fallback(inv));
+    if spec_file::apply(&mut wrapped, &decision.edits) {
+        let process = wrapped.get("process").cloned().unwrap_or_default();
+        if let Err(e) = spec_file::write(path, &process) {
+            return edit_failed(inv, &e);
+        }
+    }
+    exec_real(real, args)
 }
 
 #[cfg(test)]
@@ -367,6 +521,29 @@ mod tests {
         assert_eq!(inv.bundle, None);
         assert_eq!(inv.id.as_deref(), Some("abc"));
         assert_eq!(parse(&[]).command, None);
+    }
+
+    #[test]
+    fn parses_exec() {
+        let inv = parse(&os(&[
+            "--root",
+            "/r",
+            "--log",
+            "/l",
+            "exec",
+            "--process",
+            "/tmp/p.json",
+            "--detach",
+            "--pid-file",
+            "/x",
+            "id9",
+        ]));
+        assert_eq!(inv.command.as_deref(), Some("exec"));
+        assert_eq!(inv.process.as_deref(), Some(Path::new("/tmp/p.json")));
+        assert_eq!(inv.id.as_deref(), Some("id9"));
+        let inv = parse(&os(&["exec", "-t", "id8", "sh", "-c", "--process=/evil"]));
+        assert_eq!(inv.id.as_deref(), Some("id8"));
+        assert_eq!(inv.process, None);
     }
 
     #[test]

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# gpu-guard under real docker: dockerd started by this test with gpu-guard-runtime
+# registered as the default runtime, a stand-in nvidia-container-runtime-hook
+# on dockerd's PATH so `docker run --gpus all` works without a GPU, and images
+# made with `docker import` of a busybox rootfs with ENV NVIDIA_REQUIRE_CUDA.
+#
+# GG_INSTALLED=1 (the package test): dockerd reads /etc/docker/daemon.json as
+# `gpu-guard install docker` left it, and gpu-guard reads the installed
+# /etc/gpu-guard/config.toml (temporarily pointed at a test host profile).
+. "$(dirname "$0")/lib.sh"
+
+need_root
+need_cmd dockerd docker containerd runc jq python3
+[ -x "$GG" ] || skip_or_fail "gpu-guard binary $GG not built"
+
+new_scratch
+DROOT=$(mktemp -d /var/tmp/gpu-guard-docker.XXXXXX)
+SOCK="$DROOT/docker.sock"
+D=(docker -H "unix://$SOCK")
+mkdir -p "$T/bin"
+# The stand-in NVIDIA hook: docker --gpus needs it on PATH at daemon start
+# (moby daemon/nvidia_linux.go looks it up); it only drains the state.
+printf '#!/bin/sh\ncat >/dev/null\nexit 0\n' > "$T/bin/nvidia-container-runtime-hook"
+chmod +x "$T/bin/nvidia-container-runtime-hook"
+
+RUNTIME_FLAG=()
+if [ "${GG_INSTALLED:-0}" = 1 ]; then
+    SYSCFG=/etc/gpu-guard/config.toml
+    cp -p "$SYSCFG" "$T/config.toml.orig"
+    gg_config "$T/cfg.toml" geforce-545
+    cp "$T/cfg.toml" "$SYSCFG"
+    DAEMON_JSON=/etc/docker/daemon.json
+    jq -e '.runtimes["gpu-guard"].path' "$DAEMON_JSON" >/dev/null || { fail "daemon.json does not register gpu-guard"; finish; }
+    [ "$(jq -r '."default-runtime" // ""' "$DAEMON_JSON")" = gpu-guard ] || RUNTIME_FLAG=(--runtime gpu-guard)
+    DOCKERD_ENV=()
+else
+    gg_config "$T/cfg.toml" geforce-545
+    ln -sf "$GG" "$T/bin/gpu-guard-runtime"
+    DAEMON_JSON="$T/daemon.json"
+    jq -n --arg p "$T/bin/gpu-guard-runtime" '{runtimes: {"gpu-guard": {path: $p}}, "default-runtime": "gpu-guard"}' > "$DAEMON_JSON"
+    # containerd's shim inherits dockerd's environment, and so does the runtime.
+    DOCKERD_ENV=(GPU_GUARD_CONFIG="$T/cfg.toml")
+fi
+
+cleanup() {
+    "${D[@]}" rm -f gg-exec >/dev/null 2>&1
+    if [ -f "$DROOT/docker.pid" ]; then
+        kill "$(cat "$DROOT/docker.pid")" 2>/dev/null
+        for _ in $(seq 1 30); do [ -e "$DROOT/docker.pid" ] || break; sleep 0.5; done
+    fi
+    [ -n "${SYSCFG:-}" ] && cp -p "$T/config.toml.orig" "$SYSCFG"
+    umount -R "$DROOT/data" 2>/dev/null
+    rm -rf "$DROOT" "$T"
+}
+trap cleanup EXIT
+
+env "${DOCKERD_ENV[@]}" PATH="$T/bin:$PATH" dockerd --config-file "$DAEMON_JSON" \
+    --data-root "$DROOT/data" --exec-root "$DROOT/exec" -H "unix://$SOCK" \
+    --pidfile "$DROOT/docker.pid" --bridge none --iptables=false >"$T/dockerd.log" 2>&1 &
+for _ in $(seq 1 60); do "${D[@]}" info >/dev/null 2>&1 && break; sleep 0.5; done
+"${D[@]}" info >/dev/null 2>&1 || { tail -20 "$T/dockerd.log"; fail "dockerd did not start"; finish; }
+check_contains "docker: gpu-guard runtime registered" "$("${D[@]}" info 2>/dev/null)" "gpu-guard"
+
+make_rootfs "$T/rootfs"
+import_image() { # NAME ENV...
+    local name=$1
+    shift
+    local changes=()
+    for e in "$@"; do changes+=(--change "ENV ${e%%=*}=\"${e#*=}\""); done
+    tar -C "$T/rootfs" -c . | "${D[@]}" import "${changes[@]}" - "gg-$name:1" >/dev/null
+}
+import_image refuse "NVIDIA_REQUIRE_CUDA=$CUDA_12_4_REQUIRE" CUDA_VERSION=12.4.1
+import_image allow "NVIDIA_REQUIRE_CUDA=cuda>=12.2" CUDA_DEVICE_MAX_CONNECTIONS=8
+import_image plain FOO=bar
+SHOW='echo RAN; env; grep -E "^(CapEff|CapBnd|NoNewPrivs)" /proc/self/status'
+MASK=$(cap_mask $ALLOWLIST_CAPS)
+
+OUT=$(timeout 120 "${D[@]}" run --rm "${RUNTIME_FLAG[@]}" --gpus all gg-refuse:1 sh -c "$SHOW" 2>&1)
+RC=$?
+check_eq "docker: unsatisfied image refused" "$([ $RC -ne 0 ] && echo refused)" refused
+check_not_contains "docker: refused container never ran" "$OUT" "RAN"
+check_contains "docker: error is gpu-guard's" "$OUT" "OCI runtime create failed: gpu-guard refused container"
+check_contains "docker: error names the real cause" "$OUT" "cuda>=12.4: driver 545.23.06 provides CUDA 12.3"
+check_contains "docker: error names the fix" "$OUT" "install NVIDIA driver 550.54.14 or newer"
+
+OUT=$(timeout 120 "${D[@]}" run --rm "${RUNTIME_FLAG[@]}" --gpus all gg-allow:1 sh -c "$SHOW" 2>&1)
+RC=$?
+check_eq "docker: satisfied image runs" "$RC" 0
+check_contains "docker: injected CUDA_DEVICE_ORDER" "$OUT" "CUDA_DEVICE_ORDER=PCI_BUS_ID"
+check_contains "docker: injected TF_GPU_ALLOCATOR" "$OUT" "TF_GPU_ALLOCATOR=cuda_malloc_async"
+check_contains "docker: kept the image's value" "$OUT" "CUDA_DEVICE_MAX_CONNECTIONS=8"
+check_contains "docker: CapEff equals the allowlist" "$OUT" "CapEff:	$MASK"
+check_contains "docker: CapBnd equals the allowlist" "$OUT" "CapBnd:	$MASK"
+check_contains "docker: NoNewPrivs is 1" "$OUT" "NoNewPrivs:	1"
+check_not_contains "docker: nothing from gpu-guard in the container's output" "$OUT" "gpu-guard"
+
+# --privileged is refused by the shipped policy.
+OUT=$(timeout 120 "${D[@]}" run --rm "${RUNTIME_FLAG[@]}" --gpus all --privileged gg-allow:1 true 2>&1)
+check_contains "docker: privileged GPU container refused" "$OUT" "the container is privileged"
+
+# docker exec into an allowed container: exec passes through the wrapper untouched.
+"${D[@]}" run -d --name gg-exec "${RUNTIME_FLAG[@]}" --gpus all gg-allow:1 sleep 120 >/dev/null 2>&1
+OUT=$(timeout 60 "${D[@]}" exec gg-exec sh -c 'echo EXEC-OK; grep -E "^(CapEff|NoNewPrivs)" /proc/self/status' 2>&1)
+check_contains "docker: exec works" "$OUT" "EXEC-OK"
+check_contains "docker: exec'd process has no_new_privileges too" "$OUT" "NoNewPrivs:	1"
+check_contains "docker: exec'd process is held to the allowlist too" "$OUT" "CapEff:	$MASK"
+OUT=$(timeout 60 "${D[@]}" exec --privileged gg-exec true 2>&1)
+check_contains "docker: privileged exec into a GPU container refused" "$OUT" "the container is privileged"
+"${D[@]}" rm -f gg-exec >/dev/null 2>&1
+
+OUT=$(timeout 120 "${D[@]}" run --rm "${RUNTIME_FLAG[@]}" gg-plain:1 sh -c "$SHOW" 2>&1)
+RC=$?
+check_eq "docker: non-GPU container runs" "$RC" 0
+check_not_contains "docker: non-GPU gets no tuning" "$OUT" "CUDA_DEVICE_ORDER"
+check_contains "docker: non-GPU keeps docker's no_new_privileges" "$OUT" "NoNewPrivs:	0"
+check_not_contains "docker: non-GPU capabilities untouched" "$OUT" "CapEff:	$MASK"
+
+finish
