@@ -135,6 +135,10 @@ fn check_requirements(
     } else {
         visible.iter().map(|g| Some(*g)).collect()
     };
+    // NVIDIA's CLI takes at most 32 --require flags; an image declaring
+    // thousands must not turn the diagnosis into megabytes.
+    const MAX_REPORTED: usize = 8;
+    let mut failed = 0usize;
     for req in &reqs {
         let mut failing = Vec::new();
         let mut unknown = Vec::new();
@@ -152,6 +156,10 @@ fn check_requirements(
             }
         }
         if !failing.is_empty() {
+            failed += 1;
+            if failed > MAX_REPORTED {
+                continue;
+            }
             out.push(diagnosis::requirement_failure(
                 &Failure {
                     requirement: req,
@@ -180,6 +188,15 @@ fn check_requirements(
                 .with_fix("make NVML available to gpu-guard (install the NVIDIA driver's libnvidia-ml.so.1) so compute capability and CUDA version can be read"),
             );
         }
+    }
+    if failed > MAX_REPORTED {
+        out.push(Finding::error(
+            Check::Requirement,
+            format!(
+                "{} more NVIDIA_REQUIRE_* variables are not satisfied",
+                failed - MAX_REPORTED
+            ),
+        ));
     }
 }
 

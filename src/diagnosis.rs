@@ -160,14 +160,11 @@ fn group_lines(terms: &[TermResult]) -> Vec<String> {
         .collect()
 }
 
+/// Distinct items in first-seen order (linear: a hostile image may list
+/// tens of thousands of alternatives).
 fn unique(items: impl Iterator<Item = String>) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for i in items {
-        if !out.contains(&i) {
-            out.push(i);
-        }
-    }
-    out
+    let mut seen = std::collections::HashSet::new();
+    items.filter(|i| seen.insert(i.clone())).collect()
 }
 
 fn named(items: &[String]) -> String {

@@ -19,7 +19,7 @@ use crate::host::Gpu;
 use crate::version::Version;
 use std::fmt;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Key {
     Cuda,
     Driver,
