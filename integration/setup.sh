@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Installs what gpu-guard's demo and tests need on a fresh Debian 12 machine
+# (as root): container engines, busybox-static for test rootfs, jq, rpm, the
+# NVIDIA PyPI tools used as reference peers, and the cargo packagers.
+# Idempotent: only what is missing is installed.
+set -euo pipefail
+
+want_apt=()
+need() { command -v "$1" >/dev/null 2>&1 || want_apt+=("$2"); }
+need runc runc
+need podman podman
+need dockerd docker.io
+need jq jq
+need rpm rpm
+need hyperfine hyperfine
+need python3 python3
+[ -x /bin/busybox ] && file -L /bin/busybox 2>/dev/null | grep -q 'statically linked' || want_apt+=(busybox-static)
+command -v file >/dev/null 2>&1 || want_apt+=(file)
+[ -x /usr/bin/time ] || want_apt+=(time)
+command -v gcc >/dev/null 2>&1 || want_apt+=(build-essential)
+
+if [ ${#want_apt[@]} -gt 0 ]; then
+    if [ "$(id -u)" != 0 ]; then
+        echo "setup: need root to install: ${want_apt[*]}" >&2
+        exit 1
+    fi
+    echo "setup: installing ${want_apt[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${want_apt[@]}" >/dev/null
+fi
+
+if [ "${1:-}" = --demo ]; then
+    exit 0
+fi
+
+# NVIDIA's own tools (reference peers for the fatbin scanner) and the
+# offline Kubernetes schema validator.
+pip_want=()
+python3 -c 'import importlib.util,sys; sys.exit(0 if importlib.util.find_spec("kubernetes_validate") else 1)' 2>/dev/null || pip_want+=(kubernetes-validate)
+for p in nvidia-cuda-nvcc nvidia-cuda-cuobjdump nvidia-curand; do
+    python3 -m pip show -q "$p" >/dev/null 2>&1 || pip_want+=("$p")
+done
+if [ ${#pip_want[@]} -gt 0 ]; then
+    echo "setup: pip installing ${pip_want[*]}"
+    python3 -m pip --version >/dev/null 2>&1 || apt-get install -y -qq python3-pip >/dev/null
+    # Debian's own python refuses global installs (PEP 668) unless told.
+    python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore "${pip_want[@]}" ||
+        python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --break-system-packages "${pip_want[@]}"
+fi
+
+for tool in cargo-deb cargo-generate-rpm; do
+    command -v "$tool" >/dev/null 2>&1 || cargo install --locked -q "$tool"
+done
