@@ -288,7 +288,10 @@ mod tests {
         let d = tempdir("rt");
         let p = d.join("sub/dir/host-facts.json");
         store(&p, &key(), &facts(), "NVML (x)", 1_000_000).unwrap();
-        let mode = std::fs::metadata(d.join("sub/dir")).unwrap().permissions().mode();
+        let mode = std::fs::metadata(d.join("sub/dir"))
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o755);
         let hit = load(&p, &key(), 300, 1_010_000).unwrap();
         assert_eq!(hit.facts, facts());
@@ -304,10 +307,16 @@ mod tests {
         ));
         let mut k = key();
         k.driver = k.driver.replace("550.54.14", "550.90.07");
-        assert!(matches!(load(&p, &k, 300, 1_010_000), Err(Miss::KeyChanged { .. })));
+        assert!(matches!(
+            load(&p, &k, 300, 1_010_000),
+            Err(Miss::KeyChanged { .. })
+        ));
         let mut k = key();
         k.boot_id = "b-2".into();
-        assert!(matches!(load(&p, &k, 300, 1_010_000), Err(Miss::KeyChanged { .. })));
+        assert!(matches!(
+            load(&p, &k, 300, 1_010_000),
+            Err(Miss::KeyChanged { .. })
+        ));
         std::fs::remove_dir_all(&d).unwrap();
     }
 
@@ -326,23 +335,38 @@ mod tests {
             );
         }
         std::fs::write(&p, br#"{"format":"something else","facts":{}}"#).unwrap();
-        assert!(matches!(load(&p, &key(), 300, 2000), Err(Miss::Foreign { .. })));
+        assert!(matches!(
+            load(&p, &key(), 300, 2000),
+            Err(Miss::Foreign { .. })
+        ));
         std::fs::write(&p, br#"[1,2,3]"#).unwrap();
-        assert!(matches!(load(&p, &key(), 300, 2000), Err(Miss::Foreign { .. })));
+        assert!(matches!(
+            load(&p, &key(), 300, 2000),
+            Err(Miss::Foreign { .. })
+        ));
         // Right tag, wrong shape.
         std::fs::write(&p, format!(r#"{{"format":"{FORMAT}","facts":7}}"#)).unwrap();
-        assert!(matches!(load(&p, &key(), 300, 2000), Err(Miss::Corrupt { .. })));
+        assert!(matches!(
+            load(&p, &key(), 300, 2000),
+            Err(Miss::Corrupt { .. })
+        ));
         // World-writable: anyone could have written it.
         store(&p, &key(), &facts(), "NVML", 1000).unwrap();
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o666)).unwrap();
-        assert!(matches!(load(&p, &key(), 300, 2000), Err(Miss::Untrusted { .. })));
+        assert!(matches!(
+            load(&p, &key(), 300, 2000),
+            Err(Miss::Untrusted { .. })
+        ));
         // A symlink is not followed.
         let real = d.join("real.json");
         store(&real, &key(), &facts(), "NVML", 1000).unwrap();
         let link = d.join("link.json");
         std::os::unix::fs::symlink(&real, &link).unwrap();
         assert!(load(&real, &key(), 300, 2000).is_ok());
-        assert!(matches!(load(&link, &key(), 300, 2000), Err(Miss::Unreadable { .. })));
+        assert!(matches!(
+            load(&link, &key(), 300, 2000),
+            Err(Miss::Unreadable { .. })
+        ));
         // A directory or FIFO at the path does not block or pass.
         let fifo = d.join("fifo");
         let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();

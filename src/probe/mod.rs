@@ -109,13 +109,10 @@ pub fn probe_with(cfg: &HostConfig, paths: &ProbePaths) -> HostReport {
 
     let library = cfg.nvml_library.clone();
     let paths2 = paths.clone();
-    let outcome = deadline::run(cfg.probe_timeout_ms, move || {
-        uncached(&library, &paths2)
-    });
+    let outcome = deadline::run(cfg.probe_timeout_ms, move || uncached(&library, &paths2));
     let mut report = match outcome {
         Ok(u) => {
-            if let (true, Some((path, key)), Some(facts)) = (u.cacheable, &cache, &u.report.facts)
-            {
+            if let (true, Some((path, key)), Some(facts)) = (u.cacheable, &cache, &u.report.facts) {
                 if let Err(e) =
                     cache::store(path, key, facts, &u.report.source, cache::now_unix_ms())
                 {
@@ -405,7 +402,9 @@ fn proc_fallback(nvml_error: &str, paths: &ProbePaths) -> HostReport {
                 HostProblem {
                     kind: HostProblemKind::ProbeFailed,
                     message: format!("NVML not available ({nvml_error}) and {e}"),
-                    fix: Some("install the NVIDIA driver's NVML library (libnvidia-ml.so.1)".into()),
+                    fix: Some(
+                        "install the NVIDIA driver's NVML library (libnvidia-ml.so.1)".into(),
+                    ),
                 },
             ),
         },
@@ -567,14 +566,22 @@ pub fn render_table(report: &HostReport) -> String {
             .map(|g| {
                 [
                     g.index.to_string(),
-                    if g.name.is_empty() { "-".into() } else { g.name.clone() },
+                    if g.name.is_empty() {
+                        "-".into()
+                    } else {
+                        g.name.clone()
+                    },
                     g.brand.clone(),
                     dash(g.compute_capability.as_deref()),
                     g.memory_mib
                         .map(|m| format!("{m} MiB"))
                         .unwrap_or_else(|| "-".into()),
                     dash(g.pci_bus_id.as_deref()),
-                    if g.uuid.is_empty() { "-".into() } else { g.uuid.clone() },
+                    if g.uuid.is_empty() {
+                        "-".into()
+                    } else {
+                        g.uuid.clone()
+                    },
                 ]
             })
             .collect();
@@ -650,11 +657,17 @@ mod tests {
             fix: Some("do this".into()),
         });
         let t = render_table(&r);
-        assert!(t.starts_with("Driver 550.90.07, CUDA 12.4 (source: NVML"), "{t}");
+        assert!(
+            t.starts_with("Driver 550.90.07, CUDA 12.4 (source: NVML"),
+            "{t}"
+        );
         assert!(t.contains("NVIDIA A100-SXM4-40GB"), "{t}");
         assert!(t.contains("40960 MiB"), "{t}");
         assert!(t.contains("MIG MIG-x"), "{t}");
-        assert!(t.contains("warning: something is off\n  fix: do this"), "{t}");
+        assert!(
+            t.contains("warning: something is off\n  fix: do this"),
+            "{t}"
+        );
         let none = render_table(&HostReport::from_facts(HostFacts::default(), "no driver"));
         assert!(none.contains("Driver -, CUDA -"), "{none}");
         assert!(none.contains("No GPUs"), "{none}");
@@ -682,8 +695,16 @@ mod tests {
         check_device_nodes(&mut r, &dev);
         assert_eq!(r.problems.len(), 1);
         assert_eq!(r.problems[0].kind, HostProblemKind::Degraded);
-        assert!(r.problems[0].message.contains("nvidia3"), "{:?}", r.problems);
-        assert!(!r.problems[0].message.contains("nvidia0"), "{:?}", r.problems);
+        assert!(
+            r.problems[0].message.contains("nvidia3"),
+            "{:?}",
+            r.problems
+        );
+        assert!(
+            !r.problems[0].message.contains("nvidia0"),
+            "{:?}",
+            r.problems
+        );
         std::fs::write(dev.join("nvidia3"), b"").unwrap();
         let mut r = HostReport::from_facts(facts, "t");
         check_device_nodes(&mut r, &dev);

@@ -187,9 +187,7 @@ fn read_facts(nvml: &Nvml) -> Result<NvmlFacts, NvmlProbeError> {
             nvml_wrapper::cuda_driver_version_minor(v)
         )
     });
-    let count = nvml
-        .device_count()
-        .map_err(q("nvmlDeviceGetCount_v2"))?;
+    let count = nvml.device_count().map_err(q("nvmlDeviceGetCount_v2"))?;
     let mut gpus = Vec::with_capacity(count as usize);
     let mut lost = Vec::new();
     for index in 0..count {
@@ -231,8 +229,8 @@ fn read_gpu(nvml: &Nvml, index: u32) -> Result<Gpu, GpuError> {
         "nvmlDeviceGetCudaComputeCapability",
     )?
     .map(|c| format!("{}.{}", c.major, c.minor));
-    let memory_mib = optional(dev.memory_info(), "nvmlDeviceGetMemoryInfo_v2")?
-        .map(|m| m.total / (1 << 20));
+    let memory_mib =
+        optional(dev.memory_info(), "nvmlDeviceGetMemoryInfo_v2")?.map(|m| m.total / (1 << 20));
     let pci_bus_id = optional(dev.pci_info(), "nvmlDeviceGetPciInfo_v3")?.map(|p| p.bus_id);
     let minor_number = optional(dev.minor_number(), "nvmlDeviceGetMinorNumber")?;
     let mig_devices = read_migs(&dev)?;
@@ -327,9 +325,14 @@ pub fn loaded_library_path(name: &str) -> Option<std::path::PathBuf> {
         }
         let sym = libc::dlsym(h, c"nvmlInit_v2".as_ptr());
         let mut info: libc::Dl_info = std::mem::zeroed();
-        let found = !sym.is_null() && libc::dladdr(sym, &mut info) != 0 && !info.dli_fname.is_null();
+        let found =
+            !sym.is_null() && libc::dladdr(sym, &mut info) != 0 && !info.dli_fname.is_null();
         let path = found.then(|| {
-            std::path::PathBuf::from(CStr::from_ptr(info.dli_fname).to_string_lossy().into_owned())
+            std::path::PathBuf::from(
+                CStr::from_ptr(info.dli_fname)
+                    .to_string_lossy()
+                    .into_owned(),
+            )
         });
         libc::dlclose(h);
         path
@@ -366,7 +369,10 @@ mod tests {
     fn missing_library_is_a_load_error() {
         let e = probe(Some(Path::new("/nonexistent/libnvidia-ml.so.1"))).unwrap_err();
         assert!(matches!(e, NvmlProbeError::Load { .. }), "{e}");
-        assert!(e.to_string().contains("/nonexistent/libnvidia-ml.so.1"), "{e}");
+        assert!(
+            e.to_string().contains("/nonexistent/libnvidia-ml.so.1"),
+            "{e}"
+        );
     }
 
     #[test]

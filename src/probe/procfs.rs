@@ -130,11 +130,12 @@ pub fn read_gpus(proc_nvidia: &Path) -> Result<Vec<ProcGpu>, ProcError> {
             return Err(ProcError::TooMany { path: dir });
         }
         let path = entry.path().join("information");
-        let text = crate::fsutil::read_limited(&path, MAX_INFORMATION_FILE)
-            .map_err(|source| ProcError::Read {
+        let text = crate::fsutil::read_limited(&path, MAX_INFORMATION_FILE).map_err(|source| {
+            ProcError::Read {
                 path: path.clone(),
                 source,
-            })?;
+            }
+        })?;
         let mut g = parse_information(&String::from_utf8_lossy(&text));
         if g.pci_bus_id.is_none() {
             // The directory is named by the bus location.

@@ -259,7 +259,9 @@ fn parse_host(text: &str) -> Result<Option<Host>, String> {
             Some(_) => return Err(format!("gpus[{i}].mig_devices must be an array")),
         };
         if migs.len() > MAX_MIG_DEVICES as usize {
-            return Err(format!("gpus[{i}] has more than {MAX_MIG_DEVICES} MIG devices"));
+            return Err(format!(
+                "gpus[{i}] has more than {MAX_MIG_DEVICES} MIG devices"
+            ));
         }
         gpus.push(Gpu {
             uuid: str_field(g, "uuid")?.unwrap_or_default(),
@@ -521,10 +523,7 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex(
 }
 
 /// Runs `f` on the GPU a (non-MIG or MIG) handle names.
-fn with_device(
-    dev: NvmlDevice,
-    f: impl FnOnce(&Gpu, Option<usize>) -> NvmlReturn,
-) -> NvmlReturn {
+fn with_device(dev: NvmlDevice, f: impl FnOnce(&Gpu, Option<usize>) -> NvmlReturn) -> NvmlReturn {
     with_host(|h, _| match decode(h, dev) {
         Some((g, mig)) => f(&h.gpus[g], mig),
         None => NVML_ERROR_INVALID_ARGUMENT,
@@ -738,7 +737,11 @@ pub unsafe extern "C" fn nvmlDeviceGetMaxMigDeviceCount(
         if count.is_null() || mig.is_some() {
             return NVML_ERROR_INVALID_ARGUMENT;
         }
-        *count = if g.migs.is_empty() { 0 } else { MAX_MIG_DEVICES };
+        *count = if g.migs.is_empty() {
+            0
+        } else {
+            MAX_MIG_DEVICES
+        };
         NVML_SUCCESS
     })
 }
@@ -827,7 +830,9 @@ mod tests {
             None
         );
         assert!(parse_host(r#"{"driver_version":"1","gpus":[{"index":1}]}"#).is_err());
-        assert!(parse_host(r#"{"driver_version":"1","gpus":[{"index":0,"brand":"acme"}]}"#).is_err());
+        assert!(
+            parse_host(r#"{"driver_version":"1","gpus":[{"index":0,"brand":"acme"}]}"#).is_err()
+        );
         assert!(parse_host("{").is_err());
     }
 
