@@ -267,3 +267,37 @@ fn missing_device_nodes_are_named() {
     assert!(!err.contains("nvidia0"), "{err}");
     assert!(err.contains("nvidia-modprobe"), "{err}");
 }
+
+#[test]
+fn mismatch_through_the_system_library_name_finds_its_version() {
+    // host.nvml_library empty: the loader finds libnvidia-ml.so.1 itself
+    // (here on LD_LIBRARY_PATH), and the diagnosis asks dladdr which file
+    // that was, then reads the version from the driver's link chain.
+    let lib = fake_lib();
+    let host = FakeHost::new("t4-a10", true);
+    host.set_driver("535.104.05");
+    let libdir = host.dir.join("lib");
+    std::fs::create_dir_all(&libdir).unwrap();
+    std::os::unix::fs::symlink(&lib, libdir.join("libnvidia-ml.so.535.129.03")).unwrap();
+    std::os::unix::fs::symlink(
+        "libnvidia-ml.so.535.129.03",
+        libdir.join("libnvidia-ml.so.1"),
+    )
+    .unwrap();
+    let cfg = host.dir.join("system-lib.toml");
+    std::fs::write(&cfg, "[host]\nnvml_library = \"\"\ncache_file = \"\"\n").unwrap();
+    let (out, _) = run_bounded(
+        host.command("t4-a10", &cfg)
+            .env("LD_LIBRARY_PATH", &libdir)
+            .env("FAKE_NVML_FAIL", "lib_rm_version_mismatch")
+            .args(["host", "--json"]),
+        LIMIT,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains("kernel module 535.104.05, libnvidia-ml 535.129.03"),
+        "{err}"
+    );
+    assert!(err.contains("(libnvidia-ml.so.1)"), "{err}");
+}

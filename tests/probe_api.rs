@@ -179,3 +179,20 @@ fn warm_cache_answers_without_nvml() {
     let after = probe_fake("a100-mig", Some("init"), &c, &host);
     assert_eq!(kinds(&after), vec![HostProblemKind::ProbeFailed]);
 }
+
+#[test]
+fn unreadable_proc_version_without_nvml_is_a_probe_failure() {
+    let host = FakeHost::new("a100", true);
+    std::fs::write(host.proc().join("version"), "something unexpected\n").unwrap();
+    let r = probe_with(
+        &cfg(Path::new("/nonexistent/libnvidia-ml.so.1"), None),
+        &host.paths(),
+    );
+    assert_eq!(r.facts, None);
+    assert_eq!(kinds(&r), vec![HostProblemKind::ProbeFailed]);
+    assert!(
+        r.problems[0].message.contains("names no driver version"),
+        "{}",
+        r.problems[0].message
+    );
+}

@@ -378,6 +378,19 @@ fn proc_fallback(nvml_error: &str, paths: &ProbePaths) -> HostReport {
     let version_path = paths.proc_nvidia.join("version");
     match procfs::read_version(&paths.proc_nvidia) {
         Ok(Some(text)) => match procfs::read_gpus(&paths.proc_nvidia) {
+            Ok(_) if procfs::kernel_module_version(&text).is_none() => HostReport::failed(
+                procfs_source(paths),
+                HostProblem {
+                    kind: HostProblemKind::ProbeFailed,
+                    message: format!(
+                        "NVML not available ({nvml_error}) and {} names no driver version",
+                        version_path.display()
+                    ),
+                    fix: Some(
+                        "install the NVIDIA driver's NVML library (libnvidia-ml.so.1)".into(),
+                    ),
+                },
+            ),
             Ok(gpus) => {
                 let facts = procfs::facts(&text, &gpus);
                 let mut message = format!(

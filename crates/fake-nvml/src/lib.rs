@@ -371,7 +371,14 @@ pub extern "C" fn nvmlShutdown() -> NvmlReturn {
 /// Static strings, as the real nvmlErrorString returns.
 #[no_mangle]
 pub extern "C" fn nvmlErrorString(result: NvmlReturn) -> *const c_char {
-    let s: &'static [u8] = match result {
+    catch_unwind(|| error_string(result))
+        .unwrap_or(b"Unknown Error\0")
+        .as_ptr()
+        .cast()
+}
+
+fn error_string(result: NvmlReturn) -> &'static [u8] {
+    match result {
         NVML_SUCCESS => b"Success\0",
         NVML_ERROR_UNINITIALIZED => b"Uninitialized\0",
         NVML_ERROR_INVALID_ARGUMENT => b"Invalid Argument\0",
@@ -384,8 +391,7 @@ pub extern "C" fn nvmlErrorString(result: NvmlReturn) -> *const c_char {
         NVML_ERROR_LIB_RM_VERSION_MISMATCH => b"Driver/library version mismatch\0",
         NVML_ERROR_ARGUMENT_VERSION_MISMATCH => b"Argument version mismatch\0",
         _ => b"Unknown Error\0",
-    };
-    s.as_ptr().cast()
+    }
 }
 
 /// Copies `s` NUL-terminated into a C buffer of `len` bytes, as NVML's
