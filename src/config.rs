@@ -308,6 +308,9 @@ pub fn config_path(flag: Option<&Path>) -> (PathBuf, bool) {
     }
 }
 
+/// The longest probe deadline `host.probe_timeout_ms` accepts.
+pub const MAX_PROBE_TIMEOUT_MS: u64 = 600_000;
+
 /// The largest config file we accept; the shipped one is a few KiB.
 const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
@@ -419,6 +422,13 @@ impl Config {
         if self.host.probe_timeout_ms == 0 {
             return Err("key `host.probe_timeout_ms`: must be at least 1".into());
         }
+        // A container start waits this long on a hung GPU: more than ten
+        // minutes is a typo (seconds for milliseconds the other way round).
+        if self.host.probe_timeout_ms > MAX_PROBE_TIMEOUT_MS {
+            return Err(format!(
+                "key `host.probe_timeout_ms`: must be at most {MAX_PROBE_TIMEOUT_MS} (10 minutes)"
+            ));
+        }
         Ok(())
     }
 
@@ -468,6 +478,9 @@ mod tests {
         assert!(e.contains("facts_fil"), "{e}");
         let e = parse("[security]\ncapabilities = [\"CAP_NOPE\"]\n").unwrap_err();
         assert!(e.contains("security.capabilities[0]"), "{e}");
+        let e = parse("[host]\nprobe_timeout_ms = 600001\n").unwrap_err();
+        assert!(e.contains("host.probe_timeout_ms"), "{e}");
+        assert!(parse("[host]\nprobe_timeout_ms = 600000\n").is_ok());
         let e = parse("[host]\nprobe_timeout_ms = \"soon\"\n").unwrap_err();
         assert!(e.contains("host.probe_timeout_ms"), "{e}");
         assert!(!e.contains('\n'));

@@ -1,9 +1,732 @@
-//! Host probe: NVML, /proc fallback, cache, deadline (issue 3, in progress).
+//! The host probe: what driver and GPUs this host has, fast enough to pay on
+//! every container start.
+//!
+//! Order (see [`probe`]): the facts file when configured; else the cache;
+//! else NVML under a deadline; else /proc/driver/nvidia. Every fault becomes
+//! a [`HostProblem`] a person can act on; nothing here panics or blocks past
+//! `host.probe_timeout_ms` (plus the few small /proc reads of the cache key).
+//!
+//! Call [`probe`] only for GPU containers: a non-GPU container must never
+//! wait for NVML.
+
+pub mod cache;
+pub mod deadline;
+pub mod nvml;
+pub mod procfs;
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
 use crate::cli::HostArgs;
-use std::path::Path;
-pub fn host_command(_config: Option<&Path>, _args: &HostArgs) -> i32 {
-    eprintln!("gpu-guard: host is not built yet");
-    2
+use crate::config::HostConfig;
+use crate::host::{FactsFile, HostFacts, HostProblem, HostProblemKind, HostReport, HostSource};
+
+/// TEST ONLY overrides of the host paths the probe reads, for end-to-end
+/// tests of the binary with fake trees: `/proc/driver/nvidia`, `/dev`, and
+/// the boot id file. Production never sets them.
+pub const ENV_PROC_NVIDIA: &str = "GPU_GUARD_PROC_NVIDIA";
+pub const ENV_DEV_DIR: &str = "GPU_GUARD_DEV_DIR";
+pub const ENV_BOOT_ID_FILE: &str = "GPU_GUARD_BOOT_ID_FILE";
+
+/// The host paths the probe reads; tests point them at fake trees.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProbePaths {
+    /// `/proc/driver/nvidia`
+    pub proc_nvidia: PathBuf,
+    /// `/dev` (for `nvidiactl`, `nvidia-uvm`, `nvidiaN`)
+    pub dev: PathBuf,
+    /// `/proc/sys/kernel/random/boot_id`
+    pub boot_id: PathBuf,
+}
+
+impl ProbePaths {
+    /// The real host paths.
+    pub fn system() -> ProbePaths {
+        ProbePaths {
+            proc_nvidia: PathBuf::from("/proc/driver/nvidia"),
+            dev: PathBuf::from("/dev"),
+            boot_id: PathBuf::from("/proc/sys/kernel/random/boot_id"),
+        }
+    }
+
+    /// The real host paths, unless the test-only variables
+    /// [`ENV_PROC_NVIDIA`], [`ENV_DEV_DIR`], [`ENV_BOOT_ID_FILE`] say otherwise.
+    pub fn from_env() -> ProbePaths {
+        let mut p = ProbePaths::system();
+        let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+        if let Some(v) = var(ENV_PROC_NVIDIA) {
+            p.proc_nvidia = PathBuf::from(v);
+        }
+        if let Some(v) = var(ENV_DEV_DIR) {
+            p.dev = PathBuf::from(v);
+        }
+        if let Some(v) = var(ENV_BOOT_ID_FILE) {
+            p.boot_id = PathBuf::from(v);
+        }
+        p
+    }
+}
+
+/// The host as gpu-guard sees it: facts file if configured, else the cache,
+/// else NVML under the deadline, else /proc. Never panics; never blocks past
+/// `cfg.probe_timeout_ms` (+ small slack).
+pub fn probe(cfg: &HostConfig) -> HostReport {
+    probe_with(cfg, &ProbePaths::from_env())
+}
+
+/// [`probe`] with explicit host paths (tests drive the /proc fallback and the
+/// no-driver case with fake trees).
+pub fn probe_with(cfg: &HostConfig, paths: &ProbePaths) -> HostReport {
+    if !cfg.facts_file.is_empty() {
+        return FactsFile(PathBuf::from(&cfg.facts_file)).report();
+    }
+    // The driver side of the cache key, read once; also reused to show the
+    // loaded kernel module when NVML hangs.
+    let version = procfs::read_version(&paths.proc_nvidia);
+    let version_text = match &version {
+        Ok(v) => v.clone(),
+        Err(_) => None,
+    };
+    let cache = cache_setup(cfg, paths, &version);
+    if let Some((path, key)) = &cache {
+        match cache::load(path, key, cfg.cache_ttl_s, cache::now_unix_ms()) {
+            Ok(hit) => {
+                let mut r = HostReport::from_facts(
+                    hit.facts,
+                    format!(
+                        "cache {} (from {}, {} s old)",
+                        path.display(),
+                        hit.source,
+                        hit.age_ms / 1000
+                    ),
+                );
+                check_device_nodes(&mut r, &paths.dev);
+                return r;
+            }
+            Err(miss) => log::debug!("host facts cache not used: {miss}"),
+        }
+    }
+
+    let library = cfg.nvml_library.clone();
+    let paths2 = paths.clone();
+    let outcome = deadline::run(cfg.probe_timeout_ms, move || uncached(&library, &paths2));
+    let mut report = match outcome {
+        Ok(u) => {
+            if let (true, Some((path, key)), Some(facts)) = (u.cacheable, &cache, &u.report.facts) {
+                if let Err(e) =
+                    cache::store(path, key, facts, &u.report.source, cache::now_unix_ms())
+                {
+                    // An unwritable cache costs speed, not correctness.
+                    log::debug!("host facts not cached: {e}");
+                }
+            }
+            u.report
+        }
+        Err(e) => deadline_failure(cfg, &e, version_text.as_deref()),
+    };
+    check_device_nodes(&mut report, &paths.dev);
+    report
+}
+
+/// The cache path and key, or None when the cache is off or its key cannot
+/// be established (then a stale file could not be told from a fresh one).
+fn cache_setup(
+    cfg: &HostConfig,
+    paths: &ProbePaths,
+    version: &Result<Option<String>, procfs::ProcError>,
+) -> Option<(PathBuf, cache::CacheKey)> {
+    if cfg.cache_file.is_empty() || cfg.cache_ttl_s == 0 {
+        return None;
+    }
+    let driver = match version {
+        Ok(Some(text)) => text.clone(),
+        Ok(None) => "none".to_string(),
+        Err(e) => {
+            log::debug!("host facts cache off: {e}");
+            return None;
+        }
+    };
+    let boot_id = match crate::fsutil::read_to_string_limited(&paths.boot_id, 4096) {
+        Ok(b) if !b.trim().is_empty() => b.trim().to_string(),
+        _ => {
+            log::debug!(
+                "host facts cache off: cannot read the boot id at {}",
+                paths.boot_id.display()
+            );
+            return None;
+        }
+    };
+    Some((
+        PathBuf::from(&cfg.cache_file),
+        cache::CacheKey {
+            driver,
+            boot_id,
+            nvml_library: cfg.nvml_library.clone(),
+        },
+    ))
+}
+
+/// A probe that did not finish (timeout, or the thread died).
+fn deadline_failure(
+    cfg: &HostConfig,
+    e: &deadline::DeadlineError,
+    version_text: Option<&str>,
+) -> HostReport {
+    let lib = library_label(&cfg.nvml_library);
+    let module = version_text
+        .and_then(procfs::kernel_module_version)
+        .map(|v| format!(" (kernel module {v} is loaded)"))
+        .unwrap_or_default();
+    let message = match e {
+        deadline::DeadlineError::TimedOut(ms) => format!(
+            "NVML did not answer within {ms} ms: {lib} hung{module}; a GPU or the driver is not responding"
+        ),
+        other => format!("NVML probe failed: {other}"),
+    };
+    HostReport::failed(
+        format!("NVML ({lib})"),
+        HostProblem {
+            kind: HostProblemKind::ProbeFailed,
+            message,
+            fix: Some(
+                "run `nvidia-smi` and look for Xid errors with `dmesg | grep -i xid`; a hung GPU needs a reset (`nvidia-smi -r`) or a reboot"
+                    .into(),
+            ),
+        },
+    )
+}
+
+fn library_label(configured: &str) -> String {
+    if configured.is_empty() {
+        nvml::DEFAULT_LIBRARY.to_string()
+    } else {
+        configured.to_string()
+    }
+}
+
+/// An uncached probe's report, and whether it may be cached: only a clean
+/// NVML answer is (never a failure, a lost GPU or the /proc fallback).
+struct Uncached {
+    report: HostReport,
+    cacheable: bool,
+}
+
+fn uncached(configured_lib: &str, paths: &ProbePaths) -> Uncached {
+    let lib = library_label(configured_lib);
+    let lib_path = (!configured_lib.is_empty()).then(|| Path::new(configured_lib));
+    let source = format!("NVML ({lib})");
+    match nvml::probe(lib_path) {
+        Ok(n) => {
+            let mut report = HostReport::from_facts(n.facts, source);
+            let cacheable = n.lost.is_empty();
+            if !n.lost.is_empty() {
+                lost_gpu_problems(&mut report, &n.lost, paths);
+            }
+            Uncached { report, cacheable }
+        }
+        Err(e) => Uncached {
+            report: nvml_failure(&lib, lib_path, &e, paths),
+            cacheable: false,
+        },
+    }
+}
+
+/// Names the lost GPUs. NVML cannot describe a GPU it lost, but /proc still
+/// lists it: the /proc GPUs whose bus ids NVML did not report are the lost
+/// ones, and when the count matches they are named by model and bus id.
+fn lost_gpu_problems(report: &mut HostReport, lost: &[nvml::LostGpu], paths: &ProbePaths) {
+    let proc_gpus = procfs::read_gpus(&paths.proc_nvidia).unwrap_or_default();
+    let Some(facts) = report.facts.as_mut() else {
+        return;
+    };
+    let seen: Vec<&str> = facts
+        .gpus
+        .iter()
+        .filter_map(|g| g.pci_bus_id.as_deref())
+        .collect();
+    let missing: Vec<&procfs::ProcGpu> = proc_gpus
+        .iter()
+        .filter(|p| p.pci_bus_id.as_deref().is_some_and(|b| !seen.contains(&b)))
+        .collect();
+    let named = missing.len() == lost.len();
+    for (i, l) in lost.iter().enumerate() {
+        let mut who = format!("GPU {}", l.index);
+        if named {
+            let p = missing[i];
+            if let Some(g) = facts.gpus.iter_mut().find(|g| g.index == l.index) {
+                g.name = p.model.clone().unwrap_or_default();
+                g.uuid = p.uuid.clone().unwrap_or_default();
+                g.pci_bus_id = p.pci_bus_id.clone();
+                g.minor_number = p.minor;
+            }
+            let mut parts = Vec::new();
+            if let Some(m) = &p.model {
+                parts.push(m.clone());
+            }
+            if let Some(b) = &p.pci_bus_id {
+                parts.push(format!("bus {b}"));
+            }
+            if let Some(u) = &p.uuid {
+                parts.push(u.clone());
+            }
+            if !parts.is_empty() {
+                who.push_str(&format!(" ({})", parts.join(", ")));
+            }
+        }
+        report.problems.push(HostProblem {
+            kind: HostProblemKind::GpuLost { index: l.index },
+            message: format!(
+                "{who} is lost: it fell off the bus or stopped answering ({})",
+                l.detail
+            ),
+            fix: Some(format!(
+                "look for Xid 79 (\"GPU has fallen off the bus\") and other Xid errors with `dmesg | grep -i xid`; drain this node and reset GPU {} (`nvidia-smi -r -i {}`) or reboot; check its power and seating if it recurs",
+                l.index, l.index
+            )),
+        });
+    }
+}
+
+/// NVML failed before giving facts: a version mismatch, NVML missing (then
+/// /proc), the kernel module missing, or another init failure.
+fn nvml_failure(
+    lib: &str,
+    lib_path: Option<&Path>,
+    e: &nvml::NvmlProbeError,
+    paths: &ProbePaths,
+) -> HostReport {
+    use nvml_wrapper::error::NvmlError;
+    let source = format!("NVML ({lib})");
+    match (e, e.nvml_error()) {
+        (nvml::NvmlProbeError::Init { .. }, NvmlError::LibRmVersionMismatch) => {
+            version_mismatch(lib, lib_path, paths)
+        }
+        (nvml::NvmlProbeError::Load { .. }, _)
+        | (nvml::NvmlProbeError::NotNvml { .. }, _)
+        | (nvml::NvmlProbeError::Init { .. }, NvmlError::DriverNotLoaded) => {
+            proc_fallback(&e.to_string(), paths)
+        }
+        (_, NvmlError::GpuLost) => HostReport::failed(
+            source,
+            HostProblem {
+                kind: HostProblemKind::ProbeFailed,
+                message: format!("NVML reports a lost GPU and cannot go on: {e}"),
+                fix: Some(
+                    "look for Xid 79 (\"GPU has fallen off the bus\") with `dmesg | grep -i xid`; reset the GPU (`nvidia-smi -r`) or reboot"
+                        .into(),
+                ),
+            },
+        ),
+        (_, NvmlError::NoPermission) => HostReport::failed(
+            source,
+            HostProblem {
+                kind: HostProblemKind::ProbeFailed,
+                message: format!("NVML has no permission to talk to the driver: {e}"),
+                fix: Some(
+                    "run gpu-guard as root (OCI hooks and runtimes run as root), or check the permissions of /dev/nvidiactl"
+                        .into(),
+                ),
+            },
+        ),
+        _ => HostReport::failed(
+            source,
+            HostProblem {
+                kind: HostProblemKind::ProbeFailed,
+                message: format!("NVML probe failed: {e}"),
+                fix: Some(
+                    "run `nvidia-smi` to see the driver's own error, and look for Xid errors with `dmesg | grep -i xid`"
+                        .into(),
+                ),
+            },
+        ),
+    }
+}
+
+/// NVML_ERROR_LIB_RM_VERSION_MISMATCH: the user-space driver was upgraded
+/// and the old kernel module is still loaded (nvidia-smi: "Failed to
+/// initialize NVML: Driver/library version mismatch").
+fn version_mismatch(lib: &str, lib_path: Option<&Path>, paths: &ProbePaths) -> HostReport {
+    let module = procfs::read_version(&paths.proc_nvidia)
+        .ok()
+        .flatten()
+        .and_then(|t| procfs::kernel_module_version(&t))
+        .unwrap_or_else(|| "unknown".into());
+    let file = match lib_path {
+        Some(p) => Some(p.to_path_buf()),
+        None => nvml::loaded_library_path(nvml::DEFAULT_LIBRARY),
+    };
+    let library = file
+        .as_deref()
+        .and_then(nvml::library_version_from_path)
+        .unwrap_or_else(|| "unknown".into());
+    HostReport::failed(
+        format!("NVML ({lib})"),
+        HostProblem {
+            kind: HostProblemKind::ProbeFailed,
+            message: format!(
+                "NVIDIA driver/library version mismatch: the loaded kernel module is {module} but libnvidia-ml is {library} ({lib})"
+            ),
+            fix: Some(format!(
+                "kernel module {module}, libnvidia-ml {library}: reboot, or reinstall the driver matching the loaded module"
+            )),
+        },
+    )
+}
+
+/// NVML is unusable: read what /proc says, or report that there is no driver.
+fn proc_fallback(nvml_error: &str, paths: &ProbePaths) -> HostReport {
+    let version_path = paths.proc_nvidia.join("version");
+    match procfs::read_version(&paths.proc_nvidia) {
+        Ok(Some(text)) => match procfs::read_gpus(&paths.proc_nvidia) {
+            Ok(_) if procfs::kernel_module_version(&text).is_none() => HostReport::failed(
+                procfs_source(paths),
+                HostProblem {
+                    kind: HostProblemKind::ProbeFailed,
+                    message: format!(
+                        "NVML not available ({nvml_error}) and {} names no driver version",
+                        version_path.display()
+                    ),
+                    fix: Some(
+                        "install the NVIDIA driver's NVML library (libnvidia-ml.so.1)".into(),
+                    ),
+                },
+            ),
+            Ok(gpus) => {
+                let facts = procfs::facts(&text, &gpus);
+                let mut message = format!(
+                    "NVML not available: {nvml_error}; compute capability unknown, arch requirements cannot be judged"
+                );
+                if let (Some(d), Some(c)) = (&facts.driver_version, &facts.cuda_driver_version) {
+                    let _ = write!(message, "; CUDA {c} inferred from driver branch {d}");
+                }
+                let mut r = HostReport::from_facts(facts, procfs_source(paths));
+                r.problems.push(HostProblem {
+                    kind: HostProblemKind::Degraded,
+                    message,
+                    fix: Some(
+                        "install the NVIDIA driver's NVML library (libnvidia-ml.so.1, matching the loaded kernel module) or set host.nvml_library to it"
+                            .into(),
+                    ),
+                });
+                r
+            }
+            Err(e) => HostReport::failed(
+                procfs_source(paths),
+                HostProblem {
+                    kind: HostProblemKind::ProbeFailed,
+                    message: format!("NVML not available ({nvml_error}) and {e}"),
+                    fix: Some(
+                        "install the NVIDIA driver's NVML library (libnvidia-ml.so.1)".into(),
+                    ),
+                },
+            ),
+        },
+        Ok(None) => {
+            let ctl = paths.dev.join("nvidiactl");
+            let ctl_state = if ctl.exists() { "present" } else { "missing" };
+            HostReport {
+                facts: Some(HostFacts::default()),
+                problems: vec![HostProblem {
+                    kind: HostProblemKind::NoDriver,
+                    message: format!(
+                        "no NVIDIA driver on this host: {nvml_error}; {} is missing (no kernel module loaded); {} is {ctl_state}",
+                        version_path.display(),
+                        ctl.display()
+                    ),
+                    fix: Some(
+                        "install the NVIDIA driver and load its kernel module (`modprobe nvidia`, check `dmesg`), or run GPU containers on a GPU host"
+                            .into(),
+                    ),
+                }],
+                source: "no driver".into(),
+            }
+        }
+        Err(e) => HostReport::failed(
+            procfs_source(paths),
+            HostProblem {
+                kind: HostProblemKind::ProbeFailed,
+                message: format!("NVML not available ({nvml_error}) and {e}"),
+                fix: Some("install the NVIDIA driver's NVML library (libnvidia-ml.so.1)".into()),
+            },
+        ),
+    }
+}
+
+fn procfs_source(paths: &ProbePaths) -> String {
+    paths.proc_nvidia.display().to_string()
+}
+
+/// Device nodes the NVIDIA container stack bind-mounts into GPU containers:
+/// /dev/nvidiactl, /dev/nvidia-uvm (CUDA needs it) and /dev/nvidiaN per GPU.
+/// libnvidia-container creates missing ones in its legacy mode (nvc_init
+/// loads the modules and runs nvidia-modprobe), but CDI specs list them and
+/// a start fails when one is missing: a warning, not a refusal.
+fn check_device_nodes(report: &mut HostReport, dev: &Path) {
+    let Some(facts) = &report.facts else {
+        return;
+    };
+    if facts.driver_version.is_none() {
+        return;
+    }
+    let mut names = vec!["nvidiactl".to_string(), "nvidia-uvm".to_string()];
+    names.extend(
+        facts
+            .gpus
+            .iter()
+            .filter_map(|g| g.minor_number)
+            .map(|m| format!("nvidia{m}")),
+    );
+    let missing: Vec<String> = names
+        .iter()
+        .map(|n| dev.join(n))
+        .filter(|p| std::fs::symlink_metadata(p).is_err())
+        .map(|p| p.display().to_string())
+        .collect();
+    if !missing.is_empty() {
+        report.problems.push(HostProblem {
+            kind: HostProblemKind::Degraded,
+            message: format!(
+                "NVIDIA device nodes missing: {}; GPU containers that need them will fail to start",
+                missing.join(", ")
+            ),
+            fix: Some(
+                "create them with `nvidia-modprobe -u -c 0` (or run `nvidia-smi` once as root); enable nvidia-persistenced so they exist after boot"
+                    .into(),
+            ),
+        });
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HostCommandError {
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error("cannot encode host facts: {0}")]
+    Encode(#[source] serde_json::Error),
+}
+
+/// `gpu-guard host [--json]`: exit 0 with the facts (problems as warnings on
+/// stderr), or 2 with a one-line error when no facts could be established.
+pub fn host_command(config: Option<&Path>, args: &HostArgs) -> i32 {
+    match host_command_inner(config, args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("gpu-guard: {e}");
+            2
+        }
+    }
+}
+
+fn host_command_inner(config: Option<&Path>, args: &HostArgs) -> Result<i32, HostCommandError> {
+    let cfg = crate::config::load(config)?;
+    let report = probe(&cfg.host);
+    let Some(facts) = &report.facts else {
+        let p = report.problems.first();
+        let msg = p.map(|p| p.message.as_str()).unwrap_or("the probe failed");
+        match p.and_then(|p| p.fix.as_deref()) {
+            Some(fix) => eprintln!("gpu-guard: {msg} (fix: {fix})"),
+            None => eprintln!("gpu-guard: {msg}"),
+        }
+        return Ok(2);
+    };
+    if args.json {
+        let text = serde_json::to_string_pretty(facts).map_err(HostCommandError::Encode)?;
+        println!("{text}");
+        for p in &report.problems {
+            eprintln!("gpu-guard: {}: {}", problem_label(&p.kind), one_line(p));
+        }
+    } else {
+        print!("{}", render_table(&report));
+    }
+    Ok(0)
+}
+
+fn problem_label(kind: &HostProblemKind) -> &'static str {
+    match kind {
+        HostProblemKind::NoDriver | HostProblemKind::ProbeFailed => "error",
+        HostProblemKind::GpuLost { .. } => "error",
+        HostProblemKind::Degraded => "warning",
+    }
+}
+
+fn one_line(p: &HostProblem) -> String {
+    match &p.fix {
+        Some(f) => format!("{} (fix: {f})", p.message),
+        None => p.message.clone(),
+    }
+}
+
+/// The host for people: driver line, one row per GPU, MIG devices, problems.
+pub fn render_table(report: &HostReport) -> String {
+    let mut out = String::new();
+    let Some(f) = &report.facts else {
+        return out;
+    };
+    let dash = |s: Option<&str>| s.unwrap_or("-").to_string();
+    let _ = writeln!(
+        out,
+        "Driver {}, CUDA {} (source: {})",
+        dash(f.driver_version.as_deref()),
+        dash(f.cuda_driver_version.as_deref()),
+        report.source
+    );
+    if f.gpus.is_empty() {
+        let _ = writeln!(out, "No GPUs");
+    } else {
+        let rows: Vec<[String; 7]> = f
+            .gpus
+            .iter()
+            .map(|g| {
+                [
+                    g.index.to_string(),
+                    if g.name.is_empty() {
+                        "-".into()
+                    } else {
+                        g.name.clone()
+                    },
+                    g.brand.clone(),
+                    dash(g.compute_capability.as_deref()),
+                    g.memory_mib
+                        .map(|m| format!("{m} MiB"))
+                        .unwrap_or_else(|| "-".into()),
+                    dash(g.pci_bus_id.as_deref()),
+                    if g.uuid.is_empty() {
+                        "-".into()
+                    } else {
+                        g.uuid.clone()
+                    },
+                ]
+            })
+            .collect();
+        let head = ["GPU", "NAME", "BRAND", "CC", "MEMORY", "BUS ID", "UUID"];
+        let mut w = head.map(|h| h.chars().count());
+        for r in &rows {
+            for (i, c) in r.iter().enumerate() {
+                w[i] = w[i].max(c.chars().count());
+            }
+        }
+        let line = |cells: [&str; 7]| {
+            let mut l = String::new();
+            for (i, c) in cells.iter().enumerate() {
+                if i + 1 == cells.len() {
+                    l.push_str(c);
+                } else {
+                    let _ = write!(l, "{c:<width$}  ", width = w[i]);
+                }
+            }
+            l.trim_end().to_string()
+        };
+        let _ = writeln!(out, "{}", line(head));
+        for (r, g) in rows.iter().zip(&f.gpus) {
+            let _ = writeln!(
+                out,
+                "{}",
+                line([&r[0], &r[1], &r[2], &r[3], &r[4], &r[5], &r[6]])
+            );
+            for m in &g.mig_devices {
+                let _ = writeln!(out, "{:w$}  MIG {}", "", m.uuid, w = w[0]);
+            }
+        }
+    }
+    for p in &report.problems {
+        let _ = writeln!(out, "{}: {}", problem_label(&p.kind), p.message);
+        if let Some(fix) = &p.fix {
+            let _ = writeln!(out, "  fix: {fix}");
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::{Gpu, MigDevice};
+
+    #[test]
+    fn table_lists_gpus_migs_and_problems() {
+        let mut r = HostReport::from_facts(
+            HostFacts {
+                driver_version: Some("550.90.07".into()),
+                cuda_driver_version: Some("12.4".into()),
+                gpus: vec![Gpu {
+                    index: 0,
+                    uuid: "GPU-a".into(),
+                    name: "NVIDIA A100-SXM4-40GB".into(),
+                    brand: "nvidia".into(),
+                    compute_capability: Some("8.0".into()),
+                    memory_mib: Some(40960),
+                    pci_bus_id: Some("00000000:07:00.0".into()),
+                    mig_devices: vec![MigDevice {
+                        uuid: "MIG-x".into(),
+                    }],
+                    minor_number: None,
+                }],
+            },
+            "NVML (libnvidia-ml.so.1)",
+        );
+        r.problems.push(HostProblem {
+            kind: HostProblemKind::Degraded,
+            message: "something is off".into(),
+            fix: Some("do this".into()),
+        });
+        let t = render_table(&r);
+        assert!(
+            t.starts_with("Driver 550.90.07, CUDA 12.4 (source: NVML"),
+            "{t}"
+        );
+        assert!(t.contains("NVIDIA A100-SXM4-40GB"), "{t}");
+        assert!(t.contains("40960 MiB"), "{t}");
+        assert!(t.contains("MIG MIG-x"), "{t}");
+        assert!(
+            t.contains("warning: something is off\n  fix: do this"),
+            "{t}"
+        );
+        let none = render_table(&HostReport::from_facts(HostFacts::default(), "no driver"));
+        assert!(none.contains("Driver -, CUDA -"), "{none}");
+        assert!(none.contains("No GPUs"), "{none}");
+    }
+
+    #[test]
+    fn device_nodes_checked_only_with_a_driver() {
+        let dev = std::env::temp_dir().join(format!("gg-dev-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dev);
+        std::fs::create_dir_all(&dev).unwrap();
+        std::fs::write(dev.join("nvidiactl"), b"").unwrap();
+        std::fs::write(dev.join("nvidia-uvm"), b"").unwrap();
+        std::fs::write(dev.join("nvidia0"), b"").unwrap();
+        let gpu = |i: u32, minor| Gpu {
+            index: i,
+            minor_number: Some(minor),
+            ..Gpu::default()
+        };
+        let facts = HostFacts {
+            driver_version: Some("550.54.14".into()),
+            cuda_driver_version: None,
+            gpus: vec![gpu(0, 0), gpu(1, 3)],
+        };
+        let mut r = HostReport::from_facts(facts.clone(), "t");
+        check_device_nodes(&mut r, &dev);
+        assert_eq!(r.problems.len(), 1);
+        assert_eq!(r.problems[0].kind, HostProblemKind::Degraded);
+        assert!(
+            r.problems[0].message.contains("nvidia3"),
+            "{:?}",
+            r.problems
+        );
+        assert!(
+            !r.problems[0].message.contains("nvidia0"),
+            "{:?}",
+            r.problems
+        );
+        std::fs::write(dev.join("nvidia3"), b"").unwrap();
+        let mut r = HostReport::from_facts(facts, "t");
+        check_device_nodes(&mut r, &dev);
+        assert!(r.problems.is_empty(), "{:?}", r.problems);
+        let mut r = HostReport::from_facts(HostFacts::default(), "no driver");
+        check_device_nodes(&mut r, &dev.join("none"));
+        assert!(r.problems.is_empty());
+        std::fs::remove_dir_all(&dev).unwrap();
+    }
 }
 
 /// Placeholder until the NVML probe lands: a configured facts file, else a probe failure.
