@@ -62,6 +62,14 @@ fn bundle(
     let mut spec: serde_json::Value = serde_json::from_str(&text).unwrap();
     spec["process"]["terminal"] = json!(false);
     spec["process"]["args"] = json!(["/bin/busybox", "true"]);
+    // Already within the security policy (what the runtime wrapper would
+    // produce), so the hook-only verification passes and the subject here,
+    // the probe, decides.
+    let caps = json!(["CAP_KILL", "CAP_NET_BIND_SERVICE"]);
+    spec["process"]["capabilities"] = json!({
+        "bounding": caps, "effective": caps, "permitted": caps, "ambient": caps
+    });
+    spec["process"]["noNewPrivileges"] = json!(true);
     let mut penv: Vec<serde_json::Value> = spec["process"]["env"]
         .as_array()
         .cloned()

@@ -728,19 +728,3 @@ mod tests {
         std::fs::remove_dir_all(&dev).unwrap();
     }
 }
-
-/// Placeholder until the NVML probe lands: a configured facts file, else a probe failure.
-pub fn probe(cfg: &crate::config::HostConfig) -> crate::host::HostReport {
-    use crate::host::{FactsFile, HostProblem, HostProblemKind, HostReport, HostSource};
-    if !cfg.facts_file.is_empty() {
-        return FactsFile(cfg.facts_file.clone().into()).report();
-    }
-    HostReport::failed(
-        "NVML",
-        HostProblem {
-            kind: HostProblemKind::ProbeFailed,
-            message: "the NVML probe is not built yet".into(),
-            fix: None,
-        },
-    )
-}
