@@ -34,10 +34,11 @@ const NEW_FILE_VERSION: i64 = 2;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ContainerdError {
-    #[error("is not valid TOML ({source}); fix it by hand, it was left untouched")]
+    #[error("is not valid TOML ({}); fix it by hand, it was left untouched", super::toml_error_line(.text, .source))]
     Toml {
+        text: String,
         #[source]
-        source: toml_edit::TomlError,
+        source: Box<toml_edit::TomlError>,
     },
     #[error("has `version = {0}`, which gpu-guard does not know (1 to 4 are supported); it was left untouched")]
     Version(String),
@@ -56,9 +57,12 @@ pub struct Edited {
 }
 
 pub fn parse(text: Option<&str>) -> Result<DocumentMut, ContainerdError> {
-    text.unwrap_or("")
-        .parse::<DocumentMut>()
-        .map_err(|source| ContainerdError::Toml { source })
+    let text = text.unwrap_or("");
+    text.parse::<DocumentMut>()
+        .map_err(|source| ContainerdError::Toml {
+            text: text.to_string(),
+            source: Box::new(source),
+        })
 }
 
 /// The config version, `None` for an empty document (a new file).
@@ -146,7 +150,13 @@ fn set_str(t: &mut Table, key: &str, v: &str) {
         Some(old) if old.as_str() == Some(v) => {}
         Some(old) => {
             let decor = old.decor().clone();
-            *old = Value::from(v);
+            // Keep the file's quoting: containerd 2's `config default` writes
+            // 'literal' strings, and a restored value should read as it did.
+            let literal = old.to_string().trim_start().starts_with('\'');
+            *old = match format!("'{v}'").parse::<Value>() {
+                Ok(lit) if literal && !v.contains(['\'', '\n']) => lit,
+                _ => Value::from(v),
+            };
             *old.decor_mut() = decor;
         }
         None => {

@@ -26,10 +26,11 @@ pub const DEFAULT_HOOKS_DIR: &str = "/usr/share/containers/oci/hooks.d";
 
 #[derive(Debug, thiserror::Error)]
 pub enum CrioError {
-    #[error("is not valid TOML ({source})")]
+    #[error("is not valid TOML ({})", super::toml_error_line(.text, .source))]
     Toml {
+        text: String,
         #[source]
-        source: toml_edit::TomlError,
+        source: Box<toml_edit::TomlError>,
     },
 }
 
@@ -52,7 +53,10 @@ pub fn effective<'a>(files: impl IntoIterator<Item = &'a str>) -> Result<Effecti
     for text in files {
         let doc = text
             .parse::<DocumentMut>()
-            .map_err(|source| CrioError::Toml { source })?;
+            .map_err(|source| CrioError::Toml {
+                text: text.to_string(),
+                source: Box::new(source),
+            })?;
         let Some(runtime) = doc
             .get("crio")
             .and_then(|c| c.get("runtime"))

@@ -194,13 +194,14 @@ pub fn engine_name(engine: Engine) -> &'static str {
     }
 }
 
-/// The command that makes the engine read its new config.
-pub fn restart_hint(engine: Engine) -> &'static str {
+/// The command that makes the engine read its new config; `None` for
+/// podman, which reads hook files at each container start.
+pub fn restart_hint(engine: Engine) -> Option<&'static str> {
     match engine {
-        Engine::Docker => "systemctl restart docker",
-        Engine::Containerd => "systemctl restart containerd",
-        Engine::Crio => "systemctl restart crio",
-        Engine::Podman => "none needed: podman reads hook files at each container start",
+        Engine::Docker => Some("systemctl restart docker"),
+        Engine::Containerd => Some("systemctl restart containerd"),
+        Engine::Crio => Some("systemctl restart crio"),
+        Engine::Podman => None,
     }
 }
 
@@ -671,6 +672,21 @@ fn plan_owned_uninstall(
     })
 }
 
+/// A TOML parse error on one line: `line L, column C: message` (toml_edit's
+/// own rendering spans several lines with a source excerpt).
+pub(crate) fn toml_error_line(text: &str, e: &toml_edit::TomlError) -> String {
+    let message = e.message().lines().next().unwrap_or("").trim();
+    match e.span() {
+        Some(span) => {
+            let upto = text.get(..span.start).unwrap_or(text);
+            let line = upto.matches('\n').count() + 1;
+            let column = upto.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+            format!("line {line}, column {column}: {message}")
+        }
+        None => message.to_string(),
+    }
+}
+
 /// Fills [`Options`] from the command line.
 pub fn options(args: &InstallArgs, uninstall: bool) -> Result<Options, InstallError> {
     let bin_dir = match &args.bin_dir {
@@ -732,7 +748,10 @@ pub fn command(_config: Option<&Path>, args: &InstallArgs, uninstall: bool) -> i
             };
             println!("{what} {}", c.path.display());
         }
-        println!("restart {name} to apply: {}", restart_hint(args.engine));
+        match restart_hint(args.engine) {
+            Some(cmd) => println!("restart {name} to apply: {cmd}"),
+            None => println!("podman reads hook files at each container start: no restart needed"),
+        }
         Ok(())
     });
     match result {
