@@ -179,7 +179,7 @@ fn flow_removes_a_file_it_created() {
     u.uninstall = true;
     run(&u);
     assert!(!cfg.exists(), "daemon.json gpu-guard created is removed");
-    assert_eq!(files_under(&root.join("etc")), Vec::<String>::new());
+    assert!(!root.join("etc").exists(), "and the directories it created");
     fs::remove_dir_all(root).unwrap();
 }
 

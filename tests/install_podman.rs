@@ -67,6 +67,8 @@ fn flow_installs_the_precreate_hook_where_crio_does_not_look() {
     assert_eq!(run(&u), vec![file.clone()]);
     assert!(!file.exists());
     assert!(!root.join("var/lib/gpu-guard/engines/podman.json").exists());
+    // The directories install created went with the file.
+    assert!(!root.join("etc").exists());
     fs::remove_dir_all(root).unwrap();
 }
 

@@ -129,6 +129,10 @@ pub struct EngineState {
     /// The default runtime `--set-default` replaced.
     #[serde(default)]
     pub replaced_default: Option<String>,
+    /// Directories install created for those files (host paths): uninstall
+    /// removes them again when they are empty.
+    #[serde(default)]
+    pub created_dirs: BTreeSet<PathBuf>,
 }
 
 /// A planned run: file changes (no-ops left out), the state to record
@@ -138,6 +142,8 @@ pub struct Plan {
     pub changes: Vec<FileChange>,
     pub state: Option<EngineState>,
     pub warnings: Vec<String>,
+    /// Directories to remove, deepest first, when empty (uninstall).
+    pub remove_dirs: Vec<PathBuf>,
 }
 
 impl Options {
@@ -255,6 +261,10 @@ fn require_binary(opts: &Options, what: &'static str, host: PathBuf) -> Result<(
 /// Plans an install or uninstall; reads, never writes.
 pub fn plan(opts: &Options) -> Result<Plan, InstallError> {
     let state = load_state(opts)?;
+    let created_dirs = state
+        .as_ref()
+        .map(|s| s.created_dirs.clone())
+        .unwrap_or_default();
     let mut plan = match (opts.engine, opts.uninstall) {
         (Engine::Docker, false) => plan_docker_install(opts, state)?,
         (Engine::Docker, true) => plan_docker_uninstall(opts, state)?,
@@ -266,6 +276,14 @@ pub fn plan(opts: &Options) -> Result<Plan, InstallError> {
         (Engine::Podman, true) => plan_owned_uninstall(opts, state, podman_hook_file(opts))?,
     };
     plan.changes.retain(|c| !c.is_noop());
+    if opts.uninstall {
+        // BTreeSet order puts a parent before its children: reversed, the
+        // deepest directory goes first.
+        plan.remove_dirs = created_dirs.iter().rev().map(|d| opts.fs_path(d)).collect();
+    } else if let Some(state) = &mut plan.state {
+        // Keep what an earlier install recorded.
+        state.created_dirs.extend(created_dirs);
+    }
     Ok(plan)
 }
 
@@ -277,6 +295,11 @@ pub fn apply(opts: &Options, plan: &Plan) -> Result<(), InstallError> {
         let abs = std::path::absolute(&c.path).unwrap_or_else(|_| c.path.clone());
         let host = Path::new("/").join(abs.strip_prefix(&opts.host_root).unwrap_or(&abs));
         edit::apply(c, &edit::backup_path(&backup_dir, &host))?;
+    }
+    for d in &plan.remove_dirs {
+        // Only an empty directory goes; one that holds anything else
+        // (someone else's hooks) stays, and that is not an error.
+        let _ = fs::remove_dir(d);
     }
     let path = opts.state_file();
     match &plan.state {
@@ -311,12 +334,25 @@ fn merge_state(old: Option<EngineState>, config: &Path) -> EngineState {
             // Files created for another config path stay recorded so
             // uninstall still removes them.
             created: s.created,
+            created_dirs: s.created_dirs,
             replaced_default: None,
         },
         None => EngineState {
             config: config.to_path_buf(),
             ..EngineState::default()
         },
+    }
+}
+
+/// Records a file install is about to create, and the directories above it
+/// that do not exist yet (so uninstall can remove them again).
+fn note_created(opts: &Options, state: &mut EngineState, host_file: &Path) {
+    state.created.insert(host_file.to_path_buf());
+    for dir in host_file.ancestors().skip(1) {
+        if dir.parent().is_none() || opts.fs_path(dir).exists() {
+            break;
+        }
+        state.created_dirs.insert(dir.to_path_buf());
     }
 }
 
@@ -339,7 +375,7 @@ fn plan_docker_install(opts: &Options, old: Option<EngineState>) -> Result<Plan,
     })?;
     let mut state = merge_state(old, &host);
     if before.is_none() {
-        state.created.insert(host.clone());
+        note_created(opts, &mut state, &host);
     }
     if state.replaced_default.is_none() {
         state.replaced_default = edited.replaced_default;
@@ -348,6 +384,7 @@ fn plan_docker_install(opts: &Options, old: Option<EngineState>) -> Result<Plan,
         changes: vec![change(path, before, Some(edited.text))],
         state: Some(state),
         warnings: vec![],
+        remove_dirs: vec![],
     })
 }
 
@@ -376,6 +413,7 @@ fn plan_docker_uninstall(opts: &Options, old: Option<EngineState>) -> Result<Pla
         changes,
         state: None,
         warnings: vec![],
+        remove_dirs: vec![],
     })
 }
 
@@ -404,7 +442,7 @@ fn plan_containerd_install(opts: &Options, old: Option<EngineState>) -> Result<P
                 containerd::drop_in(before.as_deref().unwrap_or(""), &runtime, opts.set_default)
                     .map_err(err)?;
             if drop_before.is_none() {
-                state.created.insert(drop_host);
+                note_created(opts, &mut state, &drop_host);
             }
             vec![change(drop_path, drop_before, Some(text))]
         }
@@ -412,7 +450,7 @@ fn plan_containerd_install(opts: &Options, old: Option<EngineState>) -> Result<P
             let edited =
                 containerd::install(before.as_deref(), &runtime, opts.set_default).map_err(err)?;
             if before.is_none() {
-                state.created.insert(host.clone());
+                note_created(opts, &mut state, &host);
             }
             if state.replaced_default.is_none() {
                 state.replaced_default = edited.replaced_default;
@@ -424,6 +462,7 @@ fn plan_containerd_install(opts: &Options, old: Option<EngineState>) -> Result<P
         changes,
         state: Some(state),
         warnings: vec![],
+        remove_dirs: vec![],
     })
 }
 
@@ -468,6 +507,7 @@ fn plan_containerd_uninstall(
         changes,
         state: None,
         warnings: vec![],
+        remove_dirs: vec![],
     })
 }
 
@@ -546,7 +586,7 @@ fn plan_crio_install(opts: &Options, old: Option<EngineState>) -> Result<Plan, I
     );
     let mut state = merge_state(old, &drop_host);
     if drop_before.is_none() {
-        state.created.insert(drop_host.clone());
+        note_created(opts, &mut state, &drop_host);
     }
     let mut changes = vec![change(drop_path, drop_before, Some(text))];
     let mut warnings = vec![];
@@ -569,7 +609,7 @@ fn plan_crio_install(opts: &Options, old: Option<EngineState>) -> Result<Plan, I
             let before = edit::read_optional(&hook_path)?;
             let ours = hooks::hook_json(Stage::Prestart, &opts.gpu_guard_path());
             if before.is_none() {
-                state.created.insert(hook_host.clone());
+                note_created(opts, &mut state, &hook_host);
                 changes.push(change(hook_path, None, Some(ours)));
             } else if state.created.contains(&hook_host) {
                 changes.push(change(hook_path, before, Some(ours)));
@@ -591,6 +631,7 @@ fn plan_crio_install(opts: &Options, old: Option<EngineState>) -> Result<Plan, I
         changes,
         state: Some(state),
         warnings,
+        remove_dirs: vec![],
     })
 }
 
@@ -635,13 +676,14 @@ fn plan_podman_install(opts: &Options, old: Option<EngineState>) -> Result<Plan,
     let before = edit::read_optional(&path)?;
     let mut state = merge_state(old, &dir_host);
     if before.is_none() {
-        state.created.insert(file_host.clone());
+        note_created(opts, &mut state, &file_host);
     }
     let ours = hooks::hook_json(Stage::Precreate, &opts.gpu_guard_path());
     Ok(Plan {
         changes: vec![change(path, before, Some(ours))],
         state: Some(state),
         warnings,
+        remove_dirs: vec![],
     })
 }
 
@@ -669,6 +711,7 @@ fn plan_owned_uninstall(
         changes,
         state: None,
         warnings: vec![],
+        remove_dirs: vec![],
     })
 }
 
