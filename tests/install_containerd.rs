@@ -223,6 +223,11 @@ fn flow_with_conf_d_writes_a_drop_in_and_leaves_the_main_file() {
         .unwrap()
         .contains("BinaryName = \"/usr/bin/gpu-guard-runtime\""));
     assert!(run(&o).is_empty(), "second install changes nothing");
+    o.set_default = false;
+    assert!(
+        run(&o).is_empty(),
+        "install without --set-default keeps the default"
+    );
     o.uninstall = true;
     assert_eq!(run(&o), vec![drop.clone()]);
     assert!(!drop.exists());

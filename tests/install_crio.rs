@@ -93,6 +93,11 @@ fn flow_writes_drop_in_and_hook_and_uninstall_removes_both() {
         hooks::hook_json(hooks::Stage::Prestart, Path::new("/usr/bin/gpu-guard"))
     );
     assert!(run(&o).is_empty(), "second install changes nothing");
+    o.set_default = false;
+    assert!(
+        run(&o).is_empty(),
+        "install without --set-default keeps the default"
+    );
     o.uninstall = true;
     assert_eq!(run(&o), vec![drop.clone(), hook.clone()]);
     assert_eq!(

@@ -91,7 +91,7 @@ pub fn cri_plugin(version: i64) -> &'static str {
 }
 
 /// The conf.d directory the config imports, if any: the first `imports`
-/// entry whose last component is `*.toml` (or `*`). A relative entry is
+/// entry whose last component is `*.toml`. A relative entry is
 /// relative to the main config's directory, as containerd resolves it
 /// (services/server/config/config.go, `resolveImports`).
 pub fn conf_d_dir(doc: &DocumentMut, config_host_path: &Path) -> Option<PathBuf> {
@@ -100,7 +100,7 @@ pub fn conf_d_dir(doc: &DocumentMut, config_host_path: &Path) -> Option<PathBuf>
         let p = Path::new(imp);
         let last = p.file_name()?.to_str()?;
         let dir = p.parent()?;
-        if (last != "*.toml" && last != "*") || dir.to_string_lossy().contains(['*', '?', '[']) {
+        if last != "*.toml" || dir.to_string_lossy().contains(['*', '?', '[']) {
             return None;
         }
         Some(if dir.is_absolute() {
@@ -374,6 +374,19 @@ pub fn uninstall(
         }
     }
     Ok(finish(before, &doc, None))
+}
+
+/// Whether `default_runtime_name` names gpu-guard (any version's table).
+pub fn default_is_ours(text: &str) -> bool {
+    let Ok(doc) = parse(Some(text)) else {
+        return false;
+    };
+    (1..=3).any(|v| {
+        lookup(doc.as_table(), &["plugins", cri_plugin(v), "containerd"])
+            .and_then(|c| c.get("default_runtime_name"))
+            .and_then(Item::as_str)
+            == Some(RUNTIME_NAME)
+    })
 }
 
 /// Whether the config still registers gpu-guard (any version's table).

@@ -103,6 +103,13 @@ fn base_runtime(eff: &Effective) -> Option<&Table> {
         })
 }
 
+/// Whether a drop-in makes gpu-guard CRI-O's default runtime.
+pub fn default_is_ours(drop_in: &str) -> bool {
+    effective([drop_in])
+        .map(|e| e.default_runtime.as_deref() == Some(RUNTIME_NAME))
+        .unwrap_or(false)
+}
+
 /// The drop-in's content.
 pub fn drop_in(eff: &Effective, runtime_path: &str, set_default: bool) -> String {
     let mut doc = DocumentMut::new();

@@ -438,9 +438,13 @@ fn plan_containerd_install(opts: &Options, old: Option<EngineState>) -> Result<P
             let drop_host = dir.join(containerd::DROP_IN_NAME);
             let drop_path = opts.fs_path(&drop_host);
             let drop_before = edit::read_optional(&drop_path)?;
-            let text =
-                containerd::drop_in(before.as_deref().unwrap_or(""), &runtime, opts.set_default)
-                    .map_err(err)?;
+            // Installing without --set-default never takes the default away.
+            let set_default = opts.set_default
+                || drop_before
+                    .as_deref()
+                    .is_some_and(containerd::default_is_ours);
+            let text = containerd::drop_in(before.as_deref().unwrap_or(""), &runtime, set_default)
+                .map_err(err)?;
             if drop_before.is_none() {
                 note_created(opts, &mut state, &drop_host);
             }
@@ -579,11 +583,9 @@ fn plan_crio_install(opts: &Options, old: Option<EngineState>) -> Result<Plan, I
     let eff = crio_effective(opts, &drop_host)?;
     let drop_path = opts.fs_path(&drop_host);
     let drop_before = edit::read_optional(&drop_path)?;
-    let text = crio::drop_in(
-        &eff,
-        &opts.runtime_path().to_string_lossy(),
-        opts.set_default,
-    );
+    // Installing without --set-default never takes the default away.
+    let set_default = opts.set_default || drop_before.as_deref().is_some_and(crio::default_is_ours);
+    let text = crio::drop_in(&eff, &opts.runtime_path().to_string_lossy(), set_default);
     let mut state = merge_state(old, &drop_host);
     if drop_before.is_none() {
         note_created(opts, &mut state, &drop_host);
