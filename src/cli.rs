@@ -143,6 +143,15 @@ pub struct InstallArgs {
     /// The engine's config file (or hooks directory for podman)
     #[arg(long, value_name = "P")]
     pub config_path: Option<PathBuf>,
+    /// Host directory holding gpu-guard and gpu-guard-runtime, as the engine will run them (default: this binary's directory)
+    #[arg(long, value_name = "DIR")]
+    pub bin_dir: Option<PathBuf>,
+    /// The host's root filesystem when run in a container with it mounted (a DaemonSet); all other paths are host paths
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    pub host_root: PathBuf,
+    /// Where gpu-guard records what install changed and keeps backups (host path)
+    #[arg(long, value_name = "DIR", default_value = crate::install::DEFAULT_STATE_DIR)]
+    pub state_dir: PathBuf,
 }
 
 /// Renders gpu-guard(1) from the definition above.

@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# The package flow, as CI runs it (root, on the CI machine itself):
+#   build the .deb and .rpm (packaging/build-packages.sh); dpkg -i the .deb;
+#   gpu-guard install docker / install podman from the package; dockerd
+#   loads the runtime; the lead's integration/test-docker.sh and
+#   integration/test-podman.sh run against the INSTALLED /usr/bin/gpu-guard
+#   (GPU_GUARD_BIN=/usr/bin/gpu-guard); dpkg -r, then dpkg --purge, checking
+#   that no engine names gpu-guard and nothing is left behind; finally the
+#   .rpm's file list, conffile flags and scriptlets.
+#
+# dockerd: if one is running it is sent SIGHUP after `install docker`
+# (runtimes and default-runtime are reloadable); if none is, this script
+# starts one and stops it at the end. test-docker.sh may rely on a running
+# dockerd that knows the gpu-guard runtime.
+#
+# GPU_GUARD_CI=1: a missing tool or lead script is a failure, never a skip.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+CI_STRICT=${GPU_GUARD_CI:-0}
+fail() { echo "package-test: FAIL: $*" >&2; exit 1; }
+pass() { echo "package-test: ok: $*"; }
+skip() {
+    [ "$CI_STRICT" = 1 ] && fail "$* (GPU_GUARD_CI=1 allows no skip)"
+    echo "SKIP: $*"
+}
+
+[ "$(id -u)" = 0 ] || fail "must run as root (dpkg -i)"
+for tool in dpkg rpm jq cargo-deb cargo-generate-rpm; do
+    command -v "$tool" >/dev/null || fail "$tool is not installed"
+done
+if dpkg -s gpu-guard >/dev/null 2>&1; then
+    fail "gpu-guard is already installed on this machine; remove it first"
+fi
+
+packaging/build-packages.sh
+deb=$(ls target/debian/gpu-guard_*.deb)
+rpmfile=$(ls target/generate-rpm/gpu-guard-*.rpm)
+
+work=$(mktemp -d)
+daemon_json=/etc/docker/daemon.json
+if [ -e "$daemon_json" ]; then cp -p "$daemon_json" "$work/daemon.json.orig"; fi
+podman_hooks=/etc/containers/oci/hooks.d
+had_podman_hooks=0
+[ -d "$podman_hooks" ] && had_podman_hooks=1
+started_dockerd=""
+
+cleanup() {
+    local rc=$?
+    if [ -n "$started_dockerd" ]; then
+        kill "$started_dockerd" 2>/dev/null || true
+        wait "$started_dockerd" 2>/dev/null || true
+    fi
+    # Never leave the package (and its hooks) on the machine for later tests.
+    if dpkg -s gpu-guard >/dev/null 2>&1; then
+        dpkg --purge gpu-guard >/dev/null 2>&1 || true
+    fi
+    if [ -e "$work/daemon.json.orig" ]; then
+        cp -p "$work/daemon.json.orig" "$daemon_json"
+    fi
+    rm -rf "$work"
+    exit $rc
+}
+trap cleanup EXIT
+
+# --- install -----------------------------------------------------------------
+dpkg -i "$deb" | tee "$work/dpkg-i.log"
+dpkg-query -L gpu-guard > "$work/files"
+[ -x /usr/bin/gpu-guard ] || fail "/usr/bin/gpu-guard missing"
+[ "$(readlink /usr/bin/gpu-guard-runtime)" = gpu-guard ] || fail "/usr/bin/gpu-guard-runtime is not a link to gpu-guard"
+grep -qx /usr/bin/gpu-guard-runtime "$work/files" || fail "dpkg -L does not list gpu-guard-runtime"
+dpkg-query -W -f='${Conffiles}\n' gpu-guard | grep -q '^ /etc/gpu-guard/config.toml ' || fail "config.toml is not a conffile"
+jq -e '.stages == ["prestart"] and .hook.path == "/usr/bin/gpu-guard"' \
+    /usr/share/containers/oci/hooks.d/gpu-guard-prestart.json >/dev/null || fail "packaged hook file"
+[ -s /usr/share/man/man1/gpu-guard.1.gz ] || fail "man page missing"
+zcat /usr/share/man/man1/gpu-guard.1.gz | grep -q '^.TH gpu-guard' || fail "man page is not roff for gpu-guard"
+[ -s /usr/share/doc/gpu-guard/LICENSE ] && [ -s /usr/share/doc/gpu-guard/README.md ] || fail "docs missing"
+# postinst never edits engine configs; it only prints hints.
+if [ -e "$work/daemon.json.orig" ]; then
+    cmp -s "$daemon_json" "$work/daemon.json.orig" || fail "postinst changed daemon.json"
+else
+    [ ! -e "$daemon_json" ] || fail "postinst created daemon.json"
+fi
+[ ! -e /var/lib/gpu-guard/engines ] || fail "postinst registered an engine"
+pass "dpkg -i: files, link, conffile, hook, man page, docs; no engine touched"
+
+# --- register with docker and podman from the package ---------------------------
+gpu-guard install docker
+out=$(gpu-guard install docker)
+echo "$out" | grep -q "nothing to change" || fail "second install docker changed something: $out"
+jq -e '.runtimes["gpu-guard"].path == "/usr/bin/gpu-guard-runtime"' "$daemon_json" >/dev/null || fail "daemon.json lacks the runtime"
+gpu-guard install podman
+[ -f /etc/containers/oci/hooks.d/gpu-guard-precreate.json ] || fail "precreate hook missing"
+pass "gpu-guard install docker/podman"
+
+if command -v dockerd >/dev/null && command -v docker >/dev/null; then
+    if pid=$(pidof dockerd); then
+        kill -HUP $pid
+        sleep 2
+    else
+        dockerd >"$work/dockerd.log" 2>&1 &
+        started_dockerd=$!
+        for _ in $(seq 1 60); do
+            docker info >/dev/null 2>&1 && break
+            kill -0 "$started_dockerd" 2>/dev/null || { cat "$work/dockerd.log" >&2; fail "dockerd exited"; }
+            sleep 0.5
+        done
+    fi
+    docker info --format '{{json .Runtimes}}' | jq -e 'has("gpu-guard")' >/dev/null \
+        || fail "dockerd does not list the gpu-guard runtime"
+    pass "dockerd loaded the gpu-guard runtime from daemon.json"
+else
+    skip "dockerd/docker not installed"
+fi
+
+for engine in docker podman; do
+    script=integration/test-$engine.sh
+    if [ -f "$script" ]; then
+        GPU_GUARD_BIN=/usr/bin/gpu-guard bash "$script" || fail "$script against the installed binary"
+        pass "$script against /usr/bin/gpu-guard"
+    else
+        skip "$script does not exist yet"
+    fi
+done
+
+if [ -n "$started_dockerd" ]; then
+    kill "$started_dockerd"; wait "$started_dockerd" 2>/dev/null || true
+    started_dockerd=""
+fi
+
+# --- remove, then purge -------------------------------------------------------
+dpkg -r gpu-guard
+if [ -e "$daemon_json" ]; then
+    ! jq -e 'tostring | test("gpu-guard")' "$daemon_json" >/dev/null || fail "daemon.json still names gpu-guard after dpkg -r"
+fi
+[ ! -e /etc/containers/oci/hooks.d/gpu-guard-precreate.json ] || fail "precreate hook left after dpkg -r"
+[ ! -e /var/lib/gpu-guard/engines/docker.json ] || fail "docker state left after dpkg -r"
+[ -f /etc/gpu-guard/config.toml ] || fail "dpkg -r removed the conffile (only purge may)"
+pass "dpkg -r: engines unregistered, conffile kept"
+
+dpkg --purge gpu-guard
+if [ -e "$work/daemon.json.orig" ]; then
+    cmp -s "$daemon_json" "$work/daemon.json.orig" || fail "daemon.json differs from before the test"
+else
+    [ ! -e "$daemon_json" ] || fail "daemon.json created by install was not removed"
+fi
+while read -r f; do
+    [ -d "$f" ] && continue
+    if [ -e "$f" ] || [ -L "$f" ]; then fail "$f (from dpkg -L) is still there after purge"; fi
+done < "$work/files"
+if [ "$had_podman_hooks" = 0 ] && [ -e "$podman_hooks" ]; then
+    fail "$podman_hooks, created by install podman, is still there"
+fi
+for d in /etc/gpu-guard /var/lib/gpu-guard /run/gpu-guard; do
+    [ ! -e "$d" ] || fail "$d is still there after purge"
+done
+left=$(find /etc /var/lib /usr /run -name '*gpu-guard*' -not -path '*/target/*' 2>/dev/null | grep -v "^$PWD" || true)
+[ -z "$left" ] || fail "files left after purge: $left"
+pass "dpkg --purge: no engine names gpu-guard, nothing left behind"
+
+# --- rpm -----------------------------------------------------------------------
+expected="/etc/gpu-guard/config.toml
+/usr/bin/gpu-guard
+/usr/bin/gpu-guard-runtime
+/usr/share/containers/oci/hooks.d/gpu-guard-prestart.json
+/usr/share/doc/gpu-guard/LICENSE
+/usr/share/doc/gpu-guard/README.md
+/usr/share/man/man1/gpu-guard.1.gz"
+[ "$(rpm -qpl "$rpmfile" | sort)" = "$expected" ] || fail "rpm -qpl: $(rpm -qpl "$rpmfile")"
+rpm -qp --qf '[%{FILENAMES} %{FILEFLAGS:fflags}\n]' "$rpmfile" | grep -qx '/etc/gpu-guard/config.toml cn' \
+    || fail "config.toml is not %config(noreplace) in the rpm"
+scripts=$(rpm -qp --scripts "$rpmfile")
+for want in "postinstall scriptlet" "preuninstall scriptlet" "postuninstall scriptlet" \
+    'gpu-guard uninstall "$engine"' 'gpu-guard install $engine' "rm -rf /run/gpu-guard /var/lib/gpu-guard"; do
+    grep -qF "$want" <<<"$scripts" || fail "rpm scriptlets lack: $want"
+done
+pass "rpm: file list, noreplace conffile, scriptlets"
+echo "package-test: all checks passed"

@@ -1,0 +1,163 @@
+//! CRI-O: a drop-in `/etc/crio/crio.conf.d/99-gpu-guard.toml` holding a
+//! runtime handler, never an edit of crio.conf.
+//!
+//! crio.conf.d(5): the main crio.conf is read first, then every file of the
+//! drop-in directory in lexical order, later files winning; so `99-` sorts
+//! after the distribution's files and uninstall is "remove the file". The
+//! handler is `[crio.runtime.runtimes.gpu-guard]` with `runtime_path` and
+//! `runtime_type = "oci"`; `--set-default` adds `[crio.runtime]
+//! default_runtime` (crio.conf(5), "CRIO.RUNTIME.RUNTIMES TABLE"). Like
+//! `nvidia-ctk runtime configure --runtime=crio`
+//! (pkg/config/engine/crio/crio.go, `AddRuntime`), the handler starts as a
+//! copy of the runtime CRI-O uses now, so `monitor_path`, `runtime_root`
+//! and the like carry over.
+//!
+//! Hooks: CRI-O reads `hooks_dir`, by default only
+//! /usr/share/containers/oci/hooks.d (cri-o pkg/config/config.go,
+//! `DefaultConfig`: `HooksDir: []string{hooks.DefaultDir}`, and
+//! containers/common pkg/hooks: `DefaultDir`).
+
+use toml_edit::{DocumentMut, Item, Table};
+
+use super::RUNTIME_NAME;
+
+pub const DROP_IN_NAME: &str = "99-gpu-guard.toml";
+pub const DEFAULT_HOOKS_DIR: &str = "/usr/share/containers/oci/hooks.d";
+
+#[derive(Debug, thiserror::Error)]
+pub enum CrioError {
+    #[error("is not valid TOML ({})", super::toml_error_line(.text, .source))]
+    Toml {
+        text: String,
+        #[source]
+        source: Box<toml_edit::TomlError>,
+    },
+}
+
+/// What gpu-guard needs from CRI-O's configuration (crio.conf, then the
+/// other drop-ins in lexical order).
+#[derive(Debug, Clone, Default)]
+pub struct Effective {
+    /// `crio.runtime.hooks_dir`, CRI-O's default when no file sets it.
+    pub hooks_dirs: Vec<String>,
+    pub default_runtime: Option<String>,
+    /// `crio.runtime.runtimes.<name>`, last definition of each name.
+    pub runtimes: Vec<(String, Table)>,
+}
+
+/// Folds CRI-O config files (in the order CRI-O reads them) into the
+/// settings gpu-guard uses.
+pub fn effective<'a>(files: impl IntoIterator<Item = &'a str>) -> Result<Effective, CrioError> {
+    let mut eff = Effective::default();
+    let mut hooks: Option<Vec<String>> = None;
+    for text in files {
+        let doc = text
+            .parse::<DocumentMut>()
+            .map_err(|source| CrioError::Toml {
+                text: text.to_string(),
+                source: Box::new(source),
+            })?;
+        let Some(runtime) = doc
+            .get("crio")
+            .and_then(|c| c.get("runtime"))
+            .and_then(Item::as_table_like)
+        else {
+            continue;
+        };
+        if let Some(dirs) = runtime.get("hooks_dir").and_then(Item::as_array) {
+            hooks = Some(
+                dirs.iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect(),
+            );
+        }
+        if let Some(d) = runtime.get("default_runtime").and_then(Item::as_str) {
+            eff.default_runtime = Some(d.to_string());
+        }
+        if let Some(rts) = runtime.get("runtimes").and_then(Item::as_table) {
+            for (name, item) in rts.iter() {
+                if let Some(t) = item.as_table() {
+                    eff.runtimes.retain(|(n, _)| n != name);
+                    eff.runtimes.push((name.to_string(), t.clone()));
+                }
+            }
+        }
+    }
+    eff.hooks_dirs = hooks.unwrap_or_else(|| vec![DEFAULT_HOOKS_DIR.to_string()]);
+    Ok(eff)
+}
+
+fn base_runtime(eff: &Effective) -> Option<&Table> {
+    let default = eff
+        .default_runtime
+        .as_deref()
+        .filter(|d| *d != RUNTIME_NAME);
+    default
+        .into_iter()
+        .chain(["crun", "runc"])
+        .filter_map(|name| eff.runtimes.iter().find(|(n, _)| n == name).map(|(_, t)| t))
+        .find(|t| {
+            t.get("runtime_type")
+                .and_then(Item::as_str)
+                .map_or(true, |ty| ty == "oci")
+        })
+}
+
+/// Whether a drop-in makes gpu-guard CRI-O's default runtime.
+pub fn default_is_ours(drop_in: &str) -> bool {
+    effective([drop_in])
+        .map(|e| e.default_runtime.as_deref() == Some(RUNTIME_NAME))
+        .unwrap_or(false)
+}
+
+/// The drop-in's content.
+pub fn drop_in(eff: &Effective, runtime_path: &str, set_default: bool) -> String {
+    let mut doc = DocumentMut::new();
+    doc.decor_mut().set_prefix(
+        "# Written by `gpu-guard install crio`; `gpu-guard uninstall crio` removes it.\n",
+    );
+    let mut crio = Table::new();
+    crio.set_implicit(true);
+    let mut runtime = Table::new();
+    runtime.set_implicit(true);
+    if set_default {
+        runtime.insert("default_runtime", toml_edit::value(RUNTIME_NAME));
+    }
+    let mut runtimes = Table::new();
+    runtimes.set_implicit(true);
+    let mut ours = Table::new();
+    if let Some(base) = base_runtime(eff) {
+        for (k, item) in base.iter() {
+            if let Some(v) = item.as_value() {
+                let mut v = v.clone();
+                v.decor_mut().clear();
+                ours.insert(k, Item::Value(v));
+            }
+        }
+    }
+    ours.insert("runtime_path", toml_edit::value(runtime_path));
+    ours.insert("runtime_type", toml_edit::value("oci"));
+    runtimes.insert(RUNTIME_NAME, Item::Table(ours));
+    runtime.insert("runtimes", Item::Table(runtimes));
+    crio.insert("runtime", Item::Table(runtime));
+    doc.insert("crio", Item::Table(crio));
+    doc.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn later_files_win_and_default_hooks_dir_applies() {
+        let e = effective(["", "[crio.runtime]\ndefault_runtime = \"runc\"\n"]).unwrap();
+        assert_eq!(e.hooks_dirs, vec![DEFAULT_HOOKS_DIR.to_string()]);
+        assert_eq!(e.default_runtime.as_deref(), Some("runc"));
+        let e = effective([
+            "[crio.runtime]\nhooks_dir = [\"/a\"]\n",
+            "[crio.runtime]\nhooks_dir = [\"/b\", \"/c\"]\n",
+        ])
+        .unwrap();
+        assert_eq!(e.hooks_dirs, vec!["/b".to_string(), "/c".to_string()]);
+    }
+}
