@@ -151,7 +151,7 @@ fn prestart_hook_under_runc_with_fake_nvml() {
     let b = bundle(&host, "old", &gpu, &cfg, &hook_env(&host, "a100", &[]));
     let (ok, err) = run_bundle(&host, &b, &unique_id("old"));
     assert!(!ok, "a100 (CUDA 12.2) should be refused");
-    assert!(err.contains("prestart"), "{err}");
+    assert!(err.contains("error running hook"), "{err}");
     assert!(err.contains("cuda>=12.4"), "{err}");
 
     // Driver/library mismatch: refused with the diagnosis.
