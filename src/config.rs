@@ -131,7 +131,7 @@ pub struct SecurityConfig {
     pub privileged: OnFailure,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RuntimeConfig {
     pub path: String,
@@ -256,14 +256,6 @@ impl Default for SecurityConfig {
             .map(|c| c.to_string())
             .collect(),
             privileged: OnFailure::Refuse,
-        }
-    }
-}
-
-impl Default for RuntimeConfig {
-    fn default() -> Self {
-        RuntimeConfig {
-            path: String::new(),
         }
     }
 }

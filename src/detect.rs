@@ -319,12 +319,14 @@ mod tests {
             .insert("cdi.k8s.io/other".into(), "vendor.com/x=2".into());
         assert!(!classify(&c).gpu);
 
-        let mut c = Container::default();
-        c.devices = vec![
-            "/dev/nvidiactl".into(),
-            "/dev/nvidia1".into(),
-            "/dev/null".into(),
-        ];
+        let c = Container {
+            devices: vec![
+                "/dev/nvidiactl".into(),
+                "/dev/nvidia1".into(),
+                "/dev/null".into(),
+            ],
+            ..Default::default()
+        };
         let d = classify(&c);
         assert!(d.gpu);
         assert_eq!(
@@ -336,8 +338,10 @@ mod tests {
         );
 
         // NVIDIA's hook alone (standard-mode runtime adds it everywhere) is not a request.
-        let mut c = Container::default();
-        c.hook_paths = vec!["/usr/bin/nvidia-container-runtime-hook".into()];
+        let c = Container {
+            hook_paths: vec!["/usr/bin/nvidia-container-runtime-hook".into()],
+            ..Default::default()
+        };
         let d = classify(&c);
         assert!(!d.gpu);
         assert_eq!(d.signals.len(), 1);

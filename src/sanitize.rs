@@ -14,8 +14,7 @@ pub fn esc(s: &str) -> String {
 
 pub fn esc_bounded(s: &str, max_chars: usize) -> String {
     let mut out = String::with_capacity(s.len().min(max_chars + 16));
-    let mut count = 0usize;
-    for (i, c) in s.char_indices() {
+    for (count, (i, c)) in s.char_indices().enumerate() {
         if count >= max_chars {
             out.push_str(&format!("…(+{} bytes)", s.len() - i));
             return out;
@@ -28,7 +27,6 @@ pub fn esc_bounded(s: &str, max_chars: usize) -> String {
             '\\' => out.push_str("\\\\"),
             _ => out.push(c),
         }
-        count += 1;
     }
     out
 }

@@ -467,8 +467,10 @@ fn modes() {
         "NVIDIA_VISIBLE_DEVICES=all",
         "NVIDIA_REQUIRE_CUDA=cuda>=13.0",
     ]);
-    let mut cfg = Config::default();
-    cfg.mode = Mode::Warn;
+    let mut cfg = Config {
+        mode: Mode::Warn,
+        ..Default::default()
+    };
     let d = decide_with(&cfg, "a100", &failing);
     assert_eq!(d.verdict, Verdict::Allow);
     assert!(d.has_errors(), "warn mode keeps the findings");
