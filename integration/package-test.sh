@@ -116,7 +116,7 @@ fi
 for engine in docker podman; do
     script=integration/test-$engine.sh
     if [ -f "$script" ]; then
-        GPU_GUARD_BIN=/usr/bin/gpu-guard bash "$script" || fail "$script against the installed binary"
+        GG_INSTALLED=1 GPU_GUARD_BIN=/usr/bin/gpu-guard bash "$script" || fail "$script against the installed binary"
         pass "$script against /usr/bin/gpu-guard"
     else
         skip "$script does not exist yet"

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Benchmark: `gpu-guard hook prestart` on the config.json of a real CUDA image
+# (~60 env vars) with a host facts file.
+#  1. the hook alone: median wall time and peak RSS (targets: < 2 ms, < 8 MB);
+#  2. `runc run` of busybox `true` with the hook vs without, interleaved,
+#     medians, ratio (goal <= 1.05).
+# Usage: sudo integration/bench-hook.sh [rounds]   (NO_BUILD=1 skips the build)
+. "$(dirname "$0")/lib.sh"
+need_root
+need_cmd runc jq python3
+ROUNDS=${1:-40}
+[ "${NO_BUILD:-0}" = 1 ] || (cd "$REPO_DIR" && cargo build --release -q) || exit 1
+GG="$REPO_DIR/target/release/gpu-guard"
+new_scratch
+GG_SYSLOG=false gg_config "$T/config.toml" h100x8
+
+# The env of nvidia/cuda:12.4.1 plus what an NGC PyTorch image adds: 60 entries.
+mapfile -t IMG < "$REPO_DIR/tests/data/images/cuda-12.4.1-base-ubuntu2204.env"
+EXTRA=()
+for i in $(seq 1 $((60 - ${#IMG[@]}))); do EXTRA+=("NV_LIBRARY_${i}_VERSION=12.4.$i-1"); done
+COMPLIANT=$(printf '%s\n' $ALLOWLIST_CAPS | jq -R . | jq -sc .)
+for b in with without; do
+    make_bundle "$T/$b" '["true"]' "${IMG[@]}" "${EXTRA[@]}"
+    jq --argjson caps "$COMPLIANT" '.process.noNewPrivileges = true
+        | .process.capabilities = {bounding: $caps, effective: $caps, permitted: $caps, inheritable: [], ambient: []}' \
+        "$T/$b/config.json" > "$T/x.json" && mv "$T/x.json" "$T/$b/config.json"
+done
+add_prestart_hook "$T/with" "$T/config.toml"
+echo "env entries in config.json: $(jq '.process.env | length' "$T/with/config.json")"
+
+INTEGRATION_DIR="$INTEGRATION_DIR" python3 - "$GG" "$T" "$ROUNDS" <<'PY'
+import json, os, subprocess, sys
+sys.path.insert(0, os.environ["INTEGRATION_DIR"])
+from benchlib import interleave, median, peak_rss_kib
+gg, t, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+state = json.dumps({"ociVersion": "1.0.2", "id": "bench", "status": "creating", "pid": os.getpid(),
+                    "bundle": f"{t}/with"}).encode()
+hook = [gg, "--config", f"{t}/config.toml", "hook", "prestart"]
+r = interleave({"hook": dict(argv=hook, stdin=state), "true": dict(argv=["/bin/true"], stdin=state)}, rounds * 5)
+h, base = median(r["hook"]), median(r["true"])
+rss = peak_rss_kib(hook, stdin=state)
+print(f"hook prestart alone: median {h:.2f} ms wall (spawn of /bin/true: {base:.2f} ms; hook net {h - base:.2f} ms); "
+      f"peak RSS {rss / 1024:.1f} MiB  [targets: < 2 ms, < 8 MiB]")
+n = [0]
+def rm():
+    for b in ("with", "without"):
+        subprocess.run(["runc", "--root", f"{t}/runc", "delete", "-f", f"bench-{b}"], stderr=subprocess.DEVNULL)
+runs = interleave({b: dict(argv=["runc", "--root", f"{t}/runc", "run", f"bench-{b}"], cwd=f"{t}/{b}")
+                   for b in ("with", "without")}, rounds, between=rm)
+w, wo = median(runs["with"]), median(runs["without"])
+print(f"runc run busybox true: with hook {w:.2f} ms, without {wo:.2f} ms, ratio {w / wo:.3f}  [goal <= 1.05], {rounds} rounds interleaved")
+PY

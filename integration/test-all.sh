@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Every test gpu-guard has: unit and integration tests (cargo test, the whole
+# workspace, including the fake NVML library under real nvml-wrapper and the
+# scanner against NVIDIA's cuobjdump), the real-engine tests (runc, podman,
+# docker), the Kubernetes manifest validation and the package flow (.deb
+# installed, engines registered, engine tests against the installed binary,
+# purge; .rpm contents). Run as root on Debian 12: sudo integration/test-all.sh
+#
+# Prints a summary and exits non-zero when anything failed. With
+# GPU_GUARD_CI=1 (CI), a test that cannot run is a failure, not a skip.
+set -u
+cd "$(dirname "$0")/.." || exit 1
+[ "$(id -u)" = 0 ] || { echo "test-all: run as root (runc, podman, docker, dpkg need it)" >&2; exit 1; }
+
+integration/setup.sh || { echo "test-all: setup failed" >&2; exit 1; }
+
+results=()
+failed=0
+step() { # NAME COMMAND...
+    local name=$1
+    shift
+    echo
+    echo "=== $name: $*"
+    local t0=$SECONDS
+    if "$@"; then
+        results+=("PASS  $name ($((SECONDS - t0)) s)")
+    else
+        results+=("FAIL  $name ($((SECONDS - t0)) s)")
+        failed=1
+    fi
+}
+
+step "release build" cargo build --release --workspace --locked
+step "cargo test" cargo test --workspace --locked
+step "runc" integration/test-runc.sh
+step "podman" integration/test-podman.sh
+step "docker" integration/test-docker.sh
+step "kubernetes manifests" integration/validate-k8s.sh
+step "packages (.deb install/purge, .rpm)" integration/package-test.sh
+
+echo
+echo "=== summary"
+printf '%s\n' "${results[@]}"
+exit $failed
