@@ -23,9 +23,7 @@ pub enum HostChoice<'a> {
 fn host_report(cfg: &Config, choice: &HostChoice) -> HostReport {
     match choice {
         HostChoice::File(p) => FactsFile(p.to_path_buf()).report(),
-        HostChoice::FromConfig if !cfg.host.facts_file.is_empty() => {
-            FactsFile(cfg.host.facts_file.clone().into()).report()
-        }
+        // The probe reads host.facts_file itself when it is set.
         HostChoice::FromConfig => crate::probe::probe(&cfg.host),
     }
 }
