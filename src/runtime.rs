@@ -95,29 +95,35 @@ fn flag_name(arg: &OsStr) -> Option<(String, Option<OsString>)> {
     }
 }
 
+/// The flag at `args[*i]`, with its value when it takes one (inline
+/// `--flag=value` or the next argument); advances `*i` past what it used.
+/// None when `args[*i]` is not a flag.
+fn take_flag(
+    args: &[OsString],
+    i: &mut usize,
+    value_flags: &[&str],
+) -> Option<(String, Option<OsString>)> {
+    let (name, inline) = flag_name(args.get(*i)?)?;
+    let value = if inline.is_none() && value_flags.contains(&name.as_str()) {
+        *i += 1;
+        args.get(*i).cloned()
+    } else {
+        inline
+    };
+    *i += 1;
+    Some((name, value))
+}
+
 /// Reads the parts of the argv we need; never fails (unknown shapes are
 /// simply passed through).
 pub fn parse(args: &[OsString]) -> Invocation {
     let mut inv = Invocation::default();
     let mut i = 0;
-    while i < args.len() {
-        match flag_name(&args[i]) {
-            Some((name, inline)) => {
-                let takes_value = GLOBAL_VALUE_FLAGS.contains(&name.as_str());
-                let value = if takes_value && inline.is_none() {
-                    i += 1;
-                    args.get(i).cloned()
-                } else {
-                    inline
-                };
-                match name.as_str() {
-                    "log" => inv.log = value.map(PathBuf::from),
-                    "root" => inv.root = value,
-                    _ => {}
-                }
-                i += 1;
-            }
-            None => break,
+    while let Some((name, value)) = take_flag(args, &mut i, GLOBAL_VALUE_FLAGS) {
+        match name.as_str() {
+            "log" => inv.log = value.map(PathBuf::from),
+            "root" => inv.root = value,
+            _ => {}
         }
     }
     let Some(cmd) = args.get(i) else { return inv };
@@ -132,31 +138,19 @@ pub fn parse(args: &[OsString]) -> Invocation {
         }
     };
     while i < args.len() {
-        match flag_name(&args[i]) {
-            Some((name, inline)) => {
-                let takes_value = value_flags.contains(&name.as_str());
-                let value = if takes_value && inline.is_none() {
-                    i += 1;
-                    args.get(i).cloned()
-                } else {
-                    inline
-                };
-                match name.as_str() {
-                    "bundle" | "b" if cmd != "exec" => inv.bundle = value.map(PathBuf::from),
-                    "process" | "p" if cmd == "exec" => inv.process = value.map(PathBuf::from),
-                    _ => {}
-                }
-            }
-            None if args[i] == "--" => {}
+        match take_flag(args, &mut i, value_flags) {
+            Some((name, value)) => match name.as_str() {
+                "bundle" | "b" if cmd != "exec" => inv.bundle = value.map(PathBuf::from),
+                "process" | "p" if cmd == "exec" => inv.process = value.map(PathBuf::from),
+                _ => {}
+            },
+            None if args[i] == "--" => i += 1,
             None => {
-                if inv.id.is_none() {
-                    inv.id = Some(args[i].to_string_lossy().into_owned());
-                }
-                // Everything after the id belongs to the process (exec ID CMD...).
+                // The id; after it everything belongs to the process (exec ID CMD...).
+                inv.id = Some(args[i].to_string_lossy().into_owned());
                 break;
             }
         }
-        i += 1;
     }
     inv.command = Some(cmd);
     inv
