@@ -8,14 +8,15 @@ REPO_DIR=$(cd "$INTEGRATION_DIR/.." && pwd)
 HOSTS_DIR="$REPO_DIR/tests/data/hosts"
 
 # The binary under test: $GPU_GUARD_BIN (the installed /usr/bin/gpu-guard in
-# the package test), else the release build, else the debug build.
+# the package test), else the newer of the release and debug builds.
 gg_bin() {
+    local rel="$REPO_DIR/target/release/gpu-guard" dbg="$REPO_DIR/target/debug/gpu-guard"
     if [ -n "${GPU_GUARD_BIN:-}" ]; then
         echo "$GPU_GUARD_BIN"
-    elif [ -x "$REPO_DIR/target/release/gpu-guard" ]; then
-        echo "$REPO_DIR/target/release/gpu-guard"
+    elif [ -x "$rel" ] && { [ ! -x "$dbg" ] || [ "$rel" -nt "$dbg" ]; }; then
+        echo "$rel"
     else
-        echo "$REPO_DIR/target/debug/gpu-guard"
+        echo "$dbg"
     fi
 }
 GG=$(gg_bin)
