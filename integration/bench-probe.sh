@@ -55,11 +55,13 @@ conf nocache 'cache_file = ""'
 conf facts "cache_file = \"\"
 facts_file = \"$profile\""
 
-# A GPU container the profile satisfies, so every variant allows it.
+# A GPU container the profile satisfies and that already meets the security
+# policy (as the runtime wrapper leaves it), so every variant allows it.
 mkdir -p "$tmp/bundle/rootfs"
 cat >"$tmp/bundle/config.json" <<JSON
 {"ociVersion":"1.0.2","process":{"args":["/bin/true"],"cwd":"/",
- "env":["PATH=/bin","NVIDIA_VISIBLE_DEVICES=all","NVIDIA_REQUIRE_CUDA=cuda>=12.0"]},
+ "env":["PATH=/bin","NVIDIA_VISIBLE_DEVICES=all","NVIDIA_REQUIRE_CUDA=cuda>=12.0"],
+ "noNewPrivileges":true,"capabilities":{"bounding":["CAP_CHOWN"],"effective":["CAP_CHOWN"],"permitted":["CAP_CHOWN"]}},
  "root":{"path":"rootfs"}}
 JSON
 printf '{"ociVersion":"1.0.2","id":"bench","status":"creating","pid":1,"bundle":"%s"}\n' "$tmp/bundle" >"$tmp/state.json"
