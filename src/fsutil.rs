@@ -46,11 +46,26 @@ pub fn read_to_string_limited(path: &Path, limit: u64) -> io::Result<String> {
     String::from_utf8(bytes).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "not UTF-8"))
 }
 
-/// Replaces `path` with `data` atomically. The temp file sits beside the
-/// target (same filesystem, so rename is atomic) with a unique name, so
-/// concurrent writers never share one. Keeps the old file's permission bits
-/// when there is one, else uses `default_mode`.
+/// Replaces `path` with `data` atomically and durably (fsync of the file and
+/// its directory): for files that must survive a crash, such as an engine's
+/// config. The temp file sits beside the target (same filesystem, so rename
+/// is atomic) with a unique name, so concurrent writers never share one.
+/// Keeps the old file's permission bits when there is one, else uses
+/// `default_mode`.
 pub fn atomic_write(path: &Path, data: &[u8], default_mode: u32) -> io::Result<()> {
+    write_replace(path, data, default_mode, true)
+}
+
+/// Replaces `path` with `data` atomically for readers (they see the old or
+/// the new file, never a mix) but without fsync: for files that do not
+/// outlive a crash anyway, a container bundle's config.json or a cache in
+/// /run, on the container-start path where an fsync on a busy disk can cost
+/// more than the whole decision.
+pub fn replace_file(path: &Path, data: &[u8], default_mode: u32) -> io::Result<()> {
+    write_replace(path, data, default_mode, false)
+}
+
+fn write_replace(path: &Path, data: &[u8], default_mode: u32, durable: bool) -> io::Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
@@ -77,13 +92,17 @@ pub fn atomic_write(path: &Path, data: &[u8], default_mode: u32) -> io::Result<(
             .custom_flags(libc::O_CLOEXEC)
             .open(&tmp)?;
         f.write_all(data)?;
-        f.sync_all()?;
+        if durable {
+            f.sync_all()?;
+        }
         fs::set_permissions(&tmp, fs::Permissions::from_mode(mode))?;
         fs::rename(&tmp, path)?;
         // The rename is durable once the directory is synced; failure to sync
         // a directory (some filesystems refuse) does not undo the write.
-        if let Ok(d) = File::open(&dir) {
-            let _ = d.sync_all();
+        if durable {
+            if let Ok(d) = File::open(&dir) {
+                let _ = d.sync_all();
+            }
         }
         Ok(())
     })();

@@ -130,7 +130,7 @@ pub fn write(path: &Path, spec: &Value) -> Result<(), SpecFileError> {
         path: path.to_path_buf(),
         source: std::io::Error::other(e),
     })?;
-    fsutil::atomic_write(path, &bytes, 0o600).map_err(|source| SpecFileError::Write {
+    fsutil::replace_file(path, &bytes, 0o600).map_err(|source| SpecFileError::Write {
         path: path.to_path_buf(),
         source,
     })

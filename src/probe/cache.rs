@@ -4,8 +4,8 @@
 //! Valid while the key matches (the full text of /proc/driver/nvidia/version,
 //! which changes with any driver load; the boot id; the configured NVML
 //! library) and while younger than `host.cache_ttl_s`. Written with
-//! [`crate::fsutil::atomic_write`] (temp file + rename in the same
-//! directory), so concurrent readers see the old file or the new one, never
+//! [`crate::fsutil::replace_file`] (temp file + rename in the same
+//! directory; no fsync: the cache lives in /run), so concurrent readers see the old file or the new one, never
 //! half of one; concurrent writers each rename a whole file and the last one
 //! wins. Anything unexpected (truncated, foreign, another owner, writable by
 //! others, a key from another driver) is a miss, and the probe rewrites it.
@@ -235,7 +235,7 @@ pub fn store(
                 })?;
         }
     }
-    crate::fsutil::atomic_write(path, &data, 0o644).map_err(|source| CacheError::Write {
+    crate::fsutil::replace_file(path, &data, 0o644).map_err(|source| CacheError::Write {
         path: path.to_path_buf(),
         source,
     })
