@@ -136,3 +136,57 @@ fn walks_directories_for_elf_files_only() {
     );
     fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn rootfs_mode_prints_the_decision_findings() {
+    let root = tempdir("rootfs-mode");
+    let torch = root.join("usr/local/lib/python3.12/dist-packages/torch/lib");
+    fs::create_dir_all(&torch).unwrap();
+    fs::copy(fixture("multi-arch.so"), torch.join("libtorch_cuda.so")).unwrap();
+    let cache = tempdir("rootfs-mode-cache");
+    let config = cache.join("config.toml");
+    fs::write(
+        &config,
+        format!(
+            "[kernel_image]\nseverity = \"enforce\"\ncache_dir = \"{}\"\n",
+            cache.join("c").display()
+        ),
+    )
+    .unwrap();
+    let hosts = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/hosts");
+    let run = |host: &str| {
+        Command::new(gpu_guard())
+            .arg("--config")
+            .arg(&config)
+            .args(["scan", "--json", "--rootfs", "--host"])
+            .arg(hosts.join(host))
+            .arg(&root)
+            .output()
+            .unwrap()
+    };
+    // A100 (8.0): sm_80 runs; nothing to say.
+    let out = run("a100.json");
+    assert_eq!(out.status.code(), Some(0));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["rootfs"][0]["findings"], Value::Array(vec![]));
+    // V100 (7.0): no image, an error under enforce, exit 1.
+    let out = run("tesla-535.json");
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let f = &v["rootfs"][0]["findings"][0];
+    assert_eq!(f["check"], "kernel-image");
+    assert_eq!(f["severity"], "error");
+    assert!(
+        f["message"].as_str().unwrap().contains("sm_70")
+            || f["fix"].as_str().unwrap().contains("sm_70")
+    );
+    // --rootfs needs --host.
+    let out = Command::new(gpu_guard())
+        .args(["scan", "--rootfs"])
+        .arg(&root)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    fs::remove_dir_all(&root).unwrap();
+    fs::remove_dir_all(&cache).unwrap();
+}

@@ -303,3 +303,23 @@ fn shipped_globs_cover_the_frameworks() {
     assert_eq!(f.len(), layouts.len());
     fs::remove_dir_all(&root).unwrap();
 }
+
+#[test]
+fn config_rejects_bad_globs_naming_the_key() {
+    for (glob, what) in [
+        ("usr/{lib", "unbalanced"),
+        ("usr/../etc/*.so", "`..`"),
+        ("usr/lib[abc.so", "unterminated"),
+        ("/", "empty"),
+    ] {
+        let text = format!("[kernel_image]\nlibraries = [\"usr/lib/*.so\", \"{glob}\"]\n");
+        let e = gpu_guard::config::parse(&text).unwrap_err();
+        assert!(
+            e.contains("kernel_image.libraries[1]") && e.contains(what),
+            "{glob}: {e}"
+        );
+    }
+    let ok = gpu_guard::config::parse("[kernel_image]\nmax_entries = 10\n").unwrap();
+    assert_eq!(ok.kernel_image.max_entries, 10);
+    assert!(gpu_guard::config::parse("[kernel_image]\nmax_entrys = 10\n").is_err());
+}

@@ -300,7 +300,6 @@ pub fn first_toolkit_for(cc: Cc) -> Option<&'static str> {
         100 | 101 | 120 => Some("12.8"),
         103 | 121 => Some("12.9"),
         110 => Some("13.0"),
-        n if n > 121 => Some("a release newer than 13.5"),
         _ => None,
     }
 }

@@ -498,6 +498,68 @@ mod tests {
     }
 
     #[test]
+    fn reads_elf32() {
+        // ELF32: 52-byte header, 40-byte section headers, one .nv_fatbin.
+        let strtab = b"\0.nv_fatbin\0.shstrtab\0";
+        let data = [9u8; 16];
+        let mut out = vec![0u8; 52];
+        out[..4].copy_from_slice(&ELF_MAGIC);
+        out[4] = 1;
+        out[5] = 1;
+        out[16] = 3;
+        let data_off = out.len() as u32;
+        out.extend_from_slice(&data);
+        let str_off = out.len() as u32;
+        out.extend_from_slice(strtab);
+        while out.len() % 4 != 0 {
+            out.push(0);
+        }
+        let shoff = out.len() as u32;
+        let sh = |name: u32, kind: u32, off: u32, size: u32| {
+            let mut s = [0u8; 40];
+            s[0..4].copy_from_slice(&name.to_le_bytes());
+            s[4..8].copy_from_slice(&kind.to_le_bytes());
+            s[8..12].copy_from_slice(&2u32.to_le_bytes());
+            s[16..20].copy_from_slice(&off.to_le_bytes());
+            s[20..24].copy_from_slice(&size.to_le_bytes());
+            s
+        };
+        out.extend_from_slice(&[0u8; 40]);
+        out.extend_from_slice(&sh(1, 1, data_off, 16));
+        out.extend_from_slice(&sh(12, 3, str_off, strtab.len() as u32));
+        out[0x20..0x24].copy_from_slice(&shoff.to_le_bytes());
+        out[0x2e..0x30].copy_from_slice(&40u16.to_le_bytes());
+        out[0x30..0x32].copy_from_slice(&3u16.to_le_bytes());
+        out[0x32..0x34].copy_from_slice(&2u16.to_le_bytes());
+        let regions = fatbin_regions(out.as_slice()).unwrap();
+        assert_eq!(
+            regions,
+            [Region {
+                offset: data_off as u64,
+                size: 16,
+                whole_section: true
+            }]
+        );
+    }
+
+    #[test]
+    fn many_sections_via_section_zero() {
+        // e_shnum = 0 and e_shstrndx = SHN_XINDEX: the real values live in
+        // section 0 (sh_size, sh_link).
+        let mut elf = build_elf(&[(".nv_fatbin", 1, 2, 0, &[5u8; 8])]);
+        let shoff = u64_at(&elf, 0x28) as usize;
+        let shnum = u16_at(&elf, 0x3c) as u64;
+        let strndx = u16_at(&elf, 0x3e) as u32;
+        elf[0x3c..0x3e].copy_from_slice(&0u16.to_le_bytes());
+        elf[0x3e..0x40].copy_from_slice(&0xffffu16.to_le_bytes());
+        elf[shoff + 32..shoff + 40].copy_from_slice(&shnum.to_le_bytes());
+        elf[shoff + 40..shoff + 44].copy_from_slice(&strndx.to_le_bytes());
+        let regions = fatbin_regions(elf.as_slice()).unwrap();
+        assert_eq!(regions.len(), 1);
+        assert_eq!(regions[0].size, 8);
+    }
+
+    #[test]
     fn rejects_bad_headers() {
         assert!(matches!(
             fatbin_regions(b"hello world, not elf".as_slice()),

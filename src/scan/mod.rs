@@ -70,7 +70,10 @@ struct FileResult {
 /// `gpu-guard scan [--json] PATH...`. Directories are walked (symlinks not
 /// followed; files that are not ELF or fatbin are skipped); a file named
 /// on the command line is always reported, ELF or not.
-pub fn command(_config: Option<&Path>, args: &ScanArgs) -> i32 {
+pub fn command(config: Option<&Path>, args: &ScanArgs) -> i32 {
+    if args.rootfs {
+        return rootfs_command(config, args);
+    }
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut status = EXIT_OK;
@@ -101,6 +104,88 @@ pub fn command(_config: Option<&Path>, args: &ScanArgs) -> i32 {
     if out.flush().is_err() {
         return EXIT_BAD_INPUT.max(status);
     }
+    status
+}
+
+/// `gpu-guard scan --rootfs --host FACTS ROOTFS...`: the kernel-image
+/// findings a container start would get, per rootfs. Uses the config's
+/// `[kernel_image]` (libraries, budgets, cache); `severity = "off"` is
+/// taken as `warn`, since the check was asked for explicitly.
+fn rootfs_command(config: Option<&Path>, args: &ScanArgs) -> i32 {
+    let cfg = match crate::config::load(config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("gpu-guard: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let Some(host) = args.host.as_deref() else {
+        eprintln!("gpu-guard: scan --rootfs needs --host FILE");
+        return EXIT_BAD_INPUT;
+    };
+    let facts = match crate::host::read_facts_file(host) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("gpu-guard: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let driver = facts
+        .cuda_driver_version
+        .as_deref()
+        .and_then(|v| Version::parse(v).ok());
+    let mut ki = cfg.kernel_image.clone();
+    if ki.severity == KernelImageSeverity::Off {
+        ki.severity = KernelImageSeverity::Warn;
+    }
+    let mut status = EXIT_OK;
+    let mut all = Vec::new();
+    for rootfs in &args.paths {
+        if !rootfs.is_dir() {
+            eprintln!("gpu-guard: {}: not a directory", shown(rootfs));
+            status = EXIT_BAD_INPUT;
+            continue;
+        }
+        let findings = kernel_image_findings(rootfs, &facts.gpus, driver.as_ref(), &ki);
+        if findings
+            .iter()
+            .any(|f| f.severity == crate::decision::Severity::Error)
+        {
+            status = status.max(EXIT_FILE_ERROR);
+        }
+        all.push((shown(rootfs), findings));
+    }
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    if args.json {
+        let v: Vec<serde_json::Value> = all
+            .into_iter()
+            .map(|(p, f)| serde_json::json!({ "rootfs": p, "findings": f }))
+            .collect();
+        let _ = writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "rootfs": v })).unwrap_or_default()
+        );
+    } else {
+        for (p, findings) in all {
+            if findings.is_empty() {
+                let _ = writeln!(out, "{p}: the image's GPU code runs on every GPU");
+            }
+            for f in findings {
+                let sev = match f.severity {
+                    crate::decision::Severity::Error => "error",
+                    crate::decision::Severity::Warning => "warning",
+                    crate::decision::Severity::Info => "info",
+                };
+                let _ = writeln!(out, "{p}: {sev}: {}", f.message);
+                if let Some(fix) = f.fix {
+                    let _ = writeln!(out, "  fix: {fix}");
+                }
+            }
+        }
+    }
+    let _ = out.flush();
     status
 }
 

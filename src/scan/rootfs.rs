@@ -415,6 +415,9 @@ fn list_dir(dirfd: OwnedFd) -> io::Result<Vec<DirEntry>> {
     }
     // SAFETY: closes the DIR* and its fd exactly once.
     unsafe { libc::closedir(dir) };
+    // Name order, so which of two names of one library is reported does
+    // not depend on the filesystem's readdir order.
+    out.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(out)
 }
 
