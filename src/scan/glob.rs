@@ -18,6 +18,8 @@ pub enum GlobError {
     DotDot(String),
     #[error("glob `{0}` has an unterminated `[`")]
     Class(String),
+    #[error("glob `{0}` has a NUL character")]
+    Nul(String),
 }
 
 /// One path component of a pattern.
@@ -37,6 +39,11 @@ pub struct Pattern {
     pub components: Vec<Component>,
 }
 
+/// A glob as error messages quote it: one line, control characters escaped.
+fn shown(s: &str) -> String {
+    s.escape_debug().to_string()
+}
+
 /// Expands `{a,b}` alternatives (nested allowed), e.g. `{usr,opt}/lib` into
 /// `usr/lib` and `opt/lib`.
 pub fn expand_braces(glob: &str) -> Result<Vec<String>, GlobError> {
@@ -48,16 +55,16 @@ pub fn expand_braces(glob: &str) -> Result<Vec<String>, GlobError> {
 fn expand_into(whole: &str, s: &str, out: &mut Vec<String>) -> Result<(), GlobError> {
     let Some(open) = s.find('{') else {
         if s.contains('}') {
-            return Err(GlobError::Braces(whole.into()));
+            return Err(GlobError::Braces(shown(whole)));
         }
         if out.len() >= MAX_EXPANSIONS {
-            return Err(GlobError::TooMany(whole.into()));
+            return Err(GlobError::TooMany(shown(whole)));
         }
         out.push(s.to_string());
         return Ok(());
     };
     if s[..open].contains('}') {
-        return Err(GlobError::Braces(whole.into()));
+        return Err(GlobError::Braces(shown(whole)));
     }
     // Find the matching close brace and the top-level commas.
     let mut depth = 0usize;
@@ -78,7 +85,7 @@ fn expand_into(whole: &str, s: &str, out: &mut Vec<String>) -> Result<(), GlobEr
             _ => {}
         }
     }
-    let close = close.ok_or_else(|| GlobError::Braces(whole.into()))?;
+    let close = close.ok_or_else(|| GlobError::Braces(shown(whole)))?;
     let (head, tail) = (&s[..open], &s[close + 1..]);
     let mut start = open + 1;
     for end in commas.into_iter().chain(std::iter::once(close)) {
@@ -92,11 +99,14 @@ fn expand_into(whole: &str, s: &str, out: &mut Vec<String>) -> Result<(), GlobEr
 /// Splits a brace-free pattern. A leading `/` means the rootfs root, as
 /// every pattern is relative to it anyway.
 pub fn compile(pattern: &str) -> Result<Pattern, GlobError> {
+    if pattern.contains('\0') {
+        return Err(GlobError::Nul(shown(pattern)));
+    }
     let mut components = Vec::new();
     for part in pattern.split('/') {
         match part {
             "" | "." => continue,
-            ".." => return Err(GlobError::DotDot(pattern.into())),
+            ".." => return Err(GlobError::DotDot(shown(pattern))),
             "**" => {
                 if components.last() != Some(&Component::AnyDepth) {
                     components.push(Component::AnyDepth);
@@ -110,7 +120,7 @@ pub fn compile(pattern: &str) -> Result<Pattern, GlobError> {
         }
     }
     if components.is_empty() {
-        return Err(GlobError::Empty(pattern.into()));
+        return Err(GlobError::Empty(shown(pattern)));
     }
     Ok(Pattern { components })
 }
@@ -127,7 +137,7 @@ fn check_classes(whole: &str, p: &str) -> Result<(), GlobError> {
         if b[i] == b'[' {
             match class_end(b, i) {
                 Some(end) => i = end,
-                None => return Err(GlobError::Class(whole.into())),
+                None => return Err(GlobError::Class(shown(whole))),
             }
         }
         i += 1;
@@ -279,6 +289,7 @@ mod tests {
         assert!(matches!(compile("usr/../etc"), Err(GlobError::DotDot(_))));
         assert!(matches!(compile("/"), Err(GlobError::Empty(_))));
         assert!(matches!(compile("lib[abc"), Err(GlobError::Class(_))));
+        assert!(matches!(compile("lib\0.so"), Err(GlobError::Nul(_))));
     }
 
     #[test]
