@@ -113,6 +113,13 @@ pub struct HostArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(
+    after_help = "Exit status: 0 every file was read; 1 some file's device code could not be \
+read (its error is listed); 2 bad usage, or a PATH that cannot be opened.\n\
+With --rootfs, each PATH is a container root filesystem: the libraries of the config's \
+kernel_image.libraries are checked against the GPUs of --host as a container start would, \
+and the kernel-image findings are printed (exit 1 if one is an error)."
+)]
 pub struct ScanArgs {
     /// ELF files or directories (walked)
     #[arg(required = true, value_name = "PATH")]
@@ -120,6 +127,12 @@ pub struct ScanArgs {
     /// Print JSON
     #[arg(long)]
     pub json: bool,
+    /// Treat each PATH as a container rootfs and print the kernel-image findings
+    #[arg(long, requires = "host")]
+    pub rootfs: bool,
+    /// Host facts JSON file giving the GPUs and driver to judge against (with --rootfs)
+    #[arg(long, value_name = "FILE", requires = "rootfs")]
+    pub host: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -141,11 +141,43 @@ pub struct RuntimeConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct KernelImageConfig {
     pub severity: KernelImageSeverity,
+    /// Globs relative to the rootfs (`*`, `?`, `[..]`, `{a,b}`, `**`).
     pub libraries: Vec<String>,
+    /// Empty: no cache.
     pub cache_dir: String,
+    /// Distinct library files examined per container.
     pub max_files: u64,
+    /// Total size of the library files examined per container.
     pub max_bytes: u64,
+    /// Fatbin entry headers read per container.
+    pub max_entries: u64,
     pub time_budget_ms: u64,
+}
+
+/// Where Python packages live in images: distro Python (dist-packages on
+/// Debian/Ubuntu, as in NGC images), pip in /usr/local, conda (pytorch/pytorch
+/// images) and conda environments.
+const PY: &str = "{usr,usr/local,opt/conda,opt/conda/envs/*}/lib/python3*/{site,dist}-packages";
+
+/// The shipped `kernel_image.libraries`: the libraries that hold the GPU
+/// code of the common frameworks. Kept in the same order as config.toml.
+pub fn default_kernel_image_libraries() -> Vec<String> {
+    vec![
+        // PyTorch: libtorch_cuda.so (and the 1.10-1.12 split libtorch_cuda_cu/_cpp).
+        format!("{PY}/torch/lib/libtorch_cuda*.so"),
+        // TensorFlow: kernels in libtensorflow_cc / _framework, older in _pywrap.
+        format!("{PY}/tensorflow/{{libtensorflow_cc.so.2,libtensorflow_framework.so.2,python/_pywrap_tensorflow_internal.so}}"),
+        // JAX/XLA: the CUDA plugin wheels (jax-cuda12-plugin, jax-cuda12-pjrt) and older jaxlib.
+        format!("{PY}/{{jaxlib/cuda,jax_cuda1*_plugin,jax_plugins/xla_cuda1*}}/*.so"),
+        // CuPy: its precompiled CUB and Thrust kernels (cupy.cuda.cub, cupy.cuda.thrust).
+        format!("{PY}/cupy/cuda/{{cub,thrust}}*.so"),
+        // cuDNN and cuBLAS from pip wheels (nvidia-cudnn-cu12, nvidia-cublas, cu13 layout).
+        format!("{PY}/nvidia/{{cublas,cudnn,cu1*}}/lib/lib{{cublas,cudnn}}*.so.*"),
+        // cuDNN and cuBLAS from distro packages and CUDA images (nvidia/cuda, NGC).
+        "usr/lib/{x86_64,aarch64}-linux-gnu/lib{cublas,cudnn}*.so.*".into(),
+        "usr/local/cuda*/{lib64,targets/*/lib}/lib{cublas,cudnn}*.so.*".into(),
+        "opt/conda/lib/lib{cublas,cudnn}*.so.*".into(),
+    ]
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -264,10 +296,11 @@ impl Default for KernelImageConfig {
     fn default() -> Self {
         KernelImageConfig {
             severity: KernelImageSeverity::Warn,
-            libraries: Vec::new(),
+            libraries: default_kernel_image_libraries(),
             cache_dir: "/run/gpu-guard/scan".into(),
             max_files: 64,
             max_bytes: 16 << 30,
+            max_entries: 1_000_000,
             time_budget_ms: 2000,
         }
     }
@@ -410,6 +443,10 @@ impl Config {
                     format!("key `tuning.env[{i}].framework_min_version.{fw}`: {e}")
                 })?;
             }
+        }
+        for (i, g) in self.kernel_image.libraries.iter().enumerate() {
+            crate::scan::glob::parse(g)
+                .map_err(|e| format!("key `kernel_image.libraries[{i}]`: {e}"))?;
         }
         if self.host.probe_timeout_ms == 0 {
             return Err("key `host.probe_timeout_ms`: must be at least 1".into());

@@ -1,0 +1,220 @@
+//! Scan results cached by (device, inode, size, mtime), so the second start
+//! of the same image parses nothing: the warm path is an fstat plus one
+//! small file read per library.
+//!
+//! One JSON file per library in `kernel_image.cache_dir`, written with
+//! [`crate::fsutil::atomic_write`] (unique temp name + rename), so
+//! concurrent writers never corrupt each other and readers never see half
+//! a file. An entry that fails to parse, or whose key does not match its
+//! name, is ignored and rewritten. Only results that depend on the file's
+//! bytes are cached (device code, or a format error); I/O and budget
+//! failures are not.
+
+use super::arch::{Arch, Kind};
+use super::rootfs::FileStat;
+use serde::{Deserialize, Serialize};
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+
+/// Bumped when the format or the parser's results change, so old entries
+/// are ignored.
+const VERSION: u32 = 1;
+/// A real entry is a few KiB at most (a few hundred distinct images).
+const MAX_ENTRY_BYTES: u64 = 1 << 20;
+
+/// One distinct image kind of a library, what the judgement needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Image {
+    pub kind: Kind,
+    pub arch: Arch,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ptx_isa: Option<(u16, u16)>,
+}
+
+/// What a library holds: its distinct images, or why it could not be read.
+pub type Outcome = Result<Vec<Image>, String>;
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Stored {
+    version: u32,
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime_sec: i64,
+    mtime_nsec: i64,
+    #[serde(default)]
+    images: Vec<Image>,
+    #[serde(default)]
+    error: Option<String>,
+}
+
+/// The cache directory; `None` from [`Cache::open`] means "scan without".
+pub struct Cache {
+    dir: PathBuf,
+}
+
+impl Cache {
+    /// Opens (creating, mode 0700) the cache directory. Failure means no
+    /// cache, never a failed container.
+    pub fn open(dir: &str) -> Option<Cache> {
+        if dir.is_empty() {
+            return None;
+        }
+        let dir = PathBuf::from(dir);
+        if !dir.is_dir() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&dir)
+                .ok()?;
+        }
+        dir.is_dir().then_some(Cache { dir })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn path_for(&self, st: &FileStat) -> PathBuf {
+        self.dir.join(format!(
+            "v{VERSION}-{:x}-{:x}-{:x}-{:x}-{:x}.json",
+            st.dev, st.ino, st.size, st.mtime_sec, st.mtime_nsec
+        ))
+    }
+
+    /// The cached outcome for a file with this stat, if there is a valid one.
+    pub fn get(&self, st: &FileStat) -> Option<Outcome> {
+        let bytes = crate::fsutil::read_limited(&self.path_for(st), MAX_ENTRY_BYTES).ok()?;
+        let s: Stored = serde_json::from_slice(&bytes).ok()?;
+        if s.version != VERSION
+            || s.dev != st.dev
+            || s.ino != st.ino
+            || s.size != st.size
+            || s.mtime_sec != st.mtime_sec
+            || s.mtime_nsec != st.mtime_nsec
+        {
+            return None;
+        }
+        Some(match s.error {
+            Some(e) => Err(e),
+            None => Ok(s.images),
+        })
+    }
+
+    /// Stores an outcome; failures are ignored (the next start scans again).
+    pub fn put(&self, st: &FileStat, outcome: &Outcome) {
+        let (images, error) = match outcome {
+            Ok(images) => (images.clone(), None),
+            Err(e) => (Vec::new(), Some(e.clone())),
+        };
+        let s = Stored {
+            version: VERSION,
+            dev: st.dev,
+            ino: st.ino,
+            size: st.size,
+            mtime_sec: st.mtime_sec,
+            mtime_nsec: st.mtime_nsec,
+            images,
+            error,
+        };
+        if let Ok(bytes) = serde_json::to_vec(&s) {
+            let _ = crate::fsutil::atomic_write(&self.path_for(st), &bytes, 0o600);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scan::arch::Variant;
+
+    fn tempdir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!(
+            "gg-scan-cache-{tag}-{}-{:?}",
+            std::process::id(),
+            std::time::SystemTime::now()
+        ));
+        d
+    }
+
+    fn st(ino: u64) -> FileStat {
+        FileStat {
+            dev: 7,
+            ino,
+            size: 1234,
+            mtime_sec: 1_700_000_000,
+            mtime_nsec: 5,
+            mode: libc::S_IFREG | 0o644,
+        }
+    }
+
+    #[test]
+    fn roundtrip_corruption_and_key_mismatch() {
+        let d = tempdir("rt");
+        let c = Cache::open(d.to_str().unwrap()).expect("cache dir");
+        let imgs = vec![Image {
+            kind: Kind::Ptx,
+            arch: Arch::new(90, Variant::Arch),
+            ptx_isa: Some((9, 5)),
+        }];
+        assert!(c.get(&st(1)).is_none());
+        c.put(&st(1), &Ok(imgs.clone()));
+        assert_eq!(c.get(&st(1)), Some(Ok(imgs.clone())));
+        c.put(&st(2), &Err("bad magic".into()));
+        assert_eq!(c.get(&st(2)), Some(Err("bad magic".into())));
+        // A different mtime is a different file.
+        let mut other = st(1);
+        other.mtime_nsec = 6;
+        assert!(c.get(&other).is_none());
+        // Corrupt entry: ignored, then rewritten.
+        std::fs::write(c.path_for(&st(1)), b"{not json").unwrap();
+        assert!(c.get(&st(1)).is_none());
+        c.put(&st(1), &Ok(imgs.clone()));
+        assert_eq!(c.get(&st(1)), Some(Ok(imgs.clone())));
+        // An entry copied under another key's name does not match.
+        std::fs::copy(c.path_for(&st(1)), c.path_for(&st(3))).unwrap();
+        assert!(c.get(&st(3)).is_none());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn uncreatable_dir_means_no_cache() {
+        assert!(Cache::open("").is_none());
+        let d = tempdir("file");
+        std::fs::write(&d, b"a file, not a dir").unwrap();
+        assert!(Cache::open(d.join("sub").to_str().unwrap()).is_none());
+        assert!(Cache::open(d.to_str().unwrap()).is_none());
+        std::fs::remove_file(&d).unwrap();
+    }
+
+    #[test]
+    fn concurrent_writers_leave_a_valid_entry() {
+        let d = tempdir("conc");
+        let c = std::sync::Arc::new(Cache::open(d.to_str().unwrap()).unwrap());
+        let threads: Vec<_> = (0..8)
+            .map(|i| {
+                let c = c.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..20 {
+                        let imgs = vec![Image {
+                            kind: Kind::Sass,
+                            arch: Arch::new(80 + i, Variant::Plain),
+                            ptx_isa: None,
+                        }];
+                        c.put(&st(9), &Ok(imgs));
+                        if let Some(got) = c.get(&st(9)) {
+                            assert_eq!(got.unwrap().len(), 1);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(c.get(&st(9)).unwrap().unwrap().len(), 1);
+        // Only the entry itself remains: no temp files left behind.
+        assert_eq!(std::fs::read_dir(&d).unwrap().count(), 1);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}

@@ -1,0 +1,655 @@
+//! Judges scanned libraries against the visible GPUs, as the CUDA driver
+//! would pick code for them, and words the `kernel-image` findings. Pure:
+//! no I/O, table-tested.
+
+use super::arch::{
+    first_toolkit_for, last_toolkit_for, ptx_isa_needs, ptx_isa_supported, ptx_jits_on,
+    sass_runs_on, Arch, Cc, IsaNeed, Kind,
+};
+use super::cache::{Image, Outcome};
+use crate::config::KernelImageSeverity;
+use crate::decision::{Check, Finding, Severity};
+use crate::host::Gpu;
+use crate::version::Version;
+
+/// The longest path or error text quoted from an image in a message.
+const MAX_QUOTE: usize = 200;
+/// The most architectures named in one message.
+const MAX_ARCHS_SHOWN: usize = 16;
+
+/// One library found in the rootfs and what it holds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Library {
+    /// The path inside the rootfs, as matched (e.g. `usr/lib/libfoo.so.1`).
+    pub path: String,
+    pub outcome: Outcome,
+}
+
+/// Everything the I/O side found for one container.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Scanned {
+    pub libraries: Vec<Library>,
+    /// Why the scan stopped early (a budget), if it did.
+    pub incomplete: Option<String>,
+    /// Libraries matched but not scanned because the scan stopped.
+    pub not_scanned: Vec<String>,
+    /// The rootfs could not be opened at all.
+    pub rootfs_error: Option<String>,
+}
+
+/// How a library's code runs on one device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Machine code for the device (the best such `sm_XY`).
+    Native(Arch),
+    /// Only PTX fits: the driver JIT-compiles it at first start.
+    Jit { ptx: Arch, isa: Option<(u16, u16)> },
+    /// Nothing runs: `no kernel image is available for execution on the
+    /// device`. `blocked` is PTX that would fit but whose ISA the driver
+    /// is too old for (CUDA_ERROR_UNSUPPORTED_PTX_VERSION).
+    NoImage { blocked: Option<(Arch, (u16, u16))> },
+}
+
+/// Picks code for a device of capability `cc` from `images`, with the host
+/// driver's CUDA version `driver` (`None`: unknown, PTX assumed loadable).
+pub fn judge(images: &[Image], cc: Cc, driver: Option<(u64, u64)>) -> Verdict {
+    let best_sass = images
+        .iter()
+        .filter(|i| i.kind == Kind::Sass && sass_runs_on(i.arch, cc))
+        .map(|i| i.arch)
+        .max();
+    if let Some(a) = best_sass {
+        return Verdict::Native(a);
+    }
+    let mut best_jit: Option<(Arch, Option<(u16, u16)>)> = None;
+    let mut blocked: Option<(Arch, (u16, u16))> = None;
+    for i in images
+        .iter()
+        .filter(|i| i.kind == Kind::Ptx && ptx_jits_on(i.arch, cc))
+    {
+        let ok = match (i.ptx_isa, driver) {
+            (Some(isa), Some(d)) => ptx_isa_supported(isa, d),
+            _ => true,
+        };
+        if ok {
+            let better = match best_jit {
+                None => true,
+                Some((b, _)) => b.number < i.arch.number,
+            };
+            if better {
+                best_jit = Some((i.arch, i.ptx_isa));
+            }
+        } else if let Some(isa) = i.ptx_isa {
+            // Report the PTX needing the least driver: the nearest fix.
+            let nearer = match blocked {
+                None => true,
+                Some((_, b)) => isa < b,
+            };
+            if nearer {
+                blocked = Some((i.arch, isa));
+            }
+        }
+    }
+    match best_jit {
+        Some((ptx, isa)) => Verdict::Jit { ptx, isa },
+        None => Verdict::NoImage { blocked },
+    }
+}
+
+/// Makes text from an image safe for a one-line message: control and
+/// bidi-override characters become `\xNN` / `\u{NNNN}`, a backslash becomes
+/// `\\`, and the result is cut to `max` characters.
+pub fn escape(s: &str, max: usize) -> String {
+    let mut out = String::new();
+    for (n, c) in s.chars().enumerate() {
+        if n >= max {
+            out.push('…');
+            break;
+        }
+        match c {
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x80 && c.is_control() => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
+            c if c.is_control()
+                || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}') =>
+            {
+                out.push_str(&format!("\\u{{{:04x}}}", c as u32))
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `sm_80, sm_90a, compute_90 (PTX ISA 8.4)`, sorted, deduplicated, bounded.
+pub fn describe_images(images: &[Image]) -> String {
+    let mut sass: Vec<Arch> = images
+        .iter()
+        .filter(|i| i.kind == Kind::Sass)
+        .map(|i| i.arch)
+        .collect();
+    sass.sort();
+    sass.dedup();
+    let mut ptx: Vec<(Arch, Option<(u16, u16)>)> = images
+        .iter()
+        .filter(|i| i.kind == Kind::Ptx)
+        .map(|i| (i.arch, i.ptx_isa))
+        .collect();
+    ptx.sort();
+    ptx.dedup();
+    let mut names: Vec<String> = sass.iter().map(|a| a.sass_name()).collect();
+    names.extend(ptx.iter().map(|(a, isa)| match isa {
+        Some((x, y)) => format!("{} (PTX ISA {x}.{y})", a.ptx_name()),
+        None => a.ptx_name(),
+    }));
+    if names.is_empty() {
+        return "no GPU code".into();
+    }
+    let more = names.len().saturating_sub(MAX_ARCHS_SHOWN);
+    names.truncate(MAX_ARCHS_SHOWN);
+    let mut s = names.join(", ");
+    if more > 0 {
+        s.push_str(&format!(" and {more} more"));
+    }
+    s
+}
+
+/// GPUs that share a name and compute capability, judged once.
+struct GpuGroup<'a> {
+    gpus: Vec<&'a Gpu>,
+    cc: Option<Cc>,
+}
+
+impl GpuGroup<'_> {
+    fn describe(&self) -> String {
+        let first = self.gpus[0];
+        let cc = first.compute_capability.as_deref().unwrap_or("unknown");
+        let name = escape(&first.name, 80);
+        let ids = self
+            .gpus
+            .iter()
+            .map(|g| g.index.to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let what = if self.gpus.len() == 1 { "GPU" } else { "GPUs" };
+        if name.is_empty() {
+            format!("{what} {ids} (compute capability {cc})")
+        } else {
+            format!("{what} {ids} ({name}, compute capability {cc})")
+        }
+    }
+}
+
+fn group_gpus(gpus: &[Gpu]) -> Vec<GpuGroup<'_>> {
+    let mut groups: Vec<GpuGroup> = Vec::new();
+    for g in gpus {
+        match groups.iter_mut().find(|x| {
+            x.gpus[0].name == g.name && x.gpus[0].compute_capability == g.compute_capability
+        }) {
+            Some(x) => x.gpus.push(g),
+            None => groups.push(GpuGroup {
+                gpus: vec![g],
+                cc: g.compute_capability.as_deref().and_then(Cc::parse),
+            }),
+        }
+    }
+    groups
+}
+
+/// A build hint in the framework's own words, chosen from the library path.
+fn build_hint(path: &str, cc: Cc) -> String {
+    let p = path.to_ascii_lowercase();
+    let n = cc.arch_number();
+    if p.contains("torch") {
+        format!("e.g. TORCH_CUDA_ARCH_LIST=\"{cc}\"")
+    } else if p.contains("tensorflow") {
+        format!("e.g. TF_CUDA_COMPUTE_CAPABILITIES={cc}")
+    } else if p.contains("cupy") {
+        format!("e.g. CUPY_NVCC_GENERATE_CODE=\"arch=compute_{n},code=sm_{n}\"")
+    } else {
+        format!("e.g. nvcc -gencode arch=compute_{n},code=sm_{n}")
+    }
+}
+
+fn fix_for_no_image(path: &str, cc: Cc, blocked: Option<(Arch, (u16, u16))>) -> String {
+    let sm = cc.sm();
+    let hint = build_hint(path, cc);
+    if let Some((_, isa)) = blocked {
+        let need = match ptx_isa_needs(isa) {
+            IsaNeed::Cuda(a, b) => format!("CUDA {a}.{b}"),
+            IsaNeed::Unknown => "a CUDA version newer than gpu-guard knows".into(),
+        };
+        return format!(
+            "upgrade the host driver to one that provides {need} or newer (for PTX ISA {}.{}), \
+             or use an image or wheel built for {sm} ({hint})",
+            isa.0, isa.1
+        );
+    }
+    if let Some(line) = last_toolkit_for(cc) {
+        return format!(
+            "CUDA toolkits after {line} no longer build for {sm}: use the newest image or wheel \
+             line built with CUDA {line} or older that still carries {sm} ({hint}), \
+             or run on a newer GPU"
+        );
+    }
+    let since = first_toolkit_for(cc)
+        .map(|v| format!(", CUDA {v} or newer"))
+        .unwrap_or_default();
+    format!(
+        "use an image or wheel built for {sm}{since} ({hint}), or one that carries PTX for \
+         compute_{} or older",
+        cc.arch_number()
+    )
+}
+
+fn severity_for_no_image(severity: KernelImageSeverity) -> Severity {
+    match severity {
+        KernelImageSeverity::Enforce => Severity::Error,
+        KernelImageSeverity::Warn | KernelImageSeverity::Off => Severity::Warning,
+    }
+}
+
+/// The `kernel-image` findings for what was scanned, against the visible
+/// GPUs and the host driver's CUDA version.
+pub fn assess(
+    scanned: &Scanned,
+    gpus: &[Gpu],
+    cuda_driver_version: Option<&Version>,
+    severity: KernelImageSeverity,
+) -> Vec<Finding> {
+    let mut out = Vec::new();
+    if severity == KernelImageSeverity::Off || gpus.is_empty() {
+        return out;
+    }
+    if let Some(e) = &scanned.rootfs_error {
+        out.push(
+            Finding::warning(
+                Check::KernelImage,
+                format!(
+                    "cannot check the GPU code in the image: {}",
+                    escape(e, MAX_QUOTE)
+                ),
+            )
+            .with_fix("check the bundle's root.path; gpu-guard could not open it"),
+        );
+        return out;
+    }
+    let driver = cuda_driver_version.map(|v| (v.major(), v.minor()));
+    let groups = group_gpus(gpus);
+    for g in groups.iter().filter(|g| g.cc.is_none()) {
+        out.push(
+            Finding::warning(
+                Check::KernelImage,
+                format!(
+                    "cannot judge the image's GPU code for {}: its compute capability is unknown",
+                    g.describe()
+                ),
+            )
+            .with_fix("give gpu-guard NVML access (host facts without compute_capability come from /proc)"),
+        );
+    }
+    for lib in &scanned.libraries {
+        let path = escape(&lib.path, MAX_QUOTE);
+        let images = match &lib.outcome {
+            Ok(images) => images,
+            Err(e) => {
+                out.push(
+                    Finding::warning(
+                        Check::KernelImage,
+                        format!(
+                            "cannot read the GPU code in {path}: {}",
+                            escape(e, MAX_QUOTE)
+                        ),
+                    )
+                    .with_fix(format!(
+                        "check {path} in the image; gpu-guard could not verify that it runs on this host's GPUs"
+                    )),
+                );
+                continue;
+            }
+        };
+        if images.is_empty() {
+            continue;
+        }
+        let carries = describe_images(images);
+        for g in &groups {
+            let Some(cc) = g.cc else { continue };
+            match judge(images, cc, driver) {
+                Verdict::Native(_) => {}
+                Verdict::Jit { ptx, isa } => {
+                    let isa = isa
+                        .map(|(a, b)| format!(" (PTX ISA {a}.{b})"))
+                        .unwrap_or_default();
+                    out.push(
+                        Finding::warning(
+                            Check::KernelImage,
+                            format!(
+                                "{path} has no machine code for {}: the driver will JIT-compile its PTX {}{isa} at first start, which can take minutes (it carries {carries})",
+                                g.describe(),
+                                ptx.ptx_name()
+                            ),
+                        )
+                        .with_fix(format!(
+                            "use an image or wheel built for {} ({}); until then keep CUDA_CACHE_PATH on a persistent volume so the JIT runs once",
+                            cc.sm(),
+                            build_hint(&lib.path, cc)
+                        )),
+                    );
+                }
+                Verdict::NoImage { blocked } => {
+                    let why = match (blocked, driver) {
+                        (Some((a, (x, y))), Some((dm, dn))) => format!(
+                            "; its PTX {} is PTX ISA {x}.{y}, newer than the host driver (CUDA {dm}.{dn}) can compile",
+                            a.ptx_name()
+                        ),
+                        _ => String::new(),
+                    };
+                    out.push(
+                        Finding::new(
+                            Check::KernelImage,
+                            severity_for_no_image(severity),
+                            format!(
+                                "{path} has no GPU code that runs on {} (it carries {carries}{why}): CUDA will fail with \"no kernel image is available for execution on the device\"",
+                                g.describe()
+                            ),
+                        )
+                        .with_fix(fix_for_no_image(&lib.path, cc, blocked)),
+                    );
+                }
+            }
+        }
+    }
+    if let Some(reason) = &scanned.incomplete {
+        let mut f = Finding::warning(
+            Check::KernelImage,
+            format!(
+                "the GPU code check stopped early ({}); {} matched librar{} not checked",
+                escape(reason, MAX_QUOTE),
+                scanned.not_scanned.len(),
+                if scanned.not_scanned.len() == 1 { "y" } else { "ies" }
+            ),
+        )
+        .with_fix(
+            "raise kernel_image budgets (max_files, max_bytes, max_entries, time_budget_ms) or narrow kernel_image.libraries; results are cached, so the next start goes further",
+        );
+        f.details = scanned
+            .not_scanned
+            .iter()
+            .take(MAX_ARCHS_SHOWN)
+            .map(|p| escape(p, MAX_QUOTE))
+            .collect();
+        out.push(f);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scan::arch::Variant;
+
+    fn sass(n: u32, v: Variant) -> Image {
+        Image {
+            kind: Kind::Sass,
+            arch: Arch::new(n, v),
+            ptx_isa: None,
+        }
+    }
+    fn ptx(n: u32, isa: (u16, u16)) -> Image {
+        Image {
+            kind: Kind::Ptx,
+            arch: Arch::new(n, Variant::Plain),
+            ptx_isa: Some(isa),
+        }
+    }
+    fn gpu(index: u32, name: &str, cc: Option<&str>) -> Gpu {
+        Gpu {
+            index,
+            name: name.into(),
+            compute_capability: cc.map(|s| s.into()),
+            ..Default::default()
+        }
+    }
+    fn cc(s: &str) -> Cc {
+        Cc::parse(s).unwrap()
+    }
+    use Variant::{Arch as A, Family as F, Plain as P};
+
+    #[test]
+    fn judge_table() {
+        let torch_like = [sass(80, P), sass(86, P), sass(90, P), ptx(90, (8, 4))];
+        type Case = (Vec<Image>, &'static str, Option<(u64, u64)>, Verdict);
+        let cases: Vec<Case> = vec![
+            (
+                torch_like.to_vec(),
+                "8.0",
+                Some((12, 4)),
+                Verdict::Native(Arch::new(80, P)),
+            ),
+            (
+                torch_like.to_vec(),
+                "8.9",
+                Some((12, 4)),
+                Verdict::Native(Arch::new(86, P)),
+            ),
+            (
+                torch_like.to_vec(),
+                "9.0",
+                None,
+                Verdict::Native(Arch::new(90, P)),
+            ),
+            (
+                torch_like.to_vec(),
+                "10.0",
+                Some((12, 8)),
+                Verdict::Jit {
+                    ptx: Arch::new(90, P),
+                    isa: Some((8, 4)),
+                },
+            ),
+            // The driver is too old for the PTX: nothing runs.
+            (
+                torch_like.to_vec(),
+                "10.0",
+                Some((12, 2)),
+                Verdict::NoImage {
+                    blocked: Some((Arch::new(90, P), (8, 4))),
+                },
+            ),
+            (
+                torch_like.to_vec(),
+                "7.5",
+                Some((12, 4)),
+                Verdict::NoImage { blocked: None },
+            ),
+            (
+                torch_like.to_vec(),
+                "3.7",
+                Some((11, 4)),
+                Verdict::NoImage { blocked: None },
+            ),
+            // Arch-specific only: H100 yes, B200 and A100 no.
+            (
+                vec![sass(90, A)],
+                "9.0",
+                None,
+                Verdict::Native(Arch::new(90, A)),
+            ),
+            (
+                vec![sass(90, A)],
+                "10.0",
+                None,
+                Verdict::NoImage { blocked: None },
+            ),
+            // Family: sm_100f on B300 (10.3), not on RTX 50 (12.0).
+            (
+                vec![sass(100, F)],
+                "10.3",
+                None,
+                Verdict::Native(Arch::new(100, F)),
+            ),
+            (
+                vec![sass(100, F)],
+                "12.0",
+                None,
+                Verdict::NoImage { blocked: None },
+            ),
+            // Unknown driver: PTX assumed loadable.
+            (
+                vec![ptx(75, (9, 5))],
+                "8.0",
+                None,
+                Verdict::Jit {
+                    ptx: Arch::new(75, P),
+                    isa: Some((9, 5)),
+                },
+            ),
+            (vec![], "8.0", None, Verdict::NoImage { blocked: None }),
+        ];
+        for (images, dev, drv, want) in cases {
+            assert_eq!(
+                judge(&images, cc(dev), drv),
+                want,
+                "{images:?} on {dev} drv {drv:?}"
+            );
+        }
+    }
+
+    fn lib(path: &str, images: Vec<Image>) -> Library {
+        Library {
+            path: path.into(),
+            outcome: Ok(images),
+        }
+    }
+
+    #[test]
+    fn findings_for_each_case() {
+        let scanned = Scanned {
+            libraries: vec![
+                lib(
+                    "usr/local/lib/python3.12/dist-packages/torch/lib/libtorch_cuda.so",
+                    vec![sass(80, P), sass(90, P), ptx(90, (8, 4))],
+                ),
+                lib("usr/lib/libnogpu.so", vec![]),
+                Library {
+                    path: "usr/lib/libbroken.so\n\u{202e}evil".into(),
+                    outcome: Err("fatbin container at offset 0x10 runs past the end".into()),
+                },
+            ],
+            ..Default::default()
+        };
+        let gpus = [
+            gpu(0, "Tesla T4", Some("7.5")),
+            gpu(1, "Tesla T4", Some("7.5")),
+            gpu(2, "NVIDIA B200", Some("10.0")),
+            gpu(3, "NVIDIA A100-SXM4-80GB", Some("8.0")),
+            gpu(4, "mystery", None),
+        ];
+        let v = Version::parse("12.8").unwrap();
+        let f = assess(&scanned, &gpus, Some(&v), KernelImageSeverity::Enforce);
+        let msgs: Vec<&str> = f.iter().map(|f| f.message.as_str()).collect();
+        assert_eq!(f.len(), 4, "{msgs:#?}");
+        // Unknown CC.
+        assert_eq!(f[0].severity, Severity::Warning);
+        assert!(f[0].message.contains("GPU 4 (mystery"), "{}", f[0].message);
+        // T4s: one grouped error naming both, the archs and the CUDA error.
+        assert_eq!(f[1].severity, Severity::Error);
+        assert!(f[1]
+            .message
+            .contains("GPUs 0, 1 (Tesla T4, compute capability 7.5)"));
+        assert!(f[1]
+            .message
+            .contains("sm_80, sm_90, compute_90 (PTX ISA 8.4)"));
+        assert!(f[1].message.contains("no kernel image is available"));
+        let fix = f[1].fix.as_deref().unwrap();
+        assert!(
+            fix.contains("sm_75") && fix.contains("TORCH_CUDA_ARCH_LIST=\"7.5\""),
+            "{fix}"
+        );
+        // B200: JIT warning.
+        assert_eq!(f[2].severity, Severity::Warning);
+        assert!(f[2].message.contains("JIT") && f[2].message.contains("compute_90"));
+        // Broken library: warning, escaped.
+        assert_eq!(f[3].severity, Severity::Warning);
+        assert!(
+            f[3].message.contains("libbroken.so\\x0a\\u{202e}evil"),
+            "{}",
+            f[3].message
+        );
+        assert!(!f[3].message.contains('\n'));
+
+        // warn severity downgrades the error; off yields nothing.
+        let w = assess(&scanned, &gpus, Some(&v), KernelImageSeverity::Warn);
+        assert!(w.iter().all(|f| f.severity == Severity::Warning));
+        assert!(assess(&scanned, &gpus, Some(&v), KernelImageSeverity::Off).is_empty());
+        assert!(assess(&scanned, &[], Some(&v), KernelImageSeverity::Enforce).is_empty());
+    }
+
+    #[test]
+    fn fixes_name_the_way_out() {
+        // Old GPU: the last CUDA line that builds for it.
+        let f = fix_for_no_image("usr/lib/libx.so", cc("3.7"), None);
+        assert!(f.contains("11.8") && f.contains("sm_37"), "{f}");
+        let f = fix_for_no_image(
+            "opt/conda/lib/python3.11/site-packages/torch/lib/x.so",
+            cc("6.1"),
+            None,
+        );
+        assert!(
+            f.contains("12.9") && f.contains("TORCH_CUDA_ARCH_LIST=\"6.1\""),
+            "{f}"
+        );
+        // New GPU: the first CUDA that builds for it.
+        let f = fix_for_no_image("usr/lib/libx.so", cc("10.0"), None);
+        assert!(f.contains("sm_100") && f.contains("12.8"), "{f}");
+        // PTX too new for the driver.
+        let f = fix_for_no_image(
+            "usr/lib/libx.so",
+            cc("9.0"),
+            Some((Arch::new(90, P), (8, 7))),
+        );
+        assert!(f.contains("CUDA 12.8") && f.contains("PTX ISA 8.7"), "{f}");
+    }
+
+    #[test]
+    fn budget_and_rootfs_findings() {
+        let gpus = [gpu(0, "NVIDIA H100", Some("9.0"))];
+        let s = Scanned {
+            incomplete: Some("time budget of 2000 ms used up".into()),
+            not_scanned: vec!["usr/lib/a.so".into(), "usr/lib/b.so".into()],
+            ..Default::default()
+        };
+        let f = assess(&s, &gpus, None, KernelImageSeverity::Enforce);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].severity, Severity::Warning);
+        assert!(f[0].message.contains("2 matched libraries not checked"));
+        assert_eq!(f[0].details, ["usr/lib/a.so", "usr/lib/b.so"]);
+        let s = Scanned {
+            rootfs_error: Some("cannot open the container rootfs /x: No such file".into()),
+            ..Default::default()
+        };
+        let f = assess(&s, &gpus, None, KernelImageSeverity::Enforce);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].severity, Severity::Warning);
+    }
+
+    #[test]
+    fn escaping_bounds_and_cleans() {
+        assert_eq!(escape("a\tb\x1b[31m", 100), "a\\x09b\\x1b[31m");
+        assert_eq!(escape("x\\y", 100), "x\\\\y");
+        assert_eq!(escape("\u{85}", 100), "\\u{0085}");
+        let long = "é".repeat(500);
+        let e = escape(&long, 10);
+        assert_eq!(e.chars().count(), 11);
+        assert!(e.ends_with('…'));
+    }
+
+    #[test]
+    fn describes_bounded() {
+        let many: Vec<Image> = (50..90).map(|n| sass(n, P)).collect();
+        let d = describe_images(&many);
+        assert!(d.ends_with("and 24 more"), "{d}");
+        assert_eq!(describe_images(&[]), "no GPU code");
+    }
+}

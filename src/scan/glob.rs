@@ -1,0 +1,324 @@
+//! Library globs of `kernel_image.libraries`: paths relative to the
+//! container's rootfs with `*` and `?` (within one path component),
+//! `[abc]`/`[a-z]`/`[!x]` classes, `{a,b}` alternatives and `**` (any number
+//! of directories). Pure pattern logic; rootfs.rs walks the directories.
+
+/// The most patterns one config entry may expand to through `{...}`.
+pub const MAX_EXPANSIONS: usize = 1024;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum GlobError {
+    #[error("glob `{0}` has an unbalanced `{{` or `}}`")]
+    Braces(String),
+    #[error("glob `{0}` expands to more than {MAX_EXPANSIONS} patterns")]
+    TooMany(String),
+    #[error("glob `{0}` is empty")]
+    Empty(String),
+    #[error("glob `{0}` has a `..` component; globs stay inside the rootfs")]
+    DotDot(String),
+    #[error("glob `{0}` has an unterminated `[`")]
+    Class(String),
+    #[error("glob `{0}` has a NUL character")]
+    Nul(String),
+}
+
+/// One path component of a pattern.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Component {
+    /// Matched by name, no directory listing needed.
+    Literal(String),
+    /// Has `*`, `?` or `[`: the directory is listed and names matched.
+    Wild(String),
+    /// `**`: zero or more directories.
+    AnyDepth,
+}
+
+/// A brace-free pattern split into components.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pattern {
+    pub components: Vec<Component>,
+}
+
+/// A glob as error messages quote it: one line, control characters escaped.
+fn shown(s: &str) -> String {
+    s.escape_debug().to_string()
+}
+
+/// Expands `{a,b}` alternatives (nested allowed), e.g. `{usr,opt}/lib` into
+/// `usr/lib` and `opt/lib`.
+pub fn expand_braces(glob: &str) -> Result<Vec<String>, GlobError> {
+    let mut out = Vec::new();
+    expand_into(glob, glob, &mut out)?;
+    Ok(out)
+}
+
+fn expand_into(whole: &str, s: &str, out: &mut Vec<String>) -> Result<(), GlobError> {
+    let Some(open) = s.find('{') else {
+        if s.contains('}') {
+            return Err(GlobError::Braces(shown(whole)));
+        }
+        if out.len() >= MAX_EXPANSIONS {
+            return Err(GlobError::TooMany(shown(whole)));
+        }
+        out.push(s.to_string());
+        return Ok(());
+    };
+    if s[..open].contains('}') {
+        return Err(GlobError::Braces(shown(whole)));
+    }
+    // Find the matching close brace and the top-level commas.
+    let mut depth = 0usize;
+    let mut close = None;
+    let mut commas = Vec::new();
+    for (i, c) in s[open..].char_indices() {
+        let i = open + i;
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    close = Some(i);
+                    break;
+                }
+            }
+            ',' if depth == 1 => commas.push(i),
+            _ => {}
+        }
+    }
+    let close = close.ok_or_else(|| GlobError::Braces(shown(whole)))?;
+    let (head, tail) = (&s[..open], &s[close + 1..]);
+    let mut start = open + 1;
+    for end in commas.into_iter().chain(std::iter::once(close)) {
+        let alt = &s[start..end];
+        expand_into(whole, &format!("{head}{alt}{tail}"), out)?;
+        start = end + 1;
+    }
+    Ok(())
+}
+
+/// Splits a brace-free pattern. A leading `/` means the rootfs root, as
+/// every pattern is relative to it anyway.
+pub fn compile(pattern: &str) -> Result<Pattern, GlobError> {
+    if pattern.contains('\0') {
+        return Err(GlobError::Nul(shown(pattern)));
+    }
+    let mut components = Vec::new();
+    for part in pattern.split('/') {
+        match part {
+            "" | "." => continue,
+            ".." => return Err(GlobError::DotDot(shown(pattern))),
+            "**" => {
+                if components.last() != Some(&Component::AnyDepth) {
+                    components.push(Component::AnyDepth);
+                }
+            }
+            p if p.contains(['*', '?', '[']) => {
+                check_classes(pattern, p)?;
+                components.push(Component::Wild(p.to_string()));
+            }
+            p => components.push(Component::Literal(p.to_string())),
+        }
+    }
+    if components.is_empty() {
+        return Err(GlobError::Empty(shown(pattern)));
+    }
+    Ok(Pattern { components })
+}
+
+/// Parses and expands a config glob, reporting its first problem.
+pub fn parse(glob: &str) -> Result<Vec<Pattern>, GlobError> {
+    expand_braces(glob)?.iter().map(|p| compile(p)).collect()
+}
+
+fn check_classes(whole: &str, p: &str) -> Result<(), GlobError> {
+    let b = p.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'[' {
+            match class_end(b, i) {
+                Some(end) => i = end,
+                None => return Err(GlobError::Class(shown(whole))),
+            }
+        }
+        i += 1;
+    }
+    Ok(())
+}
+
+/// Index of the `]` closing the class that opens at `open`.
+fn class_end(p: &[u8], open: usize) -> Option<usize> {
+    let mut i = open + 1;
+    if p.get(i) == Some(&b'!') {
+        i += 1;
+    }
+    // A `]` right after `[` or `[!` is a literal member.
+    if p.get(i) == Some(&b']') {
+        i += 1;
+    }
+    while i < p.len() {
+        if p[i] == b']' {
+            return Some(i);
+        }
+        i += 1;
+    }
+    None
+}
+
+fn class_matches(class: &[u8], c: u8) -> bool {
+    let (negate, body) = match class.first() {
+        Some(b'!') => (true, &class[1..]),
+        _ => (false, class),
+    };
+    let mut hit = false;
+    let mut i = 0;
+    while i < body.len() {
+        if i + 2 < body.len() && body[i + 1] == b'-' {
+            if body[i] <= c && c <= body[i + 2] {
+                hit = true;
+            }
+            i += 3;
+        } else {
+            if body[i] == c {
+                hit = true;
+            }
+            i += 1;
+        }
+    }
+    hit != negate
+}
+
+/// Matches one name against one component pattern. Greedy `*` with a
+/// single backtrack point: linear in practice, never exponential.
+pub fn match_name(pattern: &str, name: &[u8]) -> bool {
+    let p = pattern.as_bytes();
+    let (mut pi, mut ni) = (0usize, 0usize);
+    let mut star: Option<(usize, usize)> = None;
+    while ni < name.len() {
+        if pi < p.len() {
+            match p[pi] {
+                b'*' => {
+                    star = Some((pi, ni));
+                    pi += 1;
+                    continue;
+                }
+                b'?' => {
+                    pi += 1;
+                    ni += 1;
+                    continue;
+                }
+                b'[' => {
+                    if let Some(end) = class_end(p, pi) {
+                        if class_matches(&p[pi + 1..end], name[ni]) {
+                            pi = end + 1;
+                            ni += 1;
+                            continue;
+                        }
+                    } else if name[ni] == b'[' {
+                        pi += 1;
+                        ni += 1;
+                        continue;
+                    }
+                }
+                c if c == name[ni] => {
+                    pi += 1;
+                    ni += 1;
+                    continue;
+                }
+                _ => {}
+            }
+        }
+        match star {
+            Some((sp, sn)) => {
+                pi = sp + 1;
+                ni = sn + 1;
+                star = Some((sp, sn + 1));
+            }
+            None => return false,
+        }
+    }
+    while pi < p.len() && p[pi] == b'*' {
+        pi += 1;
+    }
+    pi == p.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn braces() {
+        assert_eq!(
+            expand_braces("{usr,opt/conda}/lib/{a,b{1,2}}.so").unwrap(),
+            [
+                "usr/lib/a.so",
+                "usr/lib/b1.so",
+                "usr/lib/b2.so",
+                "opt/conda/lib/a.so",
+                "opt/conda/lib/b1.so",
+                "opt/conda/lib/b2.so"
+            ]
+        );
+        assert_eq!(expand_braces("plain").unwrap(), ["plain"]);
+        assert_eq!(expand_braces("{}x").unwrap(), ["x"]);
+        for bad in ["{a,b", "a}b", "}{", "x{a}}"] {
+            assert!(
+                matches!(expand_braces(bad), Err(GlobError::Braces(_))),
+                "{bad}"
+            );
+        }
+        let bomb = "{a,b}".repeat(11);
+        assert!(matches!(expand_braces(&bomb), Err(GlobError::TooMany(_))));
+    }
+
+    #[test]
+    fn components() {
+        let p = compile("/usr//lib/python3*/**/**/torch/lib/libtorch_cuda*.so").unwrap();
+        assert_eq!(
+            p.components,
+            [
+                Component::Literal("usr".into()),
+                Component::Literal("lib".into()),
+                Component::Wild("python3*".into()),
+                Component::AnyDepth,
+                Component::Literal("torch".into()),
+                Component::Literal("lib".into()),
+                Component::Wild("libtorch_cuda*.so".into()),
+            ]
+        );
+        assert!(matches!(compile("usr/../etc"), Err(GlobError::DotDot(_))));
+        assert!(matches!(compile("/"), Err(GlobError::Empty(_))));
+        assert!(matches!(compile("lib[abc"), Err(GlobError::Class(_))));
+        assert!(matches!(compile("lib\0.so"), Err(GlobError::Nul(_))));
+    }
+
+    #[test]
+    fn names() {
+        let cases = [
+            ("*", "anything", true),
+            ("lib*.so", "libtorch_cuda.so", true),
+            ("lib*.so", "libtorch_cuda.so.1", false),
+            ("libcudnn*.so.*", "libcudnn_ops.so.9", true),
+            ("libcudnn*.so.*", "libcudnn.so", false),
+            ("python3*", "python3.12", true),
+            ("python3*", "python2.7", false),
+            ("?.so", "a.so", true),
+            ("?.so", "ab.so", false),
+            ("lib[ab].so", "liba.so", true),
+            ("lib[!ab].so", "liba.so", false),
+            ("lib[!ab].so", "libc.so", true),
+            ("lib[0-9].so", "lib7.so", true),
+            ("a*b*c", "aXXbYYbZZc", true),
+            ("a*b*c", "aXXbYYbZZ", false),
+            ("*.so*", ".so", true),
+            ("", "", true),
+            ("x", "", false),
+        ];
+        for (p, n, want) in cases {
+            assert_eq!(match_name(p, n.as_bytes()), want, "{p} vs {n}");
+        }
+        // No exponential blow-up on adversarial names.
+        let name = "a".repeat(10_000);
+        assert!(!match_name("*a*a*a*a*a*a*a*a*b", name.as_bytes()));
+    }
+}
