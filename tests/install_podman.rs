@@ -54,18 +54,27 @@ fn flow_installs_the_precreate_hook_where_crio_does_not_look() {
     let root = host_root("podman-flow");
     let o = options(&root, Engine::Podman);
     let file = root.join("etc/containers/oci/hooks.d/gpu-guard-precreate.json");
+    let conf = root.join("etc/containers/containers.conf.d/99-gpu-guard.conf");
     let plan = gpu_guard::install::plan(&o).unwrap();
     assert!(plan.warnings.is_empty(), "{:?}", plan.warnings);
-    assert_eq!(run(&o), vec![file.clone()]);
+    // podman reads only /usr/share/containers/oci/hooks.d unless told: the
+    // drop-in adds our directory and keeps that one.
+    assert_eq!(run(&o), vec![conf.clone(), file.clone()]);
     golden(
         "podman/gpu-guard-precreate.json",
         &fs::read_to_string(&file).unwrap(),
     );
+    golden(
+        "podman/99-gpu-guard.conf",
+        &fs::read_to_string(&conf).unwrap(),
+    );
     assert!(run(&o).is_empty(), "second install changes nothing");
     let mut u = o.clone();
     u.uninstall = true;
-    assert_eq!(run(&u), vec![file.clone()]);
-    assert!(!file.exists());
+    let mut removed = run(&u);
+    removed.sort();
+    assert_eq!(removed, vec![conf.clone(), file.clone()]);
+    assert!(!file.exists() && !conf.exists());
     assert!(!root.join("var/lib/gpu-guard/engines/podman.json").exists());
     // The directories install created went with the file.
     assert!(!root.join("etc").exists());
@@ -106,14 +115,47 @@ fn crio_on_the_host_is_a_warning_and_crio_reading_the_dir_a_refusal() {
 }
 
 #[test]
-fn containers_conf_without_the_dir_is_a_warning() {
+fn the_admins_hooks_dirs_are_kept_in_the_drop_in() {
     let root = host_root("podman-conf");
     write(
         &root,
         "/etc/containers/containers.conf",
-        "[engine]\nhooks_dir = [\"/usr/share/containers/oci/hooks.d\"]\n",
+        "[engine]\nhooks_dir = [\"/opt/site/hooks.d\"]\n",
     );
-    let plan = gpu_guard::install::plan(&options(&root, Engine::Podman)).unwrap();
+    write(
+        &root,
+        "/etc/containers/containers.conf.d/50-site.conf",
+        "[engine]\nhooks_dir = [\"/opt/site/hooks.d\", \"/usr/share/containers/oci/hooks.d\"]\n",
+    );
+    let o = options(&root, Engine::Podman);
+    run(&o);
+    let conf = fs::read_to_string(root.join("etc/containers/containers.conf.d/99-gpu-guard.conf"))
+        .unwrap();
+    let dirs = gpu_guard::install::podman::configured_hooks_dirs([conf.as_str()]).unwrap();
+    assert_eq!(
+        dirs,
+        vec![
+            "/opt/site/hooks.d",
+            "/usr/share/containers/oci/hooks.d",
+            "/etc/containers/oci/hooks.d"
+        ]
+    );
+    // Already read by podman: no drop-in.
+    let root2 = host_root("podman-conf2");
+    write(
+        &root2,
+        "/etc/containers/containers.conf",
+        "[engine]\nhooks_dir = [\"/etc/containers/oci/hooks.d\"]\n",
+    );
+    let changed = run(&options(&root2, Engine::Podman));
+    assert_eq!(
+        changed,
+        vec![root2.join("etc/containers/oci/hooks.d/gpu-guard-precreate.json")]
+    );
+    // A custom hooks dir podman does not read is a warning, not a drop-in.
+    let mut o3 = options(&root2, Engine::Podman);
+    o3.config_path = Some("/srv/hooks".into());
+    let plan = gpu_guard::install::plan(&o3).unwrap();
     assert!(
         plan.warnings
             .iter()
@@ -122,6 +164,7 @@ fn containers_conf_without_the_dir_is_a_warning() {
         plan.warnings
     );
     fs::remove_dir_all(root).unwrap();
+    fs::remove_dir_all(root2).unwrap();
 }
 
 #[test]

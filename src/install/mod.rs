@@ -659,18 +659,55 @@ fn plan_podman_install(opts: &Options, old: Option<EngineState>) -> Result<Plan,
             dir_host.display()
         ));
     }
+    // podman's hook directories as it reads them now (ignoring our own
+    // drop-in, which is rewritten from them).
     let mut confs = vec![];
     for c in podman::CONTAINERS_CONF {
         if let Some(t) = edit::read_optional(&opts.fs_path(Path::new(c)))? {
             confs.push(t);
         }
+        let dir = opts.fs_path(Path::new(&format!("{c}.d")));
+        let mut drop_ins: Vec<PathBuf> = fs::read_dir(&dir)
+            .map(|rd| {
+                rd.filter_map(|e| e.ok())
+                    .map(|e| e.path())
+                    .filter(|p| p.extension().is_some_and(|x| x == "conf"))
+                    .filter(|p| *p != opts.fs_path(Path::new(podman::CONF_DROP_IN)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        drop_ins.sort();
+        for p in drop_ins {
+            if let Some(t) = edit::read_optional(&p)? {
+                confs.push(t);
+            }
+        }
     }
-    if let Some(dirs) = podman::configured_hooks_dirs(confs.iter().map(String::as_str)) {
-        if !dirs.iter().any(|d| same_dir(d, &dir_host)) {
+    let current =
+        podman::configured_hooks_dirs(confs.iter().map(String::as_str)).unwrap_or_else(|| {
+            podman::BUILTIN_HOOKS_DIRS
+                .iter()
+                .map(|d| d.to_string())
+                .collect()
+        });
+    let mut changes = vec![];
+    let mut created = vec![];
+    if !current.iter().any(|d| same_dir(d, &dir_host)) {
+        if opts.config_path.is_some() {
+            // A hooks directory the admin chose: their containers.conf to manage.
             warnings.push(format!(
-                "containers.conf sets hooks_dir = {dirs:?} without {}: podman will not run the precreate hook until that directory is added",
+                "podman reads hooks from {current:?}, not {}: add it to hooks_dir in containers.conf, or podman will not run the precreate hook",
                 dir_host.display()
             ));
+        } else {
+            let drop_host = PathBuf::from(podman::CONF_DROP_IN);
+            let drop_path = opts.fs_path(&drop_host);
+            let before = edit::read_optional(&drop_path)?;
+            if before.is_none() {
+                created.push(drop_host);
+            }
+            let text = podman::drop_in_text(&current, &dir_host.to_string_lossy());
+            changes.push(change(drop_path, before, Some(text)));
         }
     }
 
@@ -680,9 +717,13 @@ fn plan_podman_install(opts: &Options, old: Option<EngineState>) -> Result<Plan,
     if before.is_none() {
         note_created(opts, &mut state, &file_host);
     }
+    for c in &created {
+        note_created(opts, &mut state, c);
+    }
     let ours = hooks::hook_json(Stage::Precreate, &opts.gpu_guard_path());
+    changes.push(change(path, before, Some(ours)));
     Ok(Plan {
-        changes: vec![change(path, before, Some(ours))],
+        changes,
         state: Some(state),
         warnings,
         remove_dirs: vec![],
