@@ -184,6 +184,18 @@ pub fn default_kernel_image_libraries() -> Vec<String> {
 #[serde(deny_unknown_fields, default)]
 pub struct LogConfig {
     pub syslog: bool,
+    /// Empty: the system's socket (/dev/log, then /var/run/syslog).
+    pub syslog_socket: String,
+}
+
+impl LogConfig {
+    pub fn target(&self) -> crate::logging::Syslog {
+        match (self.syslog, self.syslog_socket.is_empty()) {
+            (false, _) => crate::logging::Syslog::Off,
+            (true, true) => crate::logging::Syslog::System,
+            (true, false) => crate::logging::Syslog::Socket(self.syslog_socket.clone().into()),
+        }
+    }
 }
 
 impl Default for Config {
@@ -308,7 +320,10 @@ impl Default for KernelImageConfig {
 
 impl Default for LogConfig {
     fn default() -> Self {
-        LogConfig { syslog: true }
+        LogConfig {
+            syslog: true,
+            syslog_socket: String::new(),
+        }
     }
 }
 

@@ -112,7 +112,7 @@ fn decide(
     let decision = pipeline::assess(&cfg, container, stage, HostChoice::FromConfig);
     logging::record(
         &decision,
-        pipeline::use_syslog(&cfg),
+        &pipeline::syslog_target(&cfg),
         logging::Fallback::Stderr,
     );
     if decision.verdict == Verdict::Refuse {
@@ -139,7 +139,7 @@ fn precreate(config_flag: Option<&Path>) -> i32 {
     let mut decision = pipeline::assess(&cfg, &container, Stage::Edit, HostChoice::FromConfig);
     logging::record(
         &decision,
-        pipeline::use_syslog(&cfg),
+        &pipeline::syslog_target(&cfg),
         logging::Fallback::Stderr,
     );
     if decision.verdict == Verdict::Refuse {

@@ -17,6 +17,15 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Once, OnceLock};
 
+/// Where decisions go first: syslog, at the system's socket (/dev/log, then
+/// /var/run/syslog) or at a configured one, or nowhere.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Syslog {
+    Off,
+    System,
+    Socket(PathBuf),
+}
+
 /// Where log lines go when syslog is off or unreachable.
 #[derive(Clone, Debug)]
 pub enum Fallback {
@@ -65,9 +74,9 @@ impl log::Log for FallbackLogger {
 static FALLBACK_LOGGER: FallbackLogger = FallbackLogger;
 
 /// Sets up the logger once: syslog when asked for and reachable, else the fallback.
-pub fn init(use_syslog: bool, fallback: Fallback) {
+pub fn init(syslog: &Syslog, fallback: Fallback) {
     INIT.call_once(|| {
-        if use_syslog {
+        if *syslog != Syslog::Off {
             // Ident fixed to `gpu-guard` whatever argv[0] is (the wrapper
             // runs as gpu-guard-runtime), so one syslog filter finds all.
             let formatter = syslog::Formatter3164 {
@@ -76,7 +85,11 @@ pub fn init(use_syslog: bool, fallback: Fallback) {
                 process: "gpu-guard".into(),
                 pid: std::process::id(),
             };
-            if let Ok(logger) = syslog::unix(formatter) {
+            let logger = match syslog {
+                Syslog::Socket(path) => syslog::unix_custom(formatter, path),
+                _ => syslog::unix(formatter),
+            };
+            if let Ok(logger) = logger {
                 if log::set_boxed_logger(Box::new(syslog::BasicLogger::new(logger))).is_ok() {
                     log::set_max_level(log::LevelFilter::Info);
                     SYSLOG_UP.store(true, Ordering::Relaxed);
@@ -94,12 +107,12 @@ pub fn init(use_syslog: bool, fallback: Fallback) {
 /// Logs a decision unless it is a plain skip. Every string in the line has
 /// been escaped by [`report::log_line`]. Without syslog, a refusal that goes
 /// to stderr anyway is not logged there twice.
-pub fn record(d: &Decision, use_syslog: bool, fallback: Fallback) {
+pub fn record(d: &Decision, syslog: &Syslog, fallback: Fallback) {
     if !d.is_notable() {
         return;
     }
     let to_stderr = matches!(fallback, Fallback::Stderr);
-    init(use_syslog, fallback);
+    init(syslog, fallback);
     if d.verdict == Verdict::Refuse && to_stderr && !SYSLOG_UP.load(Ordering::Relaxed) {
         return;
     }
@@ -112,7 +125,7 @@ pub fn record(d: &Decision, use_syslog: bool, fallback: Fallback) {
 }
 
 /// Logs why gpu-guard stood aside (e.g. unparseable config.json in the wrapper).
-pub fn stood_aside(why: &str, use_syslog: bool, fallback: Fallback) {
-    init(use_syslog, fallback);
+pub fn stood_aside(why: &str, syslog: &Syslog, fallback: Fallback) {
+    init(syslog, fallback);
     log::warn!("{}", crate::sanitize::one_line(why));
 }

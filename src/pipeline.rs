@@ -78,7 +78,10 @@ pub fn assess(
     })
 }
 
-/// Whether decisions should go to syslog (an invalid config still logs).
-pub fn use_syslog(config: &Result<Config, ConfigError>) -> bool {
-    config.as_ref().map(|c| c.log.syslog).unwrap_or(true)
+/// Where decisions are logged (an invalid config still logs, to the system's syslog).
+pub fn syslog_target(config: &Result<Config, ConfigError>) -> crate::logging::Syslog {
+    match config {
+        Ok(c) => c.log.target(),
+        Err(_) => crate::logging::Syslog::System,
+    }
 }

@@ -350,7 +350,7 @@ fn guard_create(
                         .map(crate::sanitize::esc)
                         .unwrap_or_else(|| "-".into())
                 ),
-                pipeline::use_syslog(cfg),
+                &pipeline::syslog_target(cfg),
                 // The real runtime fails on this bundle anyway, so stderr
                 // cannot leak into a running container's output.
                 match &inv.log {
@@ -363,7 +363,7 @@ fn guard_create(
     };
     spec.container.id = inv.id.clone();
     let decision = pipeline::assess(cfg, &spec.container, Stage::Edit, HostChoice::FromConfig);
-    logging::record(&decision, pipeline::use_syslog(cfg), log_fallback(inv));
+    logging::record(&decision, &pipeline::syslog_target(cfg), log_fallback(inv));
     if decision.verdict == Verdict::Refuse {
         return refuse(inv, &decision);
     }
@@ -425,11 +425,11 @@ fn guard_exec(
     decision.edits.no_new_privileges = plan.no_new_privileges;
     if decision.has_errors() && cfg.mode == config::Mode::Enforce {
         decision.verdict = Verdict::Refuse;
-        logging::record(&decision, cfg.log.syslog, log_fallback(inv));
+        logging::record(&decision, &cfg.log.target(), log_fallback(inv));
         return refuse(inv, &decision);
     }
     decision.verdict = Verdict::Allow;
-    logging::record(&decision, cfg.log.syslog, log_fallback(inv));
+    logging::record(&decision, &cfg.log.target(), log_fallback(inv));
     if spec_file::apply(&mut wrapped, &decision.edits) {
         let process = wrapped.get("process").cloned().unwrap_or_default();
         if let Err(e) = spec_file::write(path, &process) {

@@ -505,3 +505,70 @@ fn man_page_renders_from_the_cli_definition() {
     );
     assert!(page.contains("check") && page.contains("runtime") && page.contains("install"));
 }
+
+#[test]
+fn decisions_reach_syslog_as_one_escaped_line() {
+    use std::os::unix::net::UnixDatagram;
+    let t = Tmp::new("syslog");
+    let sock = t.0.join("log.sock");
+    let listener = UnixDatagram::bind(&sock).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let cfg = t.0.join("config.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[host]\nfacts_file = \"{}\"\ncache_file = \"\"\n[kernel_image]\nseverity = \"off\"\n[log]\nsyslog = true\nsyslog_socket = \"{}\"\n",
+            data("hosts/a100.json").display(),
+            sock.display()
+        ),
+    )
+    .unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let recv = || {
+        let mut buf = vec![0u8; 65536];
+        let mut got = Vec::new();
+        while let Ok(n) = listener.recv(&mut buf) {
+            got.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+        }
+        got
+    };
+    // A refusal whose container strings try to forge a second log line.
+    let spec = serde_json::json!({"process": {"env": [
+        "NVIDIA_VISIBLE_DEVICES=all",
+        "NVIDIA_REQUIRE_CUDA=cuda>=12.4\n<11>Jan  1 00:00:00 sshd[1]: forged",
+    ], "noNewPrivileges": true}, "root": {"path": "rootfs"}});
+    let b = bundle(&t.0, &spec.to_string());
+    let st = format!(
+        r#"{{"ociVersion":"1.0.2","id":"evil\u001b[2J\nid","status":"creating","pid":1,"bundle":"{}"}}"#,
+        b.display()
+    );
+    let o = run(&["--config", cfg, "hook", "prestart"], Some(st.as_bytes()));
+    assert_eq!(o.status.code(), Some(1));
+    let lines = recv();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let l = &lines[0];
+    // facility daemon (3), severity err (3): <27>; ident gpu-guard
+    assert!(l.starts_with("<27>"), "{l}");
+    assert!(l.contains(" gpu-guard["), "{l}");
+    assert!(
+        l.contains("verdict=refuse") && l.contains("cuda>=12.4"),
+        "{l}"
+    );
+    let body = l.trim_end_matches('\n');
+    assert!(!body.contains('\n') && !body.contains('\u{1b}'), "{l:?}");
+    // A warning-level decision (arch cannot be judged is not possible with
+    // full facts; an unknown requirement key is a warning) logs at warning.
+    let spec = serde_json::json!({"process": {"env": [
+        "NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_REQUIRE_X=cudnn>=9"], "noNewPrivileges": true}, "root": {"path": "rootfs"}});
+    let b = bundle(&t.0, &spec.to_string());
+    let o = run(&["--config", cfg, "hook", "prestart"], Some(&state(&b)));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let lines = recv();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].starts_with("<28>"), "{}", lines[0]);
+    // A plain skip is not logged.
+    let b = bundle(&t.0, r#"{"process":{"env":["PATH=/bin"]}}"#);
+    let o = run(&["--config", cfg, "hook", "prestart"], Some(&state(&b)));
+    assert_eq!(o.status.code(), Some(0));
+    assert!(recv().is_empty());
+}
