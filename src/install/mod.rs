@@ -501,6 +501,16 @@ fn plan_containerd_uninstall(
     if let Some(s) = &old {
         remove.extend(s.created.iter().filter(|p| **p != host).cloned());
     }
+    removal_plan(opts, remove, changes)
+}
+
+/// The plan of an uninstall: `changes` plus the removal of every file in
+/// `remove` that is still there.
+fn removal_plan(
+    opts: &Options,
+    remove: impl IntoIterator<Item = PathBuf>,
+    mut changes: Vec<FileChange>,
+) -> Result<Plan, InstallError> {
     for host_file in remove {
         let p = opts.fs_path(&host_file);
         if let Some(b) = edit::read_optional(&p)? {
@@ -743,19 +753,7 @@ fn plan_owned_uninstall(
     if let Some(s) = old {
         remove.extend(s.created);
     }
-    let mut changes = vec![];
-    for host_file in remove {
-        let p = opts.fs_path(&host_file);
-        if let Some(b) = edit::read_optional(&p)? {
-            changes.push(change(p, Some(b), None));
-        }
-    }
-    Ok(Plan {
-        changes,
-        state: None,
-        warnings: vec![],
-        remove_dirs: vec![],
-    })
+    removal_plan(opts, remove, vec![])
 }
 
 /// A TOML parse error on one line: `line L, column C: message` (toml_edit's
