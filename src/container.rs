@@ -30,8 +30,8 @@ impl Env {
         env
     }
 
-    /// Adds `KEY=VALUE`; an entry without `=` names an empty variable... in
-    /// runc it is passed as-is and getenv never finds it, so we skip it.
+    /// Adds `KEY=VALUE`. An entry without `=` is passed to the process as it
+    /// is by runc, and getenv never finds it, so it is skipped here.
     pub fn push_entry(&mut self, entry: &str) {
         if let Some((k, v)) = entry.split_once('=') {
             if !k.is_empty() {
@@ -66,13 +66,6 @@ impl Env {
             .collect()
     }
 
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
 }
 
 /// The five capability sets of `process.capabilities`; None where the spec

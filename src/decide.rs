@@ -5,7 +5,7 @@
 
 use crate::config::{ApplyTo, Config, Mode, OnFailure};
 use crate::container::Container;
-use crate::decision::{Check, Decision, Finding, Severity, Verdict};
+use crate::decision::{Check, Decision, Finding, Verdict};
 use crate::detect::{self, Detection};
 use crate::diagnosis::{self, Failure};
 use crate::host::{Gpu, HostFacts, HostProblemKind, HostReport};
@@ -234,7 +234,7 @@ fn device_findings(det: &Detection, facts: &HostFacts, out: &mut Vec<Finding>) -
     visible
 }
 
-/// Findings for host faults. Returns false when nothing more can be judged.
+/// Findings for the host faults the probe met.
 fn host_findings(host: &HostReport, visible: &[&Gpu], cfg: &Config, out: &mut Vec<Finding>) {
     for p in &host.problems {
         let f = match &p.kind {
@@ -390,10 +390,4 @@ pub fn config_error(err: &crate::config::ConfigError, c: &Container, det: &Detec
         );
     }
     d
-}
-
-impl Decision {
-    pub fn severity_max(&self) -> Option<Severity> {
-        self.findings.iter().map(|f| f.severity).max()
-    }
 }
