@@ -65,7 +65,6 @@ impl Env {
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect()
     }
-
 }
 
 /// The five capability sets of `process.capabilities`; None where the spec
