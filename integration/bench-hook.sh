@@ -18,12 +18,9 @@ GG_SYSLOG=false gg_config "$T/config.toml" h100x8
 mapfile -t IMG < "$REPO_DIR/tests/data/images/cuda-12.4.1-base-ubuntu2204.env"
 EXTRA=()
 for i in $(seq 1 $((60 - ${#IMG[@]}))); do EXTRA+=("NV_LIBRARY_${i}_VERSION=12.4.$i-1"); done
-COMPLIANT=$(printf '%s\n' $ALLOWLIST_CAPS | jq -R . | jq -sc .)
 for b in with without; do
     make_bundle "$T/$b" '["true"]' "${IMG[@]}" "${EXTRA[@]}"
-    jq --argjson caps "$COMPLIANT" '.process.noNewPrivileges = true
-        | .process.capabilities = {bounding: $caps, effective: $caps, permitted: $caps, inheritable: [], ambient: []}' \
-        "$T/$b/config.json" > "$T/x.json" && mv "$T/x.json" "$T/$b/config.json"
+    make_compliant "$T/$b"
 done
 add_prestart_hook "$T/with" "$T/config.toml"
 echo "env entries in config.json: $(jq '.process.env | length' "$T/with/config.json")"

@@ -154,3 +154,14 @@ PY
 
 # The shipped capability allowlist, read from the shipped config.
 ALLOWLIST_CAPS=$(python3 -c 'import sys, tomllib; print(" ".join(tomllib.load(open(sys.argv[1], "rb"))["security"]["capabilities"]))' "$REPO_DIR/config/config.toml")
+
+# make_compliant DIR: the bundle already meets the shipped security policy
+# (what the runtime wrapper would produce), for hook-only tests and
+# benchmarks whose subject is not the policy.
+make_compliant() {
+    local caps
+    caps=$(printf '%s\n' $ALLOWLIST_CAPS | jq -R . | jq -sc .)
+    jq --argjson caps "$caps" '.process.noNewPrivileges = true
+        | .process.capabilities = {bounding: $caps, effective: $caps, permitted: $caps, inheritable: [], ambient: []}' \
+        "$1/config.json" > "$1/config.json.new" && mv "$1/config.json.new" "$1/config.json"
+}

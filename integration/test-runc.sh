@@ -11,15 +11,6 @@ need_cmd runc jq python3 sha256sum
 
 new_scratch
 SHOW=$(jq -nc '["sh", "-c", "echo RAN; env; grep -E \"^(CapEff|CapBnd|NoNewPrivs)\" /proc/self/status"]')
-COMPLIANT_CAPS=$(printf '%s\n' $ALLOWLIST_CAPS | jq -R . | jq -sc .)
-
-# A bundle that already meets the security policy (what the wrapper would
-# produce), for hook-only tests whose subject is the requirement check.
-make_compliant() {
-    jq --argjson caps "$COMPLIANT_CAPS" '.process.noNewPrivileges = true
-        | .process.capabilities = {bounding: $caps, effective: $caps, permitted: $caps, inheritable: [], ambient: []}' \
-        "$1/config.json" > "$1/config.json.new" && mv "$1/config.json.new" "$1/config.json"
-}
 
 run_bundle() { # DIR ID -> stdout+stderr in $OUT, exit status in $RC
     OUT=$(cd "$1" && timeout 60 runc run "$2" 2>&1)

@@ -281,14 +281,7 @@ pub fn decide(inp: &Inputs) -> Decision {
     let allow = cfg.capability_allowlist();
     if !det.gpu {
         if cfg.security.apply_to == ApplyTo::All {
-            let sp = security::plan(c, &cfg.security, &allow, inp.stage);
-            d.findings = sp.findings;
-            d.edits.capabilities_dropped = sp.dropped;
-            d.edits.no_new_privileges = sp.no_new_privileges;
-            finish(&mut d, cfg);
-            if d.verdict == Verdict::Allow {
-                d.verdict = Verdict::Skip;
-            }
+            return security_only(c, false, cfg, inp.stage);
         }
         return d;
     }
@@ -351,6 +344,27 @@ pub fn decide(inp: &Inputs) -> Decision {
     d
 }
 
+/// The decision when only the security policy applies: a non-GPU container
+/// under `security.apply_to = "all"` (verdict skip unless refused), or a
+/// process exec'd into an admitted container (verdict allow or refuse).
+pub fn security_only(c: &Container, gpu: bool, cfg: &Config, stage: Stage) -> Decision {
+    let sp = security::plan(c, &cfg.security, &cfg.capability_allowlist(), stage);
+    let mut d = Decision::skip();
+    d.container_id = c.id.clone();
+    d.gpu_container = gpu;
+    if cfg.mode == Mode::Off {
+        return d;
+    }
+    d.findings = sp.findings;
+    d.edits.capabilities_dropped = sp.dropped;
+    d.edits.no_new_privileges = sp.no_new_privileges;
+    finish(&mut d, cfg);
+    if !gpu && d.verdict == Verdict::Allow {
+        d.verdict = Verdict::Skip;
+    }
+    d
+}
+
 /// Sets the verdict from the findings and the mode.
 fn finish(d: &mut Decision, cfg: &Config) {
     if !d.has_errors() {
@@ -361,7 +375,7 @@ fn finish(d: &mut Decision, cfg: &Config) {
         Mode::Enforce => {
             d.verdict = Verdict::Refuse;
             // A refused container is never created; edits would mislead.
-            d.edits = Default::default();
+            d.withheld_edits = std::mem::take(&mut d.edits);
         }
         _ => {
             d.verdict = Verdict::Allow;

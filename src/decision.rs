@@ -144,6 +144,11 @@ pub struct Decision {
     /// Extension: where host facts came from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_source: Option<String>,
+    /// The edits a refused container would have had (`edits` is empty when
+    /// refused). Not part of the JSON; podman's precreate hook applies them
+    /// when it leaves the refusal to the prestart hook.
+    #[serde(skip)]
+    pub withheld_edits: Edits,
 }
 
 impl Decision {
@@ -156,6 +161,7 @@ impl Decision {
             container_id: None,
             visible_gpus: None,
             host_source: None,
+            withheld_edits: Edits::default(),
         }
     }
 

@@ -96,18 +96,16 @@ fn prestart(config_flag: Option<&Path>) -> i32 {
         Err(e) => return bad_input(e),
     };
     container.id = state.id;
-    match decide(config_flag, &container, Stage::Verify) {
-        Ok(_) => 0,
-        Err(code) => code,
+    let decision = decide(config_flag, &container, Stage::Verify);
+    if decision.verdict == Verdict::Refuse {
+        eprint!("{}", report::refusal(&decision));
+        return EXIT_REFUSE;
     }
+    0
 }
 
-/// Decides and logs; on refusal prints the diagnosis and returns the exit code.
-fn decide(
-    config_flag: Option<&Path>,
-    container: &Container,
-    stage: Stage,
-) -> Result<Decision, i32> {
+/// Loads the config, decides and logs.
+fn decide(config_flag: Option<&Path>, container: &Container, stage: Stage) -> Decision {
     let cfg = config::load(config_flag);
     let decision = pipeline::assess(&cfg, container, stage, HostChoice::FromConfig);
     logging::record(
@@ -115,11 +113,7 @@ fn decide(
         &pipeline::syslog_target(&cfg),
         logging::Fallback::Stderr,
     );
-    if decision.verdict == Verdict::Refuse {
-        eprint!("{}", report::refusal(&decision));
-        return Err(EXIT_REFUSE);
-    }
-    Ok(decision)
+    decision
 }
 
 fn precreate(config_flag: Option<&Path>) -> i32 {
@@ -135,14 +129,8 @@ fn precreate(config_flag: Option<&Path>) -> i32 {
         Ok(c) => c,
         Err(e) => return bad_input(format!("config on stdin: {e}")),
     };
-    let cfg = config::load(config_flag);
-    let mut decision = pipeline::assess(&cfg, &container, Stage::Edit, HostChoice::FromConfig);
-    logging::record(
-        &decision,
-        &pipeline::syslog_target(&cfg),
-        logging::Fallback::Stderr,
-    );
-    if decision.verdict == Verdict::Refuse {
+    let decision = decide(config_flag, &container, Stage::Edit);
+    let edits = if decision.verdict == Verdict::Refuse {
         if !has_gpu_guard_prestart(&json) {
             eprint!("{}", report::refusal(&decision));
             return EXIT_REFUSE;
@@ -155,14 +143,12 @@ fn precreate(config_flag: Option<&Path>) -> i32 {
         // is there we let it refuse: same decision, and the user sees why.
         // The policy edits still go in, so the prestart check reports only
         // what really blocks the container.
-        if let Ok(c) = &cfg {
-            let mut warn = c.clone();
-            warn.mode = config::Mode::Warn;
-            decision = pipeline::assess(&Ok(warn), &container, Stage::Edit, HostChoice::FromConfig);
-        }
-    }
+        &decision.withheld_edits
+    } else {
+        &decision.edits
+    };
     // Unchanged configs go back byte for byte.
-    let output = if spec_file::apply(&mut json, &decision.edits) {
+    let output = if spec_file::apply(&mut json, edits) {
         match serde_json::to_vec(&json) {
             Ok(b) => b,
             Err(e) => return bad_input(format!("cannot serialize the edited config: {e}")),

@@ -416,20 +416,11 @@ fn guard_exec(
     if !gpu && cfg.security.apply_to != config::ApplyTo::All {
         return exec_real(real, args);
     }
-    let plan = crate::security::plan(&c, &cfg.security, &cfg.capability_allowlist(), Stage::Edit);
-    let mut decision = crate::decision::Decision::skip();
-    decision.container_id = c.id.clone();
-    decision.gpu_container = gpu;
-    decision.findings = plan.findings;
-    decision.edits.capabilities_dropped = plan.dropped;
-    decision.edits.no_new_privileges = plan.no_new_privileges;
-    if decision.has_errors() && cfg.mode == config::Mode::Enforce {
-        decision.verdict = Verdict::Refuse;
-        logging::record(&decision, &cfg.log.target(), log_fallback(inv));
+    let decision = crate::decide::security_only(&c, gpu, cfg, Stage::Edit);
+    logging::record(&decision, &cfg.log.target(), log_fallback(inv));
+    if decision.verdict == Verdict::Refuse {
         return refuse(inv, &decision);
     }
-    decision.verdict = Verdict::Allow;
-    logging::record(&decision, &cfg.log.target(), log_fallback(inv));
     if spec_file::apply(&mut wrapped, &decision.edits) {
         let process = wrapped.get("process").cloned().unwrap_or_default();
         if let Err(e) = spec_file::write(path, &process) {
