@@ -1,32 +1,30 @@
 //! gpu-guard: keeps GPU containers from starting on hosts where they cannot
 //! work, and starts the rest tuned and locked down.
 //!
-//! One pure core ([`decide`]) and thin adapters around it: the `check` CLI,
-//! the OCI hooks and the runtime wrapper. See ../shared/design.md.
+//! The layout is the architecture (../shared/design.md, "Data flow").
+//! Dependencies point one way, from the entry points down to the core;
+//! `tests/module_graph.rs` fails on any cycle between these modules.
+//!
+//! - [`core`]: the pure decision: requirement language, versions, detection,
+//!   decide, diagnosis, tuning, security policy, capabilities, CUDA tables.
+//!   No I/O, no clap, imports nothing outside itself.
+//! - [`oci`]: the container view built from a spec, spec patching, the hook
+//!   state and the runtime's argv.
+//! - [`host`]: the NVML probe, the /proc fallback and the facts cache,
+//!   behind [`core::facts::HostSource`].
+//! - [`scan`]: the ELF/fatbin readers and the rootfs walker.
+//! - [`install`]: engine registration.
+//! - [`config`]: finds, reads and validates config.toml into a
+//!   [`core::policy::Config`].
+//! - [`commands`]: the clap definitions and one function per subcommand;
+//!   only this layer and `main` know clap.
+//! - [`sys`]: filesystem helpers, logging and time.
 
-pub mod capability;
-pub mod check;
-pub mod cli;
+pub mod commands;
 pub mod config;
-pub mod container;
-pub mod cuda_tables;
-pub mod decide;
-pub mod decision;
-pub mod detect;
-pub mod diagnosis;
-pub mod fsutil;
-pub mod hook;
+pub mod core;
 pub mod host;
 pub mod install;
-pub mod logging;
-pub mod pipeline;
-pub mod probe;
-pub mod report;
-pub mod requirement;
-pub mod runtime;
-pub mod sanitize;
+pub mod oci;
 pub mod scan;
-pub mod security;
-pub mod spec_file;
-pub mod tuning;
-pub mod version;
+pub mod sys;

@@ -2,7 +2,7 @@
 //! outcome to an exit status. All logic lives in the library.
 
 use clap::Parser;
-use gpu_guard::cli::{Cli, Command};
+use gpu_guard::commands::cli::{Cli, Command};
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,7 +12,7 @@ fn main() -> ExitCode {
     // The runtime wrapper must see the engine's argv untouched: it is not
     // parsed by clap, whose flags could collide with runc's.
     if let Some((config, rest)) = runtime_invocation(&args) {
-        return exit(gpu_guard::runtime::main(config.as_deref(), rest));
+        return exit(gpu_guard::commands::runtime::main(config.as_deref(), rest));
     }
     let cli = match Cli::try_parse_from(&args) {
         Ok(c) => c,
@@ -24,14 +24,14 @@ fn main() -> ExitCode {
     };
     let config = cli.config.as_deref();
     let code = match &cli.command {
-        Command::Check(a) => gpu_guard::check::main(config, a),
-        Command::Hook(a) => gpu_guard::hook::main(config, a.stage),
-        Command::Runtime(a) => gpu_guard::runtime::main(config, a.args.clone()),
-        Command::Host(a) => gpu_guard::probe::host_command(config, a),
+        Command::Check(a) => gpu_guard::commands::check::main(config, a),
+        Command::Hook(a) => gpu_guard::commands::hook::main(config, a.stage),
+        Command::Runtime(a) => gpu_guard::commands::runtime::main(config, a.args.clone()),
+        Command::Host(a) => gpu_guard::host::host_command(config, a),
         Command::Scan(a) => gpu_guard::scan::command(config, a),
         Command::Install(a) => gpu_guard::install::command(config, a, false),
         Command::Uninstall(a) => gpu_guard::install::command(config, a, true),
-        Command::Man => match gpu_guard::cli::man_page() {
+        Command::Man => match gpu_guard::commands::cli::man_page() {
             Ok(page) => {
                 use std::io::Write;
                 let _ = std::io::stdout().write_all(&page);

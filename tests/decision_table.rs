@@ -2,11 +2,11 @@
 //! the environments of official nvidia/cuda images (tests/data/images) and
 //! host profiles (tests/data/hosts).
 
-use gpu_guard::config::{Config, Mode};
-use gpu_guard::container::{Container, Env};
-use gpu_guard::decision::{Check, Decision, Severity, Verdict};
-use gpu_guard::pipeline::{self, HostChoice};
-use gpu_guard::security::Stage;
+use gpu_guard::commands::pipeline::{self, HostChoice};
+use gpu_guard::core::container::{Container, Env};
+use gpu_guard::core::decision::{Check, Decision, Severity, Verdict};
+use gpu_guard::core::policy::{Config, Mode};
+use gpu_guard::core::security::Stage;
 use std::path::PathBuf;
 
 fn data(rel: &str) -> PathBuf {

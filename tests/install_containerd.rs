@@ -9,7 +9,7 @@ use std::fs;
 use std::path::Path;
 use std::process::Command;
 
-use gpu_guard::cli::Engine;
+use gpu_guard::commands::cli::Engine;
 use gpu_guard::install::containerd;
 use install_support::*;
 

@@ -5,7 +5,7 @@ mod install_support;
 
 use std::fs;
 
-use gpu_guard::cli::Engine;
+use gpu_guard::commands::cli::Engine;
 use gpu_guard::install::docker;
 use install_support::*;
 use serde_json::Value;

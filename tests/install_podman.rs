@@ -6,7 +6,7 @@ mod install_support;
 use std::fs;
 use std::path::Path;
 
-use gpu_guard::cli::Engine;
+use gpu_guard::commands::cli::Engine;
 use gpu_guard::install::hooks::{self, Stage};
 use install_support::*;
 use serde_json::Value;

@@ -7,9 +7,9 @@
 
 mod probe_common;
 
-use gpu_guard::config::HostConfig;
-use gpu_guard::host::{HostFacts, HostProblemKind, HostReport};
-use gpu_guard::probe::probe_with;
+use gpu_guard::core::facts::{HostFacts, HostProblemKind, HostReport};
+use gpu_guard::core::policy::HostConfig;
+use gpu_guard::host::probe_with;
 use probe_common::*;
 use std::path::Path;
 use std::sync::Mutex;

@@ -4,7 +4,7 @@
 
 mod scan_support;
 
-use gpu_guard::scan::arch::{Kind, Variant};
+use gpu_guard::core::arch::{Kind, Variant};
 use gpu_guard::scan::fatbin::{entries_of, Entry};
 use scan_support::*;
 use std::path::Path;

@@ -4,11 +4,11 @@
 
 mod scan_support;
 
-use gpu_guard::config::{Config, KernelImageConfig, KernelImageSeverity};
-use gpu_guard::decision::{Check, Severity};
-use gpu_guard::host::Gpu;
+use gpu_guard::core::decision::{Check, Severity};
+use gpu_guard::core::facts::Gpu;
+use gpu_guard::core::policy::{Config, KernelImageConfig, KernelImageSeverity};
+use gpu_guard::core::version::Version;
 use gpu_guard::scan::kernel_image_findings;
-use gpu_guard::version::Version;
 use scan_support::*;
 use std::fs;
 use std::os::unix::fs::symlink;

@@ -4,10 +4,10 @@
 
 mod scan_support;
 
-use gpu_guard::config::{Config, KernelImageConfig, KernelImageSeverity};
-use gpu_guard::decision::{Check, Finding, Severity};
-use gpu_guard::host::Gpu;
-use gpu_guard::scan::compat::{assess, Scanned};
+use gpu_guard::core::decision::{Check, Finding, Severity};
+use gpu_guard::core::facts::Gpu;
+use gpu_guard::core::kernel_image::{assess, Scanned};
+use gpu_guard::core::policy::{Config, KernelImageConfig, KernelImageSeverity};
 use gpu_guard::scan::libraries::{scan_root, Limits};
 use gpu_guard::scan::rootfs::{Resolver, Root};
 use scan_support::*;
@@ -102,7 +102,7 @@ fn symlinks_resolve_inside_the_rootfs() {
         let s = scan(&root, resolver, &c);
         let by = |p: &str| s.libraries.iter().find(|l| l.path == p);
         let abs = by("usr/lib/libabs.so").expect("libabs scanned");
-        let names = |l: &gpu_guard::scan::compat::Library| -> Vec<String> {
+        let names = |l: &gpu_guard::core::kernel_image::Library| -> Vec<String> {
             l.outcome
                 .as_ref()
                 .unwrap()

@@ -1,6 +1,6 @@
 //! Carrying out a planned engine-config change: the unified diff that
 //! `--dry-run` prints, the backup taken before every write, and the atomic
-//! write itself (crate::fsutil::atomic_write: temp file beside the target,
+//! write itself (crate::sys::fsutil::atomic_write: temp file beside the target,
 //! fsync, rename), so an engine never reads half a config.
 //!
 //! Backups live under the state directory (`/var/lib/gpu-guard/backup/` +
@@ -13,7 +13,7 @@ use std::fs;
 use std::io;
 use std::path::{Component, Path, PathBuf};
 
-use crate::fsutil;
+use crate::sys::fsutil;
 
 /// Engine configs and hook files are small; anything larger is not one.
 pub const MAX_CONFIG_BYTES: u64 = 4 * 1024 * 1024;

@@ -30,8 +30,8 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::cli::{Engine, InstallArgs};
-use crate::fsutil;
+use crate::commands::cli::{Engine, InstallArgs};
+use crate::sys::fsutil;
 use edit::{EditError, FileChange};
 use hooks::Stage;
 

@@ -3,15 +3,15 @@
 //! small file read per library.
 //!
 //! One JSON file per library in `kernel_image.cache_dir`, written with
-//! [`crate::fsutil::atomic_write`] (unique temp name + rename), so
+//! [`crate::sys::fsutil::atomic_write`] (unique temp name + rename), so
 //! concurrent writers never corrupt each other and readers never see half
 //! a file. An entry that fails to parse, or whose key does not match its
 //! name, is ignored and rewritten. Only results that depend on the file's
 //! bytes are cached (device code, or a format error); I/O and budget
 //! failures are not.
 
-use super::arch::{Arch, Kind};
 use super::rootfs::FileStat;
+use crate::core::kernel_image::{Image, Outcome};
 use serde::{Deserialize, Serialize};
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
@@ -21,18 +21,6 @@ use std::path::{Path, PathBuf};
 const VERSION: u32 = 1;
 /// A real entry is a few KiB at most (a few hundred distinct images).
 const MAX_ENTRY_BYTES: u64 = 1 << 20;
-
-/// One distinct image kind of a library, what the judgement needs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct Image {
-    pub kind: Kind,
-    pub arch: Arch,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ptx_isa: Option<(u16, u16)>,
-}
-
-/// What a library holds: its distinct images, or why it could not be read.
-pub type Outcome = Result<Vec<Image>, String>;
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Stored {
@@ -84,7 +72,7 @@ impl Cache {
 
     /// The cached outcome for a file with this stat, if there is a valid one.
     pub fn get(&self, st: &FileStat) -> Option<Outcome> {
-        let bytes = crate::fsutil::read_limited(&self.path_for(st), MAX_ENTRY_BYTES).ok()?;
+        let bytes = crate::sys::fsutil::read_limited(&self.path_for(st), MAX_ENTRY_BYTES).ok()?;
         let s: Stored = serde_json::from_slice(&bytes).ok()?;
         if s.version != VERSION
             || s.dev != st.dev
@@ -118,7 +106,7 @@ impl Cache {
             error,
         };
         if let Ok(bytes) = serde_json::to_vec(&s) {
-            let _ = crate::fsutil::atomic_write(&self.path_for(st), &bytes, 0o600);
+            let _ = crate::sys::fsutil::atomic_write(&self.path_for(st), &bytes, 0o600);
         }
     }
 }
@@ -126,7 +114,7 @@ impl Cache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scan::arch::Variant;
+    use crate::core::arch::{Arch, Kind, Variant};
 
     fn tempdir(tag: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!(

@@ -36,9 +36,9 @@
 //! 8), where the header-size field holds the cubin's offset in the
 //! uncompressed payload instead.
 
-use super::arch::{Arch, Kind, Variant};
 use super::elf::{self, ElfError, Region};
 use super::read::{read_exact_at, u16_at, u32_at, u64_at, ReadAt};
+use crate::core::arch::{Arch, Kind, Variant};
 use std::time::Instant;
 
 /// Container magic.

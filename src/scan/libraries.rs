@@ -1,13 +1,13 @@
 //! Finds the configured libraries inside a container's rootfs and scans
 //! them within the container's budgets, through the cache.
 
-use super::cache::{Cache, Image, Outcome};
-use super::compat::{Library, Scanned};
+use super::cache::Cache;
 use super::fatbin::{self, Budget, FatbinError};
 use super::glob::{self, Component, Pattern};
 use super::read::SizedFile;
 use super::rootfs::{self, DirEntry, Found, Root, RootfsError};
-use crate::config::KernelImageConfig;
+use crate::core::kernel_image::{Image, Library, Outcome, Scanned};
+use crate::core::policy::KernelImageConfig;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::Path;
 use std::rc::Rc;

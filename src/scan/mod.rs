@@ -11,9 +11,8 @@
 //!   [`libraries`] find and scan the configured libraries within budgets,
 //!   [`cache`] makes the second start of an image parse nothing.
 
-pub mod arch;
 pub mod cache;
-pub mod compat;
+
 pub mod elf;
 pub mod fatbin;
 pub mod glob;
@@ -21,12 +20,12 @@ pub mod libraries;
 pub mod read;
 pub mod rootfs;
 
-use crate::cli::ScanArgs;
-use crate::config::{KernelImageConfig, KernelImageSeverity};
-use crate::decision::Finding;
-use crate::host::Gpu;
-use crate::version::Version;
-use arch::Kind;
+use crate::commands::cli::ScanArgs;
+use crate::core::arch::{self, Kind};
+use crate::core::decision::Finding;
+use crate::core::facts::Gpu;
+use crate::core::policy::{KernelImageConfig, KernelImageSeverity};
+use crate::core::version::Version;
 use fatbin::{Budget, Entry};
 use read::SizedFile;
 use std::collections::BTreeMap;
@@ -47,7 +46,7 @@ pub fn kernel_image_findings(
         return Vec::new();
     }
     let scanned = libraries::scan_rootfs(rootfs, cfg);
-    compat::assess(&scanned, gpus, cuda_driver_version, cfg.severity)
+    crate::core::kernel_image::assess(&scanned, gpus, cuda_driver_version, cfg.severity)
 }
 
 /// Exit status of `gpu-guard scan`: every file was read.
@@ -123,7 +122,7 @@ fn rootfs_command(config: Option<&Path>, args: &ScanArgs) -> i32 {
         eprintln!("gpu-guard: scan --rootfs needs --host FILE");
         return EXIT_BAD_INPUT;
     };
-    let facts = match crate::host::read_facts_file(host) {
+    let facts = match crate::core::facts::read_facts_file(host) {
         Ok(f) => f,
         Err(e) => {
             eprintln!("gpu-guard: {e}");
@@ -149,7 +148,7 @@ fn rootfs_command(config: Option<&Path>, args: &ScanArgs) -> i32 {
         let findings = kernel_image_findings(rootfs, &facts.gpus, driver.as_ref(), &ki);
         if findings
             .iter()
-            .any(|f| f.severity == crate::decision::Severity::Error)
+            .any(|f| f.severity == crate::core::decision::Severity::Error)
         {
             status = status.max(EXIT_FILE_ERROR);
         }
@@ -174,9 +173,9 @@ fn rootfs_command(config: Option<&Path>, args: &ScanArgs) -> i32 {
             }
             for f in findings {
                 let sev = match f.severity {
-                    crate::decision::Severity::Error => "error",
-                    crate::decision::Severity::Warning => "warning",
-                    crate::decision::Severity::Info => "info",
+                    crate::core::decision::Severity::Error => "error",
+                    crate::core::decision::Severity::Warning => "warning",
+                    crate::core::decision::Severity::Info => "info",
                 };
                 let _ = writeln!(out, "{p}: {sev}: {}", f.message);
                 if let Some(fix) = f.fix {
@@ -271,8 +270,8 @@ fn report_error(out: &mut impl Write, json: bool, first: &mut bool, path: &Path,
         let _ = out.flush();
         eprintln!(
             "gpu-guard: {}: {}",
-            compat::escape(&shown(path), 4096),
-            compat::escape(error, 4096)
+            crate::core::kernel_image::escape(&shown(path), 4096),
+            crate::core::kernel_image::escape(error, 4096)
         );
     }
 }
@@ -352,7 +351,7 @@ fn scan_one(
                 .entry((e.kind, e.arch, e.ptx_isa, e.compressed))
                 .or_insert(0) += 1;
         });
-        let name = compat::escape(&shown(path), 4096);
+        let name = crate::core::kernel_image::escape(&shown(path), 4096);
         let total: u64 = counts.values().sum();
         if total == 0 && result.is_ok() {
             let _ = writeln!(out, "{name}: no device code");

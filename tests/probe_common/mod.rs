@@ -187,8 +187,8 @@ impl FakeHost {
         self.dir.join("boot_id")
     }
 
-    pub fn paths(&self) -> gpu_guard::probe::ProbePaths {
-        gpu_guard::probe::ProbePaths {
+    pub fn paths(&self) -> gpu_guard::host::ProbePaths {
+        gpu_guard::host::ProbePaths {
             proc_nvidia: self.proc(),
             dev: self.dev(),
             boot_id: self.boot_id(),

@@ -2,8 +2,8 @@
 //! runc and podman embed in their error), and the one-line form for the
 //! runtime's `--log` file and syslog.
 
-use crate::decision::{Decision, Severity, Verdict};
-use crate::sanitize::{esc, one_line};
+use crate::core::decision::{Decision, Severity, Verdict};
+use crate::core::sanitize::{esc, one_line};
 use std::fmt::Write;
 
 fn severity_word(s: Severity) -> &'static str {

@@ -3,17 +3,17 @@
 //! Every entry point (check, hooks, runtime wrapper) builds these inputs,
 //! calls [`decide`], and carries out the result. Nothing here does I/O.
 
-use crate::config::{ApplyTo, Config, Mode, OnFailure};
-use crate::container::Container;
-use crate::decision::{Check, Decision, Finding, Verdict};
-use crate::detect::{self, Detection};
-use crate::diagnosis::{self, Failure};
-use crate::host::{Gpu, HostFacts, HostProblemKind, HostReport};
-use crate::requirement::{self, Context, Requirement, Verdict as ReqVerdict};
-use crate::sanitize::esc;
-use crate::security::{self, Stage};
-use crate::tuning;
-use crate::version::Version;
+use crate::core::container::Container;
+use crate::core::decision::{Check, Decision, Finding, Verdict};
+use crate::core::detect::{self, Detection};
+use crate::core::diagnosis::{self, Failure};
+use crate::core::facts::{Gpu, HostFacts, HostProblemKind, HostReport};
+use crate::core::policy::{ApplyTo, Config, Mode, OnFailure};
+use crate::core::requirement::{self, Context, Requirement, Verdict as ReqVerdict};
+use crate::core::sanitize::esc;
+use crate::core::security::{self, Stage};
+use crate::core::tuning;
+use crate::core::version::Version;
 
 /// Everything `decide` needs. `kernel_image` holds the findings of the image
 /// scan, done by the caller (it reads the rootfs).
@@ -389,17 +389,23 @@ fn finish(d: &mut Decision, cfg: &Config) {
 
 /// The decision for a GPU container when the config itself is unusable:
 /// refuse, naming the file and key (design: non-GPU containers still start).
-pub fn config_error(err: &crate::config::ConfigError, c: &Container, det: &Detection) -> Decision {
+/// `error` is the loader's one-line message and `path` the file it read.
+pub fn config_error(
+    error: &str,
+    path: &std::path::Path,
+    c: &Container,
+    det: &Detection,
+) -> Decision {
     let mut d = Decision::skip();
     d.container_id = c.id.clone();
     d.gpu_container = det.gpu;
     if det.gpu {
         d.verdict = Verdict::Refuse;
         d.findings.push(
-            Finding::error(Check::Config, crate::sanitize::one_line(&err.to_string()))
+            Finding::error(Check::Config, crate::core::sanitize::one_line(error))
                 .with_fix(format!(
                     "fix {} (`gpu-guard check` shows the same error), or remove it to use the built-in defaults",
-                    err.path.display()
+                    path.display()
                 )),
         );
     }

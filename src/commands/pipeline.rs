@@ -2,14 +2,15 @@
 //! container, gather host facts only for GPU containers (a non-GPU container
 //! never waits for NVML), scan the image's GPU code, then [`decide`].
 
-use crate::config::{Config, ConfigError, KernelImageSeverity, Mode};
-use crate::container::Container;
-use crate::decide::{self, Inputs};
-use crate::decision::Decision;
-use crate::detect;
-use crate::host::{FactsFile, HostReport, HostSource};
-use crate::security::Stage;
-use crate::version::Version;
+use crate::config::ConfigError;
+use crate::core::container::Container;
+use crate::core::decide::{self, Inputs};
+use crate::core::decision::Decision;
+use crate::core::detect;
+use crate::core::facts::{FactsFile, HostReport, HostSource};
+use crate::core::policy::{Config, KernelImageSeverity, Mode};
+use crate::core::security::Stage;
+use crate::core::version::Version;
 use std::path::Path;
 
 /// Where host facts come from for this call.
@@ -24,7 +25,7 @@ fn host_report(cfg: &Config, choice: &HostChoice) -> HostReport {
     match choice {
         HostChoice::File(p) => FactsFile(p.to_path_buf()).report(),
         // The probe reads host.facts_file itself when it is set.
-        HostChoice::FromConfig => crate::probe::probe(&cfg.host),
+        HostChoice::FromConfig => crate::host::probe(&cfg.host),
     }
 }
 
@@ -38,7 +39,7 @@ pub fn assess(
     let detection = detect::classify(container);
     let cfg = match config {
         Ok(c) => c,
-        Err(e) => return decide::config_error(e, container, &detection),
+        Err(e) => return decide::config_error(&e.to_string(), &e.path, container, &detection),
     };
     let needs_host = detection.gpu && cfg.mode != Mode::Off;
     let report = needs_host.then(|| host_report(cfg, &host));
@@ -79,9 +80,9 @@ pub fn assess(
 }
 
 /// Where decisions are logged (an invalid config still logs, to the system's syslog).
-pub fn syslog_target(config: &Result<Config, ConfigError>) -> crate::logging::Syslog {
+pub fn syslog_target(config: &Result<Config, ConfigError>) -> crate::sys::logging::Syslog {
     match config {
         Ok(c) => c.log.target(),
-        Err(_) => crate::logging::Syslog::System,
+        Err(_) => crate::sys::logging::Syslog::System,
     }
 }

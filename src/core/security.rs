@@ -5,11 +5,11 @@
 //! only an entry point that runs before `create` (the runtime wrapper, podman's
 //! precreate hook) can change them. The prestart hook can only verify.
 
-use crate::capability;
-use crate::config::{OnFailure, SecurityConfig};
-use crate::container::{Capabilities, Container};
-use crate::decision::{Check, Finding};
-use crate::sanitize::esc;
+use crate::core::capability;
+use crate::core::container::{Capabilities, Container};
+use crate::core::decision::{Check, Finding};
+use crate::core::policy::{OnFailure, SecurityConfig};
+use crate::core::sanitize::esc;
 
 /// Whether the entry point can change the spec or only check it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -149,7 +149,7 @@ pub fn plan(c: &Container, cfg: &SecurityConfig, allow: &[String], stage: Stage)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
+    use crate::core::policy::Config;
 
     fn container(bounding: &[&str], nnp: bool) -> Container {
         let mut c = Container::default();
@@ -204,10 +204,16 @@ mod tests {
         let allow = cfg.capability_allowlist();
         let c = container(capability::ALL, false);
         let p = plan(&c, &cfg.security, &allow, Stage::Edit);
-        assert_eq!(p.findings[0].severity, crate::decision::Severity::Error);
+        assert_eq!(
+            p.findings[0].severity,
+            crate::core::decision::Severity::Error
+        );
         cfg.security.privileged = OnFailure::Allow;
         let p = plan(&c, &cfg.security, &allow, Stage::Edit);
-        assert_eq!(p.findings[0].severity, crate::decision::Severity::Warning);
+        assert_eq!(
+            p.findings[0].severity,
+            crate::core::decision::Severity::Warning
+        );
         assert!(p.dropped.is_empty() && !p.no_new_privileges);
     }
 }

@@ -195,12 +195,13 @@ const MAX_FACTS_FILE: u64 = 4 << 20;
 
 /// Reads a host facts file (`check --host FILE`, config `host.facts_file`).
 pub fn read_facts_file(path: &Path) -> Result<HostFacts, FactsFileError> {
-    let text = crate::fsutil::read_to_string_limited(path, MAX_FACTS_FILE).map_err(|source| {
-        FactsFileError::Read {
-            path: path.to_path_buf(),
-            source,
-        }
-    })?;
+    let text =
+        crate::sys::fsutil::read_to_string_limited(path, MAX_FACTS_FILE).map_err(|source| {
+            FactsFileError::Read {
+                path: path.to_path_buf(),
+                source,
+            }
+        })?;
     HostFacts::from_json(&text).map_err(|source| FactsFileError::Parse {
         path: path.to_path_buf(),
         source,

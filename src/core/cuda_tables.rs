@@ -5,7 +5,7 @@
 //! gathered in shared/research/cuda-facts.md. 13.2 and 13.3 are second-hand
 //! there and marked so below.
 
-use crate::version::Version;
+use crate::core::version::Version;
 
 /// (CUDA toolkit major.minor, minimum Linux driver).
 pub const TOOLKIT_MIN_DRIVER: &[(&str, &str)] = &[

@@ -12,7 +12,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::host::{Gpu, HostFacts};
+use crate::core::facts::{Gpu, HostFacts};
 
 /// /proc/driver/nvidia/version is two short lines; anything larger is not it.
 const MAX_VERSION_FILE: u64 = 64 << 10;
@@ -38,7 +38,7 @@ pub enum ProcError {
 /// exist (no NVIDIA kernel module loaded).
 pub fn read_version(proc_nvidia: &Path) -> Result<Option<String>, ProcError> {
     let path = proc_nvidia.join("version");
-    match crate::fsutil::read_limited(&path, MAX_VERSION_FILE) {
+    match crate::sys::fsutil::read_limited(&path, MAX_VERSION_FILE) {
         Ok(bytes) => Ok(Some(String::from_utf8_lossy(&bytes).into_owned())),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(source) => Err(ProcError::Read { path, source }),
@@ -130,12 +130,13 @@ pub fn read_gpus(proc_nvidia: &Path) -> Result<Vec<ProcGpu>, ProcError> {
             return Err(ProcError::TooMany { path: dir });
         }
         let path = entry.path().join("information");
-        let text = crate::fsutil::read_limited(&path, MAX_INFORMATION_FILE).map_err(|source| {
-            ProcError::Read {
-                path: path.clone(),
-                source,
-            }
-        })?;
+        let text =
+            crate::sys::fsutil::read_limited(&path, MAX_INFORMATION_FILE).map_err(|source| {
+                ProcError::Read {
+                    path: path.clone(),
+                    source,
+                }
+            })?;
         let mut g = parse_information(&String::from_utf8_lossy(&text));
         if g.pci_bus_id.is_none() {
             // The directory is named by the bus location.

@@ -2,20 +2,32 @@
 //! would pick code for them, and words the `kernel-image` findings. Pure:
 //! no I/O, table-tested.
 
-use super::arch::{
+use crate::core::arch::{
     first_toolkit_for, last_toolkit_for, ptx_isa_needs, ptx_isa_supported, ptx_jits_on,
     sass_runs_on, Arch, Cc, IsaNeed, Kind,
 };
-use super::cache::{Image, Outcome};
-use crate::config::KernelImageSeverity;
-use crate::decision::{Check, Finding, Severity};
-use crate::host::Gpu;
-use crate::version::Version;
+use crate::core::decision::{Check, Finding, Severity};
+use crate::core::facts::Gpu;
+use crate::core::policy::KernelImageSeverity;
+use crate::core::version::Version;
+use serde::{Deserialize, Serialize};
 
 /// The longest path or error text quoted from an image in a message.
 const MAX_QUOTE: usize = 200;
 /// The most architectures named in one message.
 const MAX_ARCHS_SHOWN: usize = 16;
+
+/// One distinct image kind of a library, what the judgement needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Image {
+    pub kind: Kind,
+    pub arch: Arch,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ptx_isa: Option<(u16, u16)>,
+}
+
+/// What a library holds: its distinct images, or why it could not be read.
+pub type Outcome = Result<Vec<Image>, String>;
 
 /// One library found in the rootfs and what it holds.
 #[derive(Clone, Debug, PartialEq)]
@@ -387,7 +399,7 @@ pub fn assess(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scan::arch::Variant;
+    use crate::core::arch::Variant;
 
     fn sass(n: u32, v: Variant) -> Image {
         Image {

@@ -17,9 +17,11 @@ pub mod procfs;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::cli::HostArgs;
-use crate::config::HostConfig;
-use crate::host::{FactsFile, HostFacts, HostProblem, HostProblemKind, HostReport, HostSource};
+use crate::commands::cli::HostArgs;
+use crate::core::facts::{
+    FactsFile, HostFacts, HostProblem, HostProblemKind, HostReport, HostSource,
+};
+use crate::core::policy::HostConfig;
 
 /// TEST ONLY overrides of the host paths the probe reads, for end-to-end
 /// tests of the binary with fake trees: `/proc/driver/nvidia`, `/dev`, and
@@ -146,7 +148,7 @@ fn cache_setup(
             return None;
         }
     };
-    let boot_id = match crate::fsutil::read_to_string_limited(&paths.boot_id, 4096) {
+    let boot_id = match crate::sys::fsutil::read_to_string_limited(&paths.boot_id, 4096) {
         Ok(b) if !b.trim().is_empty() => b.trim().to_string(),
         _ => {
             log::debug!(
@@ -640,7 +642,7 @@ pub fn render_table(report: &HostReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::host::{Gpu, MigDevice};
+    use crate::core::facts::{Gpu, MigDevice};
 
     #[test]
     fn table_lists_gpus_migs_and_problems() {

@@ -9,15 +9,16 @@
 //! - `precreate`: podman's extension stage (containers/common pkg/hooks): the
 //!   config JSON on stdin, the edited config JSON on stdout.
 
-use crate::cli::HookStage;
+use crate::commands::cli::HookStage;
+use crate::commands::pipeline::{self, HostChoice};
 use crate::config;
-use crate::container::{parse_spec_bytes, Container};
-use crate::decision::{Decision, Verdict};
-use crate::logging;
-use crate::pipeline::{self, HostChoice};
-use crate::report;
-use crate::security::Stage;
-use crate::spec_file;
+use crate::core::container::Container;
+use crate::core::decision::{Decision, Verdict};
+use crate::core::report;
+use crate::core::security::Stage;
+use crate::oci::spec::parse_spec_bytes;
+use crate::oci::spec_file;
+use crate::sys::logging;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
@@ -30,7 +31,7 @@ const MAX_STATE_BYTES: u64 = 16 << 20;
 fn bad_input(msg: impl std::fmt::Display) -> i32 {
     eprintln!(
         "gpu-guard hook: {}",
-        crate::sanitize::one_line(&msg.to_string())
+        crate::core::sanitize::one_line(&msg.to_string())
     );
     EXIT_BAD_INPUT
 }

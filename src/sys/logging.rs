@@ -10,21 +10,13 @@
 //!   stderr stream (containerd's shim hands runc the container's stdio), so a
 //!   line there would end up in the user's `docker logs`.
 
-use crate::decision::{Decision, Severity, Verdict};
-use crate::report;
+use crate::core::decision::{Decision, Severity, Verdict};
+pub use crate::core::policy::Syslog;
+use crate::core::report;
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Once, OnceLock};
-
-/// Where decisions go first: syslog, at the system's socket (/dev/log, then
-/// /var/run/syslog) or at a configured one, or nowhere.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Syslog {
-    Off,
-    System,
-    Socket(PathBuf),
-}
 
 /// Where log lines go when syslog is off or unreachable.
 #[derive(Clone, Debug)]
@@ -51,7 +43,7 @@ impl log::Log for FallbackLogger {
                 let line = serde_json::json!({
                     "level": if level == "warn" { "warning".to_string() } else { level },
                     "msg": format!("gpu-guard: {}", record.args()),
-                    "time": crate::runtime::rfc3339_now(),
+                    "time": crate::commands::runtime::rfc3339_now(),
                 });
                 if let (Ok(mut f), Ok(mut bytes)) = (
                     std::fs::OpenOptions::new()
@@ -127,5 +119,5 @@ pub fn record(d: &Decision, syslog: &Syslog, fallback: Fallback) {
 /// Logs why gpu-guard stood aside (e.g. unparseable config.json in the wrapper).
 pub fn stood_aside(why: &str, syslog: &Syslog, fallback: Fallback) {
     init(syslog, fallback);
-    log::warn!("{}", crate::sanitize::one_line(why));
+    log::warn!("{}", crate::core::sanitize::one_line(why));
 }

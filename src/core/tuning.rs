@@ -3,11 +3,11 @@
 //! A variable the image or the user set is never touched: their value is a
 //! decision someone made, ours is a default.
 
-use crate::config::{TuningConfig, TuningRule};
-use crate::container::Container;
-use crate::decision::{Check, Finding};
-use crate::host::Gpu;
-use crate::version::Version;
+use crate::core::container::Container;
+use crate::core::decision::{Check, Finding};
+use crate::core::facts::Gpu;
+use crate::core::policy::{TuningConfig, TuningRule};
+use crate::core::version::Version;
 use serde_json::{Map, Value};
 
 /// The annotation values that switch tuning off for one container.
@@ -104,7 +104,7 @@ pub fn plan(
                     format!(
                         "tuning is off for this container (annotation {}={})",
                         cfg.disable_annotation,
-                        crate::sanitize::esc(v)
+                        crate::core::sanitize::esc(v)
                     ),
                 )],
             );
@@ -125,8 +125,8 @@ pub fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
-    use crate::container::Env;
+    use crate::core::container::Env;
+    use crate::core::policy::Config;
 
     fn gpu(cc: Option<&str>) -> Gpu {
         Gpu {

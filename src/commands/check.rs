@@ -2,14 +2,14 @@
 //! would, change nothing. Exit 0 when it would start, 1 when refused, 2 for
 //! bad usage or unreadable input (design.md).
 
-use crate::cli::{CheckArgs, CheckStage};
+use crate::commands::cli::{CheckArgs, CheckStage};
+use crate::commands::pipeline::{self, HostChoice};
 use crate::config;
-use crate::container::Container;
-use crate::decision::Verdict;
-use crate::pipeline::{self, HostChoice};
-use crate::report;
-use crate::security::Stage;
-use crate::spec_file;
+use crate::core::container::Container;
+use crate::core::decision::Verdict;
+use crate::core::report;
+use crate::core::security::Stage;
+use crate::oci::spec_file;
 use std::path::Path;
 
 pub const EXIT_ALLOW: i32 = 0;
@@ -19,7 +19,7 @@ pub const EXIT_USAGE: i32 = 2;
 fn usage(msg: impl std::fmt::Display) -> i32 {
     eprintln!(
         "gpu-guard check: {}",
-        crate::sanitize::one_line(&msg.to_string())
+        crate::core::sanitize::one_line(&msg.to_string())
     );
     EXIT_USAGE
 }
@@ -46,14 +46,14 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
             _ => {
                 return usage(format!(
                     "--env wants KEY=VALUE, got `{}`",
-                    crate::sanitize::esc(&entry)
+                    crate::core::sanitize::esc(&entry)
                 ))
             }
         }
     }
     if let Some(host) = &args.host {
         // Unreadable input is a usage error here, not a refusal.
-        if let Err(e) = crate::host::read_facts_file(host) {
+        if let Err(e) = crate::core::facts::read_facts_file(host) {
             return usage(e);
         }
     }
@@ -64,7 +64,7 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
         }
         eprintln!(
             "gpu-guard check: {}",
-            crate::sanitize::one_line(&e.to_string())
+            crate::core::sanitize::one_line(&e.to_string())
         );
     }
     let stage = match args.stage {

@@ -4,7 +4,7 @@
 //! Valid while the key matches (the full text of /proc/driver/nvidia/version,
 //! which changes with any driver load; the boot id; the configured NVML
 //! library) and while younger than `host.cache_ttl_s`. Written with
-//! [`crate::fsutil::replace_file`] (temp file + rename in the same
+//! [`crate::sys::fsutil::replace_file`] (temp file + rename in the same
 //! directory; no fsync: the cache lives in /run), so concurrent readers see the old file or the new one, never
 //! half of one; concurrent writers each rename a whole file and the last one
 //! wins. Anything unexpected (truncated, foreign, another owner, writable by
@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::host::HostFacts;
+use crate::core::facts::HostFacts;
 
 /// Tags our files; anything else at the path is foreign and ignored.
 pub const FORMAT: &str = "gpu-guard host facts cache v1";
@@ -235,7 +235,7 @@ pub fn store(
                 })?;
         }
     }
-    crate::fsutil::replace_file(path, &data, 0o644).map_err(|source| CacheError::Write {
+    crate::sys::fsutil::replace_file(path, &data, 0o644).map_err(|source| CacheError::Write {
         path: path.to_path_buf(),
         source,
     })
@@ -244,7 +244,7 @@ pub fn store(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::host::Gpu;
+    use crate::core::facts::Gpu;
     use std::os::unix::fs::PermissionsExt;
 
     fn tempdir(tag: &str) -> PathBuf {

@@ -5,10 +5,11 @@
 //! engine annotations, newer spec fields — survives byte-for-byte in meaning
 //! and in order. The file is replaced atomically or not at all.
 
-use crate::capability;
-use crate::container::{parse_spec_bytes, Container};
-use crate::decision::Edits;
-use crate::fsutil;
+use crate::core::capability;
+use crate::core::container::Container;
+use crate::core::decision::Edits;
+use crate::oci::spec::parse_spec_bytes;
+use crate::sys::fsutil;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -34,7 +35,7 @@ pub enum SpecFileError {
     Shape {
         path: PathBuf,
         #[source]
-        source: crate::container::SpecError,
+        source: crate::oci::spec::SpecError,
     },
     #[error("cannot write {path}: {source}")]
     Write {
@@ -99,7 +100,7 @@ pub fn apply(spec: &mut Value, edits: &Edits) -> bool {
     }
     if !edits.capabilities_dropped.is_empty() {
         if let Some(Value::Object(caps)) = process.get_mut("capabilities") {
-            for set in crate::container::Capabilities::SETS {
+            for set in crate::core::container::Capabilities::SETS {
                 if let Some(Value::Array(list)) = caps.get_mut(set) {
                     let before = list.len();
                     list.retain(|c| {

@@ -15,8 +15,8 @@
 //! (internal/requirements): an unknown key is skipped rather than failing the
 //! whole requirement, and we report it as a warning.
 
-use crate::host::Gpu;
-use crate::version::Version;
+use crate::core::facts::Gpu;
+use crate::core::version::Version;
 use std::fmt;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -15,7 +15,7 @@ use nvml_wrapper::enum_wrappers::device::Brand;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
 
-use crate::host::{Gpu, HostFacts, MigDevice};
+use crate::core::facts::{Gpu, HostFacts, MigDevice};
 
 /// The library name the dynamic loader resolves when `host.nvml_library` is
 /// empty: the soname the NVIDIA driver installs (nvml-wrapper's default too).
@@ -384,7 +384,10 @@ mod tests {
             Brand::VGaming,
             Brand::Nvidia,
         ] {
-            assert!(crate::host::BRANDS.contains(&brand_name(&b)), "{b:?}");
+            assert!(
+                crate::core::facts::BRANDS.contains(&brand_name(&b)),
+                "{b:?}"
+            );
         }
         assert_eq!(brand_name(&Brand::VGaming), "cloudgaming");
     }

@@ -7,12 +7,12 @@
 //! alternative is accounted for, grouped by the reason it failed, with the
 //! host value that made it fail, and the fix names the driver to install.
 
-use crate::cuda_tables;
-use crate::decision::{Check, Finding};
-use crate::host::{Gpu, HostFacts};
-use crate::requirement::{Judgement, Key, Outcome, Requirement, TermResult};
-use crate::sanitize::esc;
-use crate::version::Version;
+use crate::core::cuda_tables;
+use crate::core::decision::{Check, Finding};
+use crate::core::facts::{Gpu, HostFacts};
+use crate::core::requirement::{Judgement, Key, Outcome, Requirement, TermResult};
+use crate::core::sanitize::esc;
+use crate::core::version::Version;
 
 /// Most groups listed in the message; the rest are counted.
 const MAX_GROUPS: usize = 6;
@@ -314,7 +314,7 @@ fn fix_text(f: &Failure, facts: &HostFacts, honor_disable_require: bool) -> Stri
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::requirement::{Context, Verdict};
+    use crate::core::requirement::{Context, Verdict};
 
     const CUDA_12_4: &str = "cuda>=12.4 brand=tesla,driver>=470,driver<471 brand=unknown,driver>=470,driver<471 brand=nvidia,driver>=470,driver<471 brand=nvidiartx,driver>=470,driver<471 brand=geforce,driver>=470,driver<471 brand=geforcertx,driver>=470,driver<471 brand=quadro,driver>=470,driver<471 brand=quadrortx,driver>=470,driver<471 brand=titan,driver>=470,driver<471 brand=titanrtx,driver>=470,driver<471 brand=tesla,driver>=525,driver<526 brand=unknown,driver>=525,driver<526 brand=nvidia,driver>=525,driver<526 brand=nvidiartx,driver>=525,driver<526 brand=geforce,driver>=525,driver<526 brand=geforcertx,driver>=525,driver<526 brand=quadro,driver>=525,driver<526 brand=quadrortx,driver>=525,driver<526 brand=titan,driver>=525,driver<526 brand=titanrtx,driver>=525,driver<526 brand=tesla,driver>=535,driver<536 brand=unknown,driver>=535,driver<536 brand=nvidia,driver>=535,driver<536 brand=nvidiartx,driver>=535,driver<536 brand=geforce,driver>=535,driver<536 brand=geforcertx,driver>=535,driver<536 brand=quadro,driver>=535,driver<536 brand=quadrortx,driver>=535,driver<536 brand=titan,driver>=535,driver<536 brand=titanrtx,driver>=535,driver<536";
 

@@ -17,8 +17,8 @@
 //!   requested (nvidia-container-toolkit cmd/nvidia-container-runtime/README.md),
 //!   so treating it as a request would lock down every container on such hosts.
 
-use crate::container::Container;
-use crate::host::HostFacts;
+use crate::core::container::Container;
+use crate::core::facts::HostFacts;
 
 /// Where a request for GPUs came from, for messages.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -237,8 +237,8 @@ pub fn resolve(req: &Request, facts: &HostFacts) -> (Vec<usize>, Vec<Unknown>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::container::Env;
-    use crate::host::{Gpu, MigDevice};
+    use crate::core::container::Env;
+    use crate::core::facts::{Gpu, MigDevice};
 
     fn env(vars: &[&str]) -> Container {
         Container::from_env(Env::from_entries(vars))

@@ -10,13 +10,14 @@
 //! as `OCI runtime create failed: <msg>` (shared/research/oci-integration.md),
 //! which is what `docker run` prints.
 
-use crate::config::{self, Config, ConfigError};
-use crate::decision::Verdict;
-use crate::logging;
-use crate::pipeline::{self, HostChoice};
-use crate::report;
-use crate::security::Stage;
-use crate::spec_file;
+use crate::commands::pipeline::{self, HostChoice};
+use crate::config::{self, ConfigError};
+use crate::core::decision::Verdict;
+use crate::core::policy::Config;
+use crate::core::report;
+use crate::core::security::Stage;
+use crate::oci::spec_file;
+use crate::sys::logging;
 use std::ffi::{OsStr, OsString};
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
@@ -302,7 +303,7 @@ fn log_fallback(inv: &Invocation) -> logging::Fallback {
 }
 
 /// Reports a refusal: JSON line in --log (what containerd shows), and stderr.
-fn refuse(inv: &Invocation, decision: &crate::decision::Decision) -> i32 {
+fn refuse(inv: &Invocation, decision: &crate::core::decision::Decision) -> i32 {
     let line = report::refusal_line(decision);
     if let Some(log) = &inv.log {
         if let Err(e) = write_log_line(log, &line) {
@@ -347,7 +348,7 @@ fn guard_create(
                     "standing aside for container {}: {e}; the real runtime will report it",
                     inv.id
                         .as_deref()
-                        .map(crate::sanitize::esc)
+                        .map(crate::core::sanitize::esc)
                         .unwrap_or_else(|| "-".into())
                 ),
                 &pipeline::syslog_target(cfg),
@@ -390,18 +391,18 @@ fn guard_exec(
     let (Some(path), Ok(cfg)) = (&inv.process, cfg) else {
         return exec_real(real, args);
     };
-    if cfg.mode == config::Mode::Off {
+    if cfg.mode == crate::core::policy::Mode::Off {
         return exec_real(real, args);
     }
-    let bytes = match crate::fsutil::read_limited(path, spec_file::MAX_SPEC_BYTES) {
+    let bytes = match crate::sys::fsutil::read_limited(path, spec_file::MAX_SPEC_BYTES) {
         Ok(b) => b,
         Err(_) => return exec_real(real, args),
     };
-    let Ok(process) = crate::container::parse_spec_bytes(&bytes) else {
+    let Ok(process) = crate::oci::spec::parse_spec_bytes(&bytes) else {
         return exec_real(real, args);
     };
     let mut wrapped = serde_json::json!({ "process": process });
-    let Ok(mut c) = crate::container::Container::from_spec(&wrapped, None) else {
+    let Ok(mut c) = crate::core::container::Container::from_spec(&wrapped, None) else {
         return exec_real(real, args);
     };
     c.id = inv.id.clone();
@@ -410,13 +411,13 @@ fn guard_exec(
     // env it gives exec'd processes).
     let gpu = container_bundle(real, inv)
         .and_then(|b| spec_file::load(&b.join("config.json"), Some(&b)).ok())
-        .map(|s| crate::detect::classify(&s.container).gpu)
+        .map(|s| crate::core::detect::classify(&s.container).gpu)
         .unwrap_or(false)
-        || crate::detect::classify(&c).gpu;
-    if !gpu && cfg.security.apply_to != config::ApplyTo::All {
+        || crate::core::detect::classify(&c).gpu;
+    if !gpu && cfg.security.apply_to != crate::core::policy::ApplyTo::All {
         return exec_real(real, args);
     }
-    let decision = crate::decide::security_only(&c, gpu, cfg, Stage::Edit);
+    let decision = crate::core::decide::security_only(&c, gpu, cfg, Stage::Edit);
     logging::record(&decision, &cfg.log.target(), log_fallback(inv));
     if decision.verdict == Verdict::Refuse {
         return refuse(inv, &decision);

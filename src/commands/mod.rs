@@ -1,0 +1,9 @@
+//! The entry points: clap definitions ([`cli`]) and one function per
+//! subcommand. Only this layer and `main` know clap; everything below takes
+//! plain values.
+
+pub mod check;
+pub mod cli;
+pub mod hook;
+pub mod pipeline;
+pub mod runtime;

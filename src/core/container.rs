@@ -1,0 +1,136 @@
+//! A read-only view of one container: what the core decides on. It is built
+//! from an OCI config.json by [`crate::oci::spec`] or, for `check --env`,
+//! from an environment alone.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// The container's environment: `KEY=VALUE` entries in order. Lookups take
+/// the last entry for a key, as NVIDIA's toolkit builds its env map
+/// (internal/config/image/cuda_image.go NewCUDAImageFromEnv).
+#[derive(Clone, Debug, Default)]
+pub struct Env {
+    entries: Vec<(String, String)>,
+}
+
+impl Env {
+    pub fn from_entries<I, S>(entries: I) -> Env
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let mut env = Env::default();
+        for e in entries {
+            env.push_entry(e.as_ref());
+        }
+        env
+    }
+
+    /// Adds `KEY=VALUE`. An entry without `=` is passed to the process as it
+    /// is by runc, and getenv never finds it, so it is skipped here.
+    pub fn push_entry(&mut self, entry: &str) {
+        if let Some((k, v)) = entry.split_once('=') {
+            if !k.is_empty() {
+                self.entries.push((k.to_string(), v.to_string()));
+            }
+        }
+    }
+
+    /// Sets a variable, replacing earlier values (`check --env` overrides the spec).
+    pub fn set(&mut self, key: &str, value: &str) {
+        self.entries.retain(|(k, _)| k != key);
+        self.entries.push((key.to_string(), value.to_string()));
+    }
+
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.entries
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn contains(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// Each distinct variable once, with its effective (last) value, sorted by name.
+    pub fn vars(&self) -> BTreeMap<&str, &str> {
+        self.entries
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect()
+    }
+}
+
+/// The five capability sets of `process.capabilities`; None where the spec
+/// has no such list.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Capabilities {
+    pub bounding: Option<Vec<String>>,
+    pub effective: Option<Vec<String>>,
+    pub inheritable: Option<Vec<String>>,
+    pub permitted: Option<Vec<String>>,
+    pub ambient: Option<Vec<String>>,
+}
+
+impl Capabilities {
+    pub const SETS: [&'static str; 5] = [
+        "bounding",
+        "effective",
+        "inheritable",
+        "permitted",
+        "ambient",
+    ];
+
+    pub fn set(&self, name: &str) -> Option<&Vec<String>> {
+        match name {
+            "bounding" => self.bounding.as_ref(),
+            "effective" => self.effective.as_ref(),
+            "inheritable" => self.inheritable.as_ref(),
+            "permitted" => self.permitted.as_ref(),
+            "ambient" => self.ambient.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// Every capability in any set, once.
+    pub fn union(&self) -> Vec<&str> {
+        let mut all: Vec<&str> = Self::SETS
+            .iter()
+            .filter_map(|s| self.set(s))
+            .flatten()
+            .map(|s| s.as_str())
+            .collect();
+        all.sort_unstable();
+        all.dedup();
+        all
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Container {
+    pub id: Option<String>,
+    pub env: Env,
+    pub annotations: BTreeMap<String, String>,
+    /// `linux.devices[].path`.
+    pub devices: Vec<String>,
+    /// Paths of every hook in the spec (all stages).
+    pub hook_paths: Vec<String>,
+    /// `mounts[].destination`.
+    pub mount_destinations: Vec<String>,
+    pub capabilities: Capabilities,
+    pub no_new_privileges: bool,
+    /// Absolute path of the root filesystem, when known.
+    pub rootfs: Option<PathBuf>,
+}
+
+impl Container {
+    /// A container described by its environment alone (`check --env`).
+    pub fn from_env(env: Env) -> Container {
+        Container {
+            env,
+            ..Default::default()
+        }
+    }
+}

@@ -1,0 +1,22 @@
+//! The pure core: everything that decides, and nothing that reads a file,
+//! probes a device or parses a command line. Every entry point builds a
+//! [`container::Container`] and [`facts::HostFacts`], calls
+//! [`decide`], and carries out the [`decision::Decision`].
+
+pub mod arch;
+pub mod capability;
+pub mod container;
+pub mod cuda_tables;
+pub mod decide;
+pub mod decision;
+pub mod detect;
+pub mod diagnosis;
+pub mod facts;
+pub mod kernel_image;
+pub mod policy;
+pub mod report;
+pub mod requirement;
+pub mod sanitize;
+pub mod security;
+pub mod tuning;
+pub mod version;

@@ -1,0 +1,413 @@
+//! The host policy: gpu-guard's configuration as values. Reading the file
+//! is [`crate::config`]'s job; this module only holds the types, their
+//! defaults and the checks that need no I/O.
+//!
+//! `Config::default()` equals the shipped `config/config.toml` (a test in
+//! [`crate::config`] holds them together). Unknown keys are errors that name
+//! the key, so a typo never silently weakens the policy.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use crate::core::capability;
+use crate::core::version::Version;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Refuse on errors, apply edits.
+    Enforce,
+    /// Log what enforce would refuse, start the container anyway, still apply edits.
+    Warn,
+    /// Do nothing at all.
+    Off,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnFailure {
+    Refuse,
+    Allow,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ApplyTo {
+    Gpu,
+    All,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KernelImageSeverity {
+    Off,
+    Warn,
+    Enforce,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub mode: Mode,
+    pub host: HostConfig,
+    pub requirements: RequirementsConfig,
+    pub tuning: TuningConfig,
+    pub security: SecurityConfig,
+    pub runtime: RuntimeConfig,
+    pub kernel_image: KernelImageConfig,
+    pub log: LogConfig,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HostConfig {
+    pub facts_file: String,
+    pub nvml_library: String,
+    pub probe_timeout_ms: u64,
+    pub on_probe_failure: OnFailure,
+    pub cache_file: String,
+    pub cache_ttl_s: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RequirementsConfig {
+    pub honor_disable_require: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TuningConfig {
+    pub enabled: bool,
+    pub disable_annotation: String,
+    pub frameworks: BTreeMap<String, Vec<String>>,
+    pub env: Vec<TuningRule>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TuningRule {
+    pub name: String,
+    pub value: String,
+    /// Apply only when every visible GPU has at least this compute capability.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_compute_capability: Option<String>,
+    /// Apply only when the image declares one of these frameworks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub frameworks: Vec<String>,
+    /// Skip when the image declares this framework at an older version.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub framework_min_version: BTreeMap<String, String>,
+    /// Skip when the container sets any of these (a newer spelling of the same knob).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unless_env: Vec<String>,
+}
+
+impl TuningRule {
+    fn plain(name: &str, value: &str) -> TuningRule {
+        TuningRule {
+            name: name.into(),
+            value: value.into(),
+            min_compute_capability: None,
+            frameworks: Vec::new(),
+            framework_min_version: BTreeMap::new(),
+            unless_env: Vec::new(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SecurityConfig {
+    pub apply_to: ApplyTo,
+    pub no_new_privileges: bool,
+    pub capabilities: Vec<String>,
+    pub privileged: OnFailure,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RuntimeConfig {
+    pub path: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KernelImageConfig {
+    pub severity: KernelImageSeverity,
+    /// Globs relative to the rootfs (`*`, `?`, `[..]`, `{a,b}`, `**`).
+    pub libraries: Vec<String>,
+    /// Empty: no cache.
+    pub cache_dir: String,
+    /// Distinct library files examined per container.
+    pub max_files: u64,
+    /// Total size of the library files examined per container.
+    pub max_bytes: u64,
+    /// Fatbin entry headers read per container.
+    pub max_entries: u64,
+    pub time_budget_ms: u64,
+}
+
+/// Where Python packages live in images: distro Python (dist-packages on
+/// Debian/Ubuntu, as in NGC images), pip in /usr/local, conda (pytorch/pytorch
+/// images) and conda environments.
+const PY: &str = "{usr,usr/local,opt/conda,opt/conda/envs/*}/lib/python3*/{site,dist}-packages";
+
+/// The shipped `kernel_image.libraries`: the libraries that hold the GPU
+/// code of the common frameworks. Kept in the same order as config.toml.
+pub fn default_kernel_image_libraries() -> Vec<String> {
+    vec![
+        // PyTorch: libtorch_cuda.so (and the 1.10-1.12 split libtorch_cuda_cu/_cpp).
+        format!("{PY}/torch/lib/libtorch_cuda*.so"),
+        // TensorFlow: kernels in libtensorflow_cc / _framework, older in _pywrap.
+        format!("{PY}/tensorflow/{{libtensorflow_cc.so.2,libtensorflow_framework.so.2,python/_pywrap_tensorflow_internal.so}}"),
+        // JAX/XLA: the CUDA plugin wheels (jax-cuda12-plugin, jax-cuda12-pjrt) and older jaxlib.
+        format!("{PY}/{{jaxlib/cuda,jax_cuda1*_plugin,jax_plugins/xla_cuda1*}}/*.so"),
+        // CuPy: its precompiled CUB and Thrust kernels (cupy.cuda.cub, cupy.cuda.thrust).
+        format!("{PY}/cupy/cuda/{{cub,thrust}}*.so"),
+        // cuDNN and cuBLAS from pip wheels (nvidia-cudnn-cu12, nvidia-cublas, cu13 layout).
+        format!("{PY}/nvidia/{{cublas,cudnn,cu1*}}/lib/lib{{cublas,cudnn}}*.so.*"),
+        // cuDNN and cuBLAS from distro packages and CUDA images (nvidia/cuda, NGC).
+        "usr/lib/{x86_64,aarch64}-linux-gnu/lib{cublas,cudnn}*.so.*".into(),
+        "usr/local/cuda*/{lib64,targets/*/lib}/lib{cublas,cudnn}*.so.*".into(),
+        "opt/conda/lib/lib{cublas,cudnn}*.so.*".into(),
+    ]
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    pub syslog: bool,
+    /// Empty: the system's socket (/dev/log, then /var/run/syslog).
+    pub syslog_socket: String,
+}
+
+/// Where decisions are logged besides stderr.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Syslog {
+    Off,
+    System,
+    Socket(PathBuf),
+}
+
+impl LogConfig {
+    pub fn target(&self) -> Syslog {
+        match (self.syslog, self.syslog_socket.is_empty()) {
+            (false, _) => Syslog::Off,
+            (true, true) => Syslog::System,
+            (true, false) => Syslog::Socket(self.syslog_socket.clone().into()),
+        }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            mode: Mode::Enforce,
+            host: HostConfig::default(),
+            requirements: RequirementsConfig::default(),
+            tuning: TuningConfig::default(),
+            security: SecurityConfig::default(),
+            runtime: RuntimeConfig::default(),
+            kernel_image: KernelImageConfig::default(),
+            log: LogConfig::default(),
+        }
+    }
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        HostConfig {
+            facts_file: String::new(),
+            nvml_library: String::new(),
+            probe_timeout_ms: 5000,
+            on_probe_failure: OnFailure::Refuse,
+            cache_file: "/run/gpu-guard/host-facts.json".into(),
+            cache_ttl_s: 300,
+        }
+    }
+}
+
+impl Default for RequirementsConfig {
+    fn default() -> Self {
+        RequirementsConfig {
+            honor_disable_require: true,
+        }
+    }
+}
+
+impl Default for TuningConfig {
+    fn default() -> Self {
+        let fw = |vars: &[&str]| vars.iter().map(|v| v.to_string()).collect::<Vec<_>>();
+        let frameworks = BTreeMap::from([
+            (
+                "pytorch".to_string(),
+                fw(&[
+                    "PYTORCH_VERSION",
+                    "PYTORCH_BUILD_VERSION",
+                    "NVIDIA_PYTORCH_VERSION",
+                ]),
+            ),
+            (
+                "tensorflow".to_string(),
+                fw(&[
+                    "TENSORFLOW_VERSION",
+                    "TF_VERSION",
+                    "NVIDIA_TENSORFLOW_VERSION",
+                ]),
+            ),
+            (
+                "jax".to_string(),
+                fw(&["JAX_VERSION", "NVIDIA_JAX_VERSION"]),
+            ),
+        ]);
+        let mut alloc = TuningRule::plain("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True");
+        alloc.framework_min_version = BTreeMap::from([("pytorch".into(), "2.1".into())]);
+        alloc.unless_env = vec!["PYTORCH_ALLOC_CONF".into()];
+        let mut tf32 = TuningRule::plain("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "1");
+        tf32.min_compute_capability = Some("8.0".into());
+        TuningConfig {
+            enabled: true,
+            disable_annotation: "gpu-guard.tuning".into(),
+            frameworks,
+            env: vec![
+                TuningRule::plain("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),
+                TuningRule::plain("CUDA_DEVICE_MAX_CONNECTIONS", "32"),
+                TuningRule::plain("TF_GPU_ALLOCATOR", "cuda_malloc_async"),
+                alloc,
+                tf32,
+            ],
+        }
+    }
+}
+
+impl Default for SecurityConfig {
+    fn default() -> Self {
+        SecurityConfig {
+            apply_to: ApplyTo::Gpu,
+            no_new_privileges: true,
+            capabilities: [
+                "CAP_CHOWN",
+                "CAP_DAC_OVERRIDE",
+                "CAP_FOWNER",
+                "CAP_FSETID",
+                "CAP_KILL",
+                "CAP_NET_BIND_SERVICE",
+                "CAP_SETGID",
+                "CAP_SETPCAP",
+                "CAP_SETUID",
+                "CAP_SYS_CHROOT",
+            ]
+            .iter()
+            .map(|c| c.to_string())
+            .collect(),
+            privileged: OnFailure::Refuse,
+        }
+    }
+}
+
+impl Default for KernelImageConfig {
+    fn default() -> Self {
+        KernelImageConfig {
+            severity: KernelImageSeverity::Warn,
+            libraries: default_kernel_image_libraries(),
+            cache_dir: "/run/gpu-guard/scan".into(),
+            max_files: 64,
+            max_bytes: 16 << 30,
+            max_entries: 1_000_000,
+            time_budget_ms: 2000,
+        }
+    }
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            syslog: true,
+            syslog_socket: String::new(),
+        }
+    }
+}
+
+/// The longest probe deadline `host.probe_timeout_ms` accepts.
+pub const MAX_PROBE_TIMEOUT_MS: u64 = 600_000;
+
+impl Config {
+    /// Checks what serde cannot and needs no I/O: capability names,
+    /// versions, framework names, limits. [`crate::config::parse`] adds the
+    /// library globs.
+    pub fn validate(&self) -> Result<(), String> {
+        for (i, cap) in self.security.capabilities.iter().enumerate() {
+            if capability::normalize(cap).is_none() {
+                return Err(format!(
+                    "key `security.capabilities[{i}]`: unknown capability `{cap}`"
+                ));
+            }
+        }
+        for (i, rule) in self.tuning.env.iter().enumerate() {
+            if !valid_env_name(&rule.name) {
+                return Err(format!(
+                    "key `tuning.env[{i}].name`: `{}` is not an environment variable name",
+                    rule.name
+                ));
+            }
+            if let Some(cc) = &rule.min_compute_capability {
+                Version::parse(cc)
+                    .map_err(|e| format!("key `tuning.env[{i}].min_compute_capability`: {e}"))?;
+            }
+            for fw in rule.frameworks.iter() {
+                if !self.tuning.frameworks.contains_key(fw) {
+                    return Err(format!(
+                        "key `tuning.env[{i}].frameworks`: framework `{fw}` is not defined in [tuning.frameworks]"
+                    ));
+                }
+            }
+            for (j, name) in rule.unless_env.iter().enumerate() {
+                if !valid_env_name(name) {
+                    return Err(format!(
+                        "key `tuning.env[{i}].unless_env[{j}]`: `{name}` is not an environment variable name"
+                    ));
+                }
+            }
+            for (fw, v) in rule.framework_min_version.iter() {
+                if !self.tuning.frameworks.contains_key(fw) {
+                    return Err(format!(
+                        "key `tuning.env[{i}].framework_min_version`: framework `{fw}` is not defined in [tuning.frameworks]"
+                    ));
+                }
+                Version::parse(v).map_err(|e| {
+                    format!("key `tuning.env[{i}].framework_min_version.{fw}`: {e}")
+                })?;
+            }
+        }
+        if self.host.probe_timeout_ms == 0 {
+            return Err("key `host.probe_timeout_ms`: must be at least 1".into());
+        }
+        // A container start waits this long on a hung GPU: more than ten
+        // minutes is a typo (seconds for milliseconds the other way round).
+        if self.host.probe_timeout_ms > MAX_PROBE_TIMEOUT_MS {
+            return Err(format!(
+                "key `host.probe_timeout_ms`: must be at most {MAX_PROBE_TIMEOUT_MS} (10 minutes)"
+            ));
+        }
+        Ok(())
+    }
+
+    /// The capability allowlist, normalized (`CAP_` prefix, upper case).
+    pub fn capability_allowlist(&self) -> Vec<String> {
+        let mut caps: Vec<String> = self
+            .security
+            .capabilities
+            .iter()
+            .filter_map(|c| capability::normalize(c))
+            .collect();
+        caps.sort();
+        caps.dedup();
+        caps
+    }
+}
+
+fn valid_env_name(s: &str) -> bool {
+    !s.is_empty() && !s.contains('=') && !s.bytes().any(|b| b.is_ascii_control() || b == b' ')
+}

@@ -1,0 +1,5 @@
+//! Small system helpers shared by the I/O layers: bounded reads and atomic
+//! writes, logging (syslog and the runtime log) and time.
+
+pub mod fsutil;
+pub mod logging;
