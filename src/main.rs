@@ -27,10 +27,10 @@ fn main() -> ExitCode {
         Command::Check(a) => gpu_guard::commands::check::main(config, a),
         Command::Hook(a) => gpu_guard::commands::hook::main(config, a.stage),
         Command::Runtime(a) => gpu_guard::commands::runtime::main(config, a.args.clone()),
-        Command::Host(a) => gpu_guard::host::host_command(config, a),
-        Command::Scan(a) => gpu_guard::scan::command(config, a),
-        Command::Install(a) => gpu_guard::install::command(config, a, false),
-        Command::Uninstall(a) => gpu_guard::install::command(config, a, true),
+        Command::Host(a) => gpu_guard::commands::host::main(config, a),
+        Command::Scan(a) => gpu_guard::commands::scan::main(config, a),
+        Command::Install(a) => gpu_guard::commands::install::command(config, a, false),
+        Command::Uninstall(a) => gpu_guard::commands::install::command(config, a, true),
         Command::Man => match gpu_guard::commands::cli::man_page() {
             Ok(page) => {
                 use std::io::Write;

@@ -9,8 +9,8 @@ use std::fs;
 use std::path::Path;
 use std::process::Command;
 
-use gpu_guard::commands::cli::Engine;
 use gpu_guard::install::containerd;
+use gpu_guard::install::Engine;
 use install_support::*;
 
 const RUNTIME: &str = "/usr/bin/gpu-guard-runtime";

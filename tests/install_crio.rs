@@ -7,7 +7,7 @@ mod install_support;
 use std::fs;
 use std::path::Path;
 
-use gpu_guard::commands::cli::Engine;
+use gpu_guard::install::Engine;
 use gpu_guard::install::{crio, hooks};
 use install_support::*;
 

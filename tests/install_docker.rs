@@ -5,8 +5,8 @@ mod install_support;
 
 use std::fs;
 
-use gpu_guard::commands::cli::Engine;
 use gpu_guard::install::docker;
+use gpu_guard::install::Engine;
 use install_support::*;
 use serde_json::Value;
 

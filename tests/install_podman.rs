@@ -6,8 +6,8 @@ mod install_support;
 use std::fs;
 use std::path::Path;
 
-use gpu_guard::commands::cli::Engine;
 use gpu_guard::install::hooks::{self, Stage};
+use gpu_guard::install::Engine;
 use install_support::*;
 use serde_json::Value;
 

@@ -53,7 +53,7 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
     }
     if let Some(host) = &args.host {
         // Unreadable input is a usage error here, not a refusal.
-        if let Err(e) = crate::core::facts::read_facts_file(host) {
+        if let Err(e) = crate::host::facts_file::read_facts_file(host) {
             return usage(e);
         }
     }

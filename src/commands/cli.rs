@@ -143,6 +143,17 @@ pub enum Engine {
     Podman,
 }
 
+impl From<Engine> for crate::install::Engine {
+    fn from(e: Engine) -> Self {
+        match e {
+            Engine::Docker => crate::install::Engine::Docker,
+            Engine::Containerd => crate::install::Engine::Containerd,
+            Engine::Crio => crate::install::Engine::Crio,
+            Engine::Podman => crate::install::Engine::Podman,
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct InstallArgs {
     #[arg(value_enum)]

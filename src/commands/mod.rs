@@ -5,5 +5,8 @@
 pub mod check;
 pub mod cli;
 pub mod hook;
+pub mod host;
+pub mod install;
 pub mod pipeline;
 pub mod runtime;
+pub mod scan;

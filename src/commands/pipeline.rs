@@ -7,10 +7,11 @@ use crate::core::container::Container;
 use crate::core::decide::{self, Inputs};
 use crate::core::decision::Decision;
 use crate::core::detect;
-use crate::core::facts::{FactsFile, HostReport, HostSource};
+use crate::core::facts::{HostReport, HostSource};
 use crate::core::policy::{Config, KernelImageSeverity, Mode};
 use crate::core::security::Stage;
 use crate::core::version::Version;
+use crate::host::facts_file::FactsFile;
 use std::path::Path;
 
 /// Where host facts come from for this call.

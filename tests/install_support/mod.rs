@@ -5,7 +5,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use gpu_guard::commands::cli::Engine;
+use gpu_guard::install::Engine;
 use gpu_guard::install::{Options, DEFAULT_STATE_DIR};
 
 /// The golden data root.

@@ -1,0 +1,197 @@
+//! `gpu-guard host [--json]`: what the probe sees on this host.
+
+use crate::commands::cli::HostArgs;
+use crate::core::facts::{HostProblem, HostProblemKind, HostReport};
+use crate::host::probe;
+use std::fmt::Write as _;
+use std::path::Path;
+
+#[derive(Debug, thiserror::Error)]
+pub enum HostCommandError {
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error("cannot encode host facts: {0}")]
+    Encode(#[source] serde_json::Error),
+}
+
+/// `gpu-guard host [--json]`: exit 0 with the facts (problems as warnings on
+/// stderr), or 2 with a one-line error when no facts could be established.
+pub fn main(config: Option<&Path>, args: &HostArgs) -> i32 {
+    match host_command_inner(config, args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("gpu-guard: {e}");
+            2
+        }
+    }
+}
+
+fn host_command_inner(config: Option<&Path>, args: &HostArgs) -> Result<i32, HostCommandError> {
+    let cfg = crate::config::load(config)?;
+    let report = probe(&cfg.host);
+    let Some(facts) = &report.facts else {
+        let p = report.problems.first();
+        let msg = p.map(|p| p.message.as_str()).unwrap_or("the probe failed");
+        match p.and_then(|p| p.fix.as_deref()) {
+            Some(fix) => eprintln!("gpu-guard: {msg} (fix: {fix})"),
+            None => eprintln!("gpu-guard: {msg}"),
+        }
+        return Ok(2);
+    };
+    if args.json {
+        let text = serde_json::to_string_pretty(facts).map_err(HostCommandError::Encode)?;
+        println!("{text}");
+        for p in &report.problems {
+            eprintln!("gpu-guard: {}: {}", problem_label(&p.kind), one_line(p));
+        }
+    } else {
+        print!("{}", render_table(&report));
+    }
+    Ok(0)
+}
+
+fn problem_label(kind: &HostProblemKind) -> &'static str {
+    match kind {
+        HostProblemKind::NoDriver | HostProblemKind::ProbeFailed => "error",
+        HostProblemKind::GpuLost { .. } => "error",
+        HostProblemKind::Degraded => "warning",
+    }
+}
+
+fn one_line(p: &HostProblem) -> String {
+    match &p.fix {
+        Some(f) => format!("{} (fix: {f})", p.message),
+        None => p.message.clone(),
+    }
+}
+
+/// The host for people: driver line, one row per GPU, MIG devices, problems.
+pub fn render_table(report: &HostReport) -> String {
+    let mut out = String::new();
+    let Some(f) = &report.facts else {
+        return out;
+    };
+    let dash = |s: Option<&str>| s.unwrap_or("-").to_string();
+    let _ = writeln!(
+        out,
+        "Driver {}, CUDA {} (source: {})",
+        dash(f.driver_version.as_deref()),
+        dash(f.cuda_driver_version.as_deref()),
+        report.source
+    );
+    if f.gpus.is_empty() {
+        let _ = writeln!(out, "No GPUs");
+    } else {
+        let rows: Vec<[String; 7]> = f
+            .gpus
+            .iter()
+            .map(|g| {
+                [
+                    g.index.to_string(),
+                    if g.name.is_empty() {
+                        "-".into()
+                    } else {
+                        g.name.clone()
+                    },
+                    g.brand.clone(),
+                    dash(g.compute_capability.as_deref()),
+                    g.memory_mib
+                        .map(|m| format!("{m} MiB"))
+                        .unwrap_or_else(|| "-".into()),
+                    dash(g.pci_bus_id.as_deref()),
+                    if g.uuid.is_empty() {
+                        "-".into()
+                    } else {
+                        g.uuid.clone()
+                    },
+                ]
+            })
+            .collect();
+        let head = ["GPU", "NAME", "BRAND", "CC", "MEMORY", "BUS ID", "UUID"];
+        let mut w = head.map(|h| h.chars().count());
+        for r in &rows {
+            for (i, c) in r.iter().enumerate() {
+                w[i] = w[i].max(c.chars().count());
+            }
+        }
+        let line = |cells: [&str; 7]| {
+            let mut l = String::new();
+            for (i, c) in cells.iter().enumerate() {
+                if i + 1 == cells.len() {
+                    l.push_str(c);
+                } else {
+                    let _ = write!(l, "{c:<width$}  ", width = w[i]);
+                }
+            }
+            l.trim_end().to_string()
+        };
+        let _ = writeln!(out, "{}", line(head));
+        for (r, g) in rows.iter().zip(&f.gpus) {
+            let _ = writeln!(
+                out,
+                "{}",
+                line([&r[0], &r[1], &r[2], &r[3], &r[4], &r[5], &r[6]])
+            );
+            for m in &g.mig_devices {
+                let _ = writeln!(out, "{:w$}  MIG {}", "", m.uuid, w = w[0]);
+            }
+        }
+    }
+    for p in &report.problems {
+        let _ = writeln!(out, "{}: {}", problem_label(&p.kind), p.message);
+        if let Some(fix) = &p.fix {
+            let _ = writeln!(out, "  fix: {fix}");
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::facts::{Gpu, HostFacts, MigDevice};
+
+    #[test]
+    fn table_lists_gpus_migs_and_problems() {
+        let mut r = HostReport::from_facts(
+            HostFacts {
+                driver_version: Some("550.90.07".into()),
+                cuda_driver_version: Some("12.4".into()),
+                gpus: vec![Gpu {
+                    index: 0,
+                    uuid: "GPU-a".into(),
+                    name: "NVIDIA A100-SXM4-40GB".into(),
+                    brand: "nvidia".into(),
+                    compute_capability: Some("8.0".into()),
+                    memory_mib: Some(40960),
+                    pci_bus_id: Some("00000000:07:00.0".into()),
+                    mig_devices: vec![MigDevice {
+                        uuid: "MIG-x".into(),
+                    }],
+                    minor_number: None,
+                }],
+            },
+            "NVML (libnvidia-ml.so.1)",
+        );
+        r.problems.push(HostProblem {
+            kind: HostProblemKind::Degraded,
+            message: "something is off".into(),
+            fix: Some("do this".into()),
+        });
+        let t = render_table(&r);
+        assert!(
+            t.starts_with("Driver 550.90.07, CUDA 12.4 (source: NVML"),
+            "{t}"
+        );
+        assert!(t.contains("NVIDIA A100-SXM4-40GB"), "{t}");
+        assert!(t.contains("40960 MiB"), "{t}");
+        assert!(t.contains("MIG MIG-x"), "{t}");
+        assert!(
+            t.contains("warning: something is off\n  fix: do this"),
+            "{t}"
+        );
+        let none = render_table(&HostReport::from_facts(HostFacts::default(), "no driver"));
+        assert!(none.contains("Driver -, CUDA -"), "{none}");
+        assert!(none.contains("No GPUs"), "{none}");
+    }
+}
