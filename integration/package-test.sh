@@ -64,6 +64,10 @@ cleanup() {
 trap cleanup EXIT
 
 # --- install -----------------------------------------------------------------
+# What the state directory held before: an earlier install, or another test,
+# may have left it. postinst is judged by what it changes, not by the path.
+engines_state() { find /var/lib/gpu-guard/engines -mindepth 1 -printf '%P %s %T@\n' 2>/dev/null | sort; }
+engines_before=$(engines_state)
 dpkg -i "$deb" | tee "$work/dpkg-i.log"
 dpkg-query -L gpu-guard > "$work/files"
 [ -x /usr/bin/gpu-guard ] || fail "/usr/bin/gpu-guard missing"
@@ -81,7 +85,7 @@ if [ -e "$work/daemon.json.orig" ]; then
 else
     [ ! -e "$daemon_json" ] || fail "postinst created daemon.json"
 fi
-[ ! -e /var/lib/gpu-guard/engines ] || fail "postinst registered an engine"
+[ "$(engines_state)" = "$engines_before" ] || fail "postinst registered an engine: /var/lib/gpu-guard/engines changed during dpkg -i"
 pass "dpkg -i: files, link, conffile, hook, man page, docs; no engine touched"
 
 # --- register with docker and podman from the package ---------------------------

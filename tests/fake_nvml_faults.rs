@@ -86,7 +86,7 @@ fn lost_gpu_is_named_from_proc_with_xid_hint() {
             .args(["host", "--json"]),
         LIMIT,
     );
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let err = stderr(&out);
     assert!(
         err.contains("GPU 1 (NVIDIA H100 80GB HBM3, bus 00000000:2A:00.0, GPU-00000001-1c6e-4d64-9e0a-3c1f2a7b9ea1) is lost"),
@@ -119,7 +119,7 @@ fn lost_gpu_without_proc_is_named_by_index() {
             .arg("host"),
         LIMIT,
     );
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("error: GPU 0 is lost"), "{text}");
     assert!(text.contains("NVIDIA A10"), "{text}");
@@ -218,7 +218,7 @@ fn no_driver_lists_what_was_looked_at() {
         host.command("no-driver", &cfg).args(["host", "--json"]),
         LIMIT,
     );
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert_eq!(stdout_json(&out), profile_json("no-driver"));
     let err = stderr(&out);
     assert!(err.contains("no NVIDIA driver on this host"), "{err}");
@@ -238,7 +238,7 @@ fn kernel_module_not_loaded_is_no_driver() {
             .args(["host", "--json"]),
         LIMIT,
     );
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert_eq!(stdout_json(&out), profile_json("no-driver"));
     let err = stderr(&out);
     assert!(err.contains("no NVIDIA driver on this host"), "{err}");

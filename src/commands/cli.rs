@@ -106,6 +106,11 @@ pub struct RuntimeArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(
+    after_help = "Exit status: 0 the driver and GPUs are known (warnings may be printed); \
+1 facts were printed but the host cannot run GPU containers (no NVIDIA driver, or a GPU is \
+lost); 2 no facts could be established (the probe failed), or bad usage or config."
+)]
 pub struct HostArgs {
     /// Print the host facts JSON
     #[arg(long)]

@@ -14,14 +14,24 @@ pub enum HostCommandError {
     Encode(#[source] serde_json::Error),
 }
 
-/// `gpu-guard host [--json]`: exit 0 with the facts (problems as warnings on
-/// stderr), or 2 with a one-line error when no facts could be established.
+/// The host's driver and GPUs are known; warnings (a degraded probe, a
+/// missing device node) may have been printed.
+pub const EXIT_FACTS: i32 = 0;
+/// Facts were printed but the host cannot run GPU containers as it is: no
+/// NVIDIA driver, or a GPU lost. Like nvidia-smi, which fails when it
+/// cannot talk to the driver, scripts can tell this from success.
+pub const EXIT_HOST_ERROR: i32 = 1;
+/// No facts could be established (the probe failed), or bad usage/config.
+pub const EXIT_NO_FACTS: i32 = 2;
+
+/// `gpu-guard host [--json]`: the facts and an exit status per
+/// [`EXIT_FACTS`], [`EXIT_HOST_ERROR`], [`EXIT_NO_FACTS`].
 pub fn main(config: Option<&Path>, args: &HostArgs) -> i32 {
     match host_command_inner(config, args) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("gpu-guard: {e}");
-            2
+            EXIT_NO_FACTS
         }
     }
 }
@@ -36,7 +46,7 @@ fn host_command_inner(config: Option<&Path>, args: &HostArgs) -> Result<i32, Hos
             Some(fix) => eprintln!("gpu-guard: {msg} (fix: {fix})"),
             None => eprintln!("gpu-guard: {msg}"),
         }
-        return Ok(2);
+        return Ok(EXIT_NO_FACTS);
     };
     if args.json {
         let text = serde_json::to_string_pretty(facts).map_err(HostCommandError::Encode)?;
@@ -47,7 +57,20 @@ fn host_command_inner(config: Option<&Path>, args: &HostArgs) -> Result<i32, Hos
     } else {
         print!("{}", render_table(&report));
     }
-    Ok(0)
+    Ok(exit_status(&report))
+}
+
+/// 1 when a problem is an error (no driver, lost GPU), else 0.
+fn exit_status(report: &HostReport) -> i32 {
+    let error = report
+        .problems
+        .iter()
+        .any(|p| problem_label(&p.kind) == "error");
+    if error {
+        EXIT_HOST_ERROR
+    } else {
+        EXIT_FACTS
+    }
 }
 
 fn problem_label(kind: &HostProblemKind) -> &'static str {

@@ -1,0 +1,195 @@
+//! The layout is the architecture (src/lib.rs): dependencies between the
+//! top-level modules point one way, from the entry points down to the pure
+//! core. This test reads every `crate::<module>` path in src/ and fails on
+//! a cycle between top-level modules, on the core reaching outside itself,
+//! and on clap used outside `commands` and `main`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// The top-level module a file under src/ belongs to (`core` for
+/// src/core/x.rs, `config` for src/config.rs); None for lib.rs and main.rs.
+fn module_of(src: &Path, file: &Path) -> Option<String> {
+    let rel = file.strip_prefix(src).unwrap();
+    let first = rel.components().next()?.as_os_str().to_str()?.to_string();
+    let name = first.strip_suffix(".rs").unwrap_or(&first).to_string();
+    (name != "lib" && name != "main").then_some(name)
+}
+
+/// Source text without comments, so a doc link such as
+/// [`crate::config`] in a comment is not an import.
+fn code_only(text: &str) -> String {
+    text.lines()
+        .map(|l| match l.find("//") {
+            Some(i) => &l[..i],
+            None => l,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Every `crate::name` (also inside `use crate::{a, b}` groups).
+fn referenced(code: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut rest = code;
+    while let Some(i) = rest.find("crate::") {
+        let after = &rest[i + "crate::".len()..];
+        if let Some(group) = after.strip_prefix('{') {
+            let end = group.find('}').unwrap_or(group.len());
+            for part in group[..end].split(',') {
+                let name: String = part
+                    .trim()
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                if !name.is_empty() {
+                    out.insert(name);
+                }
+            }
+        } else {
+            let name: String = after
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            if !name.is_empty() {
+                out.insert(name);
+            }
+        }
+        rest = after;
+    }
+    out
+}
+
+fn graph() -> BTreeMap<String, BTreeSet<String>> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for f in files {
+        let Some(m) = module_of(&src, &f) else {
+            continue;
+        };
+        let code = code_only(&std::fs::read_to_string(&f).unwrap());
+        let deps = g.entry(m.clone()).or_default();
+        for d in referenced(&code) {
+            if d != m {
+                deps.insert(d);
+            }
+        }
+    }
+    g
+}
+
+/// A cycle as a path of module names, if the graph has one.
+fn find_cycle(g: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        n: &str,
+        g: &BTreeMap<String, BTreeSet<String>>,
+        state: &mut BTreeMap<String, u8>,
+        stack: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        state.insert(n.to_string(), 1);
+        stack.push(n.to_string());
+        for d in g.get(n).into_iter().flatten() {
+            match state.get(d.as_str()).copied().unwrap_or(0) {
+                1 => {
+                    let start = stack.iter().position(|s| s == d).unwrap();
+                    let mut cycle = stack[start..].to_vec();
+                    cycle.push(d.clone());
+                    return Some(cycle);
+                }
+                0 => {
+                    if let Some(c) = visit(d, g, state, stack) {
+                        return Some(c);
+                    }
+                }
+                _ => {}
+            }
+        }
+        stack.pop();
+        state.insert(n.to_string(), 2);
+        None
+    }
+    let mut state = BTreeMap::new();
+    for n in g.keys() {
+        if state.get(n.as_str()).copied().unwrap_or(0) == 0 {
+            let mut stack = Vec::new();
+            if let Some(c) = visit(n, g, &mut state, &mut stack) {
+                return Some(c);
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn no_cycle_between_top_level_modules() {
+    let g = graph();
+    assert!(
+        g.contains_key("core") && g.contains_key("commands"),
+        "{g:?}"
+    );
+    if let Some(c) = find_cycle(&g) {
+        panic!("import cycle between top-level modules: {}", c.join(" -> "));
+    }
+}
+
+#[test]
+fn the_core_imports_nothing_outside_itself() {
+    let g = graph();
+    let deps = &g["core"];
+    assert!(deps.is_empty(), "src/core imports {deps:?}");
+}
+
+#[test]
+fn only_commands_know_the_entry_points() {
+    // Nothing below the entry points may import them.
+    for (m, deps) in graph() {
+        if m != "commands" {
+            assert!(!deps.contains("commands"), "{m} imports commands");
+        }
+    }
+}
+
+#[test]
+fn clap_is_known_only_to_commands_and_main() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    for f in files {
+        let m = module_of(&src, &f);
+        if m.is_none() || m.as_deref() == Some("commands") {
+            continue;
+        }
+        let code = code_only(&std::fs::read_to_string(&f).unwrap());
+        assert!(!code.contains("clap"), "{} uses clap", f.display());
+    }
+}
+
+#[test]
+fn the_cycle_finder_finds_cycles() {
+    // The test above can fail: a graph with a cycle is reported as one.
+    let mut g = BTreeMap::new();
+    g.insert("a".to_string(), BTreeSet::from(["b".to_string()]));
+    g.insert("b".to_string(), BTreeSet::from(["c".to_string()]));
+    g.insert("c".to_string(), BTreeSet::from(["a".to_string()]));
+    assert_eq!(find_cycle(&g).unwrap(), ["a", "b", "c", "a"]);
+    g.insert("c".to_string(), BTreeSet::new());
+    assert!(find_cycle(&g).is_none());
+    let code = code_only("use crate::{core::x, sys};\n// crate::commands\nlet a = crate::host::y;");
+    assert_eq!(
+        referenced(&code),
+        BTreeSet::from(["core".to_string(), "sys".to_string(), "host".to_string()])
+    );
+}
