@@ -450,7 +450,8 @@ pub fn cuda_version_major_minor(s: &str) -> Option<Version> {
         if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
             return None;
         }
-        nums.push(p.parse::<u64>().ok()?);
+        // 32-bit components, as Version holds them: wider is invalid.
+        nums.push(u64::from(p.parse::<u32>().ok()?));
     }
     Some(Version::from_major_minor(
         nums[0],

@@ -48,10 +48,14 @@ impl Version {
             if parts.len() == MAX_COMPONENTS {
                 return Err(VersionError::TooLong(s.to_string()));
             }
-            let n: u64 = piece
+            // NVIDIA's parsers hold each component in a 32-bit integer
+            // (the toolkit reads CUDA_VERSION's major/minor as uint32 in
+            // internal/config/image/cuda_image.go): `9.4294967296` is an
+            // invalid version there, not a huge one, and so it is here.
+            let n: u32 = piece
                 .parse()
                 .map_err(|_| VersionError::TooLarge(s.to_string()))?;
-            parts.push(n);
+            parts.push(u64::from(n));
         }
         Ok(Version {
             parts,
@@ -129,6 +133,22 @@ mod tests {
 
     fn v(s: &str) -> Version {
         Version::parse(s).unwrap()
+    }
+
+    #[test]
+    fn components_over_32_bits_are_invalid() {
+        for s in [
+            "9.4294967296",
+            "4294967296",
+            "12.4.18446744073709551616",
+            "1.99999999999",
+        ] {
+            assert!(
+                matches!(Version::parse(s), Err(VersionError::TooLarge(_))),
+                "{s}"
+            );
+        }
+        assert_eq!(v("4294967295.0").major(), 4294967295);
     }
 
     #[test]
