@@ -97,39 +97,24 @@ fn check_requirements(
     cfg: &Config,
     out: &mut Vec<Finding>,
 ) {
-    let disable = c.env.get("NVIDIA_DISABLE_REQUIRE");
-    let disabled = disable
-        .and_then(requirement::parse_go_bool)
-        .unwrap_or(false);
-    if disabled {
-        if cfg.requirements.honor_disable_require {
-            out.push(Finding::info(
-                Check::Requirement,
-                format!(
-                    "NVIDIA_DISABLE_REQUIRE={}: requirement checks are skipped for this container",
-                    esc(disable.unwrap_or(""))
-                ),
-            ));
-            return;
-        }
-        out.push(Finding::warning(
-            Check::Requirement,
-            "NVIDIA_DISABLE_REQUIRE is set but host policy ignores it (requirements.honor_disable_require = false); requirements are checked",
-        ));
+    if requirements_skipped(c, cfg, out) {
+        return;
     }
     let (reqs, mut findings) = requirements(c);
     out.append(&mut findings);
     if reqs.is_empty() {
         return;
     }
-    let driver = facts
-        .driver_version
-        .as_deref()
-        .and_then(|d| Version::parse(d).ok());
-    let cuda = facts
-        .cuda_driver_version
-        .as_deref()
-        .and_then(|v| Version::parse(v).ok());
+    let host = HostVersions {
+        driver: facts
+            .driver_version
+            .as_deref()
+            .and_then(|d| Version::parse(d).ok()),
+        cuda: facts
+            .cuda_driver_version
+            .as_deref()
+            .and_then(|v| Version::parse(v).ok()),
+    };
     let gpus: Vec<Option<&Gpu>> = if visible.is_empty() {
         vec![None]
     } else {
@@ -140,21 +125,7 @@ fn check_requirements(
     const MAX_REPORTED: usize = 8;
     let mut failed = 0usize;
     for req in &reqs {
-        let mut failing = Vec::new();
-        let mut unknown = Vec::new();
-        for gpu in &gpus {
-            let j = req.judge(&Context {
-                driver: driver.as_ref(),
-                driver_text: facts.driver_version.as_deref(),
-                cuda: cuda.as_ref(),
-                gpu: *gpu,
-            });
-            match j.outcome {
-                ReqVerdict::Holds => {}
-                ReqVerdict::Fails => failing.push((*gpu, j)),
-                ReqVerdict::CannotJudge => unknown.push((*gpu, j)),
-            }
-        }
+        let (failing, unknown) = judge_on_gpus(req, &gpus, facts, &host);
         if !failing.is_empty() {
             failed += 1;
             if failed > MAX_REPORTED {
@@ -169,24 +140,7 @@ fn check_requirements(
                 cfg.requirements.honor_disable_require,
             ));
         } else if let Some((gpu, j)) = unknown.first() {
-            let why = j
-                .terms
-                .iter()
-                .find_map(|t| match &t.outcome {
-                    requirement::Outcome::Unknown(w) => Some(format!("{}: {w}", esc(&t.term))),
-                    _ => None,
-                })
-                .unwrap_or_default();
-            let on = gpu
-                .map(|g| g.describe())
-                .unwrap_or_else(|| "this host".into());
-            out.push(
-                Finding::warning(
-                    Check::Requirement,
-                    format!("{} cannot be judged on {on}: {why}", req.source),
-                )
-                .with_fix("make NVML available to gpu-guard (install the NVIDIA driver's libnvidia-ml.so.1) so compute capability and CUDA version can be read"),
-            );
+            out.push(cannot_judge_finding(req, *gpu, j));
         }
     }
     if failed > MAX_REPORTED {
@@ -198,6 +152,97 @@ fn check_requirements(
             ),
         ));
     }
+}
+
+/// Handles `NVIDIA_DISABLE_REQUIRE`: returns true when the checks are to be
+/// skipped (after an info finding), and warns when host policy overrides
+/// it. Split from [`check_requirements`] because it decides whether the
+/// checks run at all, before any requirement is read.
+fn requirements_skipped(c: &Container, cfg: &Config, out: &mut Vec<Finding>) -> bool {
+    let disable = c.env.get("NVIDIA_DISABLE_REQUIRE");
+    let disabled = disable
+        .and_then(requirement::parse_go_bool)
+        .unwrap_or(false);
+    if !disabled {
+        return false;
+    }
+    if cfg.requirements.honor_disable_require {
+        out.push(Finding::info(
+            Check::Requirement,
+            format!(
+                "NVIDIA_DISABLE_REQUIRE={}: requirement checks are skipped for this container",
+                esc(disable.unwrap_or(""))
+            ),
+        ));
+        return true;
+    }
+    out.push(Finding::warning(
+        Check::Requirement,
+        "NVIDIA_DISABLE_REQUIRE is set but host policy ignores it (requirements.honor_disable_require = false); requirements are checked",
+    ));
+    false
+}
+
+/// The host's driver and CUDA versions, parsed once for every requirement.
+struct HostVersions {
+    driver: Option<Version>,
+    cuda: Option<Version>,
+}
+
+/// A requirement's judgement on one GPU (`None`: no GPU visible).
+type OnGpu<'a> = (Option<&'a Gpu>, requirement::Judgement);
+
+/// Judges one requirement on each GPU and sorts the GPUs into those where
+/// it fails and those where it cannot be judged (it holds on the rest).
+/// The seam: judging is per requirement, reporting decides across them.
+fn judge_on_gpus<'a>(
+    req: &Requirement,
+    gpus: &[Option<&'a Gpu>],
+    facts: &HostFacts,
+    host: &HostVersions,
+) -> (Vec<OnGpu<'a>>, Vec<OnGpu<'a>>) {
+    let mut failing = Vec::new();
+    let mut unknown = Vec::new();
+    for gpu in gpus {
+        let j = req.judge(&Context {
+            driver: host.driver.as_ref(),
+            driver_text: facts.driver_version.as_deref(),
+            cuda: host.cuda.as_ref(),
+            gpu: *gpu,
+        });
+        match j.outcome {
+            ReqVerdict::Holds => {}
+            ReqVerdict::Fails => failing.push((*gpu, j)),
+            ReqVerdict::CannotJudge => unknown.push((*gpu, j)),
+        }
+    }
+    (failing, unknown)
+}
+
+/// The warning for a requirement that fails nowhere but cannot be judged on
+/// `gpu`, quoting the first term's reason. Kept apart from the failure
+/// path, which has its own module ([`diagnosis`]).
+fn cannot_judge_finding(
+    req: &Requirement,
+    gpu: Option<&Gpu>,
+    j: &requirement::Judgement,
+) -> Finding {
+    let why = j
+        .terms
+        .iter()
+        .find_map(|t| match &t.outcome {
+            requirement::Outcome::Unknown(w) => Some(format!("{}: {w}", esc(&t.term))),
+            _ => None,
+        })
+        .unwrap_or_default();
+    let on = gpu
+        .map(|g| g.describe())
+        .unwrap_or_else(|| "this host".into());
+    Finding::warning(
+        Check::Requirement,
+        format!("{} cannot be judged on {on}: {why}", req.source),
+    )
+    .with_fix("make NVML available to gpu-guard (install the NVIDIA driver's libnvidia-ml.so.1) so compute capability and CUDA version can be read")
 }
 
 fn device_findings(det: &Detection, facts: &HostFacts, out: &mut Vec<Finding>) -> Vec<usize> {
@@ -268,6 +313,59 @@ fn host_findings(host: &HostReport, visible: &[&Gpu], cfg: &Config, out: &mut Ve
     }
 }
 
+/// The host and requirement findings of a GPU container, and the GPUs it
+/// sees (empty when host facts are missing). Split from [`decide`] because
+/// it is the one part that depends on what the host probe found; it also
+/// records the facts' source and the visible GPUs in `d`.
+fn host_and_requirement_findings<'a>(
+    inp: &Inputs<'a>,
+    d: &mut Decision,
+    findings: &mut Vec<Finding>,
+) -> Vec<&'a Gpu> {
+    let (c, cfg, det) = (inp.container, inp.config, inp.detection);
+    let mut visible: Vec<&Gpu> = Vec::new();
+    let Some(host) = inp.host else {
+        findings.push(Finding::error(Check::Host, "host facts were not gathered"));
+        return visible;
+    };
+    d.host_source = Some(host.source.clone());
+    match &host.facts {
+        Some(facts) => {
+            let idx = device_findings(det, facts, findings);
+            visible = idx.iter().map(|i| &facts.gpus[*i]).collect();
+            d.visible_gpus = Some(visible.iter().map(|g| g.index).collect());
+            host_findings(host, &visible, cfg, findings);
+            let no_driver_reported = host
+                .problems
+                .iter()
+                .any(|p| p.kind == HostProblemKind::NoDriver);
+            if facts.driver_version.is_none() {
+                if !no_driver_reported {
+                    findings.push(
+                        Finding::error(
+                            Check::Host,
+                            format!("no NVIDIA driver on this host ({} has no driver version)", host.source),
+                        )
+                        .with_fix("install the NVIDIA driver on this host, or run the container on a GPU host"),
+                    );
+                }
+            } else {
+                check_requirements(c, facts, &visible, cfg, findings);
+            }
+        }
+        None => {
+            host_findings(host, &visible, cfg, findings);
+            if host.problems.is_empty() {
+                findings.push(Finding::error(
+                    Check::Host,
+                    format!("host facts unavailable from {}", host.source),
+                ));
+            }
+        }
+    }
+    visible
+}
+
 pub fn decide(inp: &Inputs) -> Decision {
     let c = inp.container;
     let cfg = inp.config;
@@ -287,47 +385,7 @@ pub fn decide(inp: &Inputs) -> Decision {
     }
 
     let mut findings = Vec::new();
-    let mut visible: Vec<&Gpu> = Vec::new();
-    match inp.host {
-        None => findings.push(Finding::error(Check::Host, "host facts were not gathered")),
-        Some(host) => {
-            d.host_source = Some(host.source.clone());
-            match &host.facts {
-                Some(facts) => {
-                    let idx = device_findings(det, facts, &mut findings);
-                    visible = idx.iter().map(|i| &facts.gpus[*i]).collect();
-                    d.visible_gpus = Some(visible.iter().map(|g| g.index).collect());
-                    host_findings(host, &visible, cfg, &mut findings);
-                    let no_driver_reported = host
-                        .problems
-                        .iter()
-                        .any(|p| p.kind == HostProblemKind::NoDriver);
-                    if facts.driver_version.is_none() {
-                        if !no_driver_reported {
-                            findings.push(
-                                Finding::error(
-                                    Check::Host,
-                                    format!("no NVIDIA driver on this host ({} has no driver version)", host.source),
-                                )
-                                .with_fix("install the NVIDIA driver on this host, or run the container on a GPU host"),
-                            );
-                        }
-                    } else {
-                        check_requirements(c, facts, &visible, cfg, &mut findings);
-                    }
-                }
-                None => {
-                    host_findings(host, &visible, cfg, &mut findings);
-                    if host.problems.is_empty() {
-                        findings.push(Finding::error(
-                            Check::Host,
-                            format!("host facts unavailable from {}", host.source),
-                        ));
-                    }
-                }
-            }
-        }
-    }
+    let visible = host_and_requirement_findings(inp, &mut d, &mut findings);
     findings.extend(inp.kernel_image.iter().cloned());
 
     if inp.stage == Stage::Edit {

@@ -78,59 +78,77 @@ fn is_legacy_image(c: &Container) -> bool {
     !cuda.is_empty() && req.is_empty()
 }
 
-/// Classifies a container. Pure: reads only the spec.
-pub fn classify(c: &Container) -> Detection {
-    let mut d = Detection::default();
-    let add = |d: &mut Detection, name: &str, via: &str| {
+impl Detection {
+    /// Records a requested device (`all` sets the whole-host flag), once
+    /// per name, remembering the first signal that named it.
+    fn add(&mut self, name: &str, via: &str) {
         if name == "all" {
-            d.request.all = true;
-        } else if !d.request.devices.iter().any(|r| r.name == name) {
-            d.request.devices.push(DeviceRef {
+            self.request.all = true;
+        } else if !self.request.devices.iter().any(|r| r.name == name) {
+            self.request.devices.push(DeviceRef {
                 name: name.to_string(),
                 via: via.to_string(),
             });
         }
-    };
+    }
+}
 
-    match c.env.get("NVIDIA_VISIBLE_DEVICES") {
-        None => {
-            if is_legacy_image(c) {
-                d.gpu = true;
-                d.request.all = true;
-                d.signals.push(Signal::LegacyImage);
+/// Classifies a container. Pure: reads only the spec. Each signal is read
+/// by its own helper, in this order (the order of `signals` and of first
+/// naming a device).
+pub fn classify(c: &Container) -> Detection {
+    let mut d = Detection::default();
+    visible_devices_signal(c, &mut d);
+    cdi_signals(c, &mut d);
+    device_node_signals(c, &mut d);
+    hook_signals(c, &mut d);
+    d
+}
+
+/// `NVIDIA_VISIBLE_DEVICES` (or, unset, the legacy-image rule): `none`, the
+/// volume-mounts directory, or a device list. Its own helper because it is
+/// the one signal with several forms.
+fn visible_devices_signal(c: &Container, d: &mut Detection) {
+    let Some(v) = c.env.get("NVIDIA_VISIBLE_DEVICES") else {
+        if is_legacy_image(c) {
+            d.gpu = true;
+            d.request.all = true;
+            d.signals.push(Signal::LegacyImage);
+        }
+        return;
+    };
+    let v = v.trim();
+    match v {
+        "" | "void" => {}
+        "none" => {
+            d.gpu = true;
+            d.signals.push(Signal::Env(v.to_string()));
+        }
+        VOLUME_MOUNTS_DIR => {
+            d.gpu = true;
+            d.signals.push(Signal::VolumeMounts);
+            let prefix = format!("{VOLUME_MOUNTS_DIR}/");
+            for m in &c.mount_destinations {
+                if let Some(name) = m.strip_prefix(&prefix) {
+                    if !name.is_empty() && !name.contains('/') {
+                        d.add(name, "NVIDIA_VISIBLE_DEVICES (volume mounts)");
+                    }
+                }
             }
         }
-        Some(v) => {
-            let v = v.trim();
-            match v {
-                "" | "void" => {}
-                "none" => {
-                    d.gpu = true;
-                    d.signals.push(Signal::Env(v.to_string()));
-                }
-                VOLUME_MOUNTS_DIR => {
-                    d.gpu = true;
-                    d.signals.push(Signal::VolumeMounts);
-                    let prefix = format!("{VOLUME_MOUNTS_DIR}/");
-                    for m in &c.mount_destinations {
-                        if let Some(name) = m.strip_prefix(&prefix) {
-                            if !name.is_empty() && !name.contains('/') {
-                                add(&mut d, name, "NVIDIA_VISIBLE_DEVICES (volume mounts)");
-                            }
-                        }
-                    }
-                }
-                list => {
-                    d.gpu = true;
-                    d.signals.push(Signal::Env(list.to_string()));
-                    for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-                        add(&mut d, name, "NVIDIA_VISIBLE_DEVICES");
-                    }
-                }
+        list => {
+            d.gpu = true;
+            d.signals.push(Signal::Env(list.to_string()));
+            for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                d.add(name, "NVIDIA_VISIBLE_DEVICES");
             }
         }
     }
+}
 
+/// CDI requests for `nvidia.com/gpu=...` in the CDI annotations: each
+/// annotation that names one is a signal.
+fn cdi_signals(c: &Container, d: &mut Detection) {
     for (key, value) in &c.annotations {
         if !CDI_PREFIXES.iter().any(|p| key.starts_with(p)) {
             continue;
@@ -140,7 +158,7 @@ pub fn classify(c: &Container) -> Detection {
             if let Some(name) = dev.strip_prefix(CDI_KIND) {
                 found = true;
                 if !name.is_empty() {
-                    add(&mut d, name, key);
+                    d.add(name, key);
                 }
             }
         }
@@ -149,7 +167,11 @@ pub fn classify(c: &Container) -> Detection {
             d.signals.push(Signal::Cdi(key.clone()));
         }
     }
+}
 
+/// `/dev/nvidia*` nodes in `linux.devices`: any makes a GPU container; the
+/// numbered ones name a GPU by minor number.
+fn device_node_signals(c: &Container, d: &mut Detection) {
     for path in &c.devices {
         let Some(node) = path.strip_prefix("/dev/nvidia") else {
             continue;
@@ -159,17 +181,20 @@ pub fn classify(c: &Container) -> Detection {
         // /dev/nvidiaN is the GPU with minor number N; nvidiactl, nvidia-uvm,
         // nvidia-caps/* are shared control nodes that name no GPU.
         if !node.is_empty() && node.bytes().all(|b| b.is_ascii_digit()) {
-            add(&mut d, &format!("minor:{node}"), "linux.devices");
+            d.add(&format!("minor:{node}"), "linux.devices");
         }
     }
+}
 
+/// NVIDIA's hook in the spec: recorded as a signal only, never making a
+/// GPU container on its own (see the module comment).
+fn hook_signals(c: &Container, d: &mut Detection) {
     for p in &c.hook_paths {
         let base = p.rsplit('/').next().unwrap_or(p);
         if NVIDIA_HOOKS.contains(&base) {
             d.signals.push(Signal::NvidiaHook(p.clone()));
         }
     }
-    d
 }
 
 /// A device the host does not have.

@@ -56,18 +56,32 @@ fn reason(t: &TermResult) -> &str {
     }
 }
 
+/// Alternatives that failed for the same reason on the same key.
+struct ReasonGroup<'a> {
+    key: Option<Key>,
+    why: String,
+    terms: Vec<&'a TermResult>,
+}
+
 /// One line per group of alternatives that failed for the same reason.
 fn group_lines(terms: &[TermResult]) -> Vec<String> {
-    // (key, reason) → terms, in first-seen order.
-    let mut groups: Vec<(Option<Key>, String, Vec<&TermResult>)> = Vec::new();
+    group_by_reason(terms).iter().map(group_line).collect()
+}
+
+/// Groups the alternatives by (key, reason) in first-seen order, then puts
+/// the most telling groups first. Split from the wording: grouping decides
+/// what is said, the `*_line` helpers how.
+fn group_by_reason(terms: &[TermResult]) -> Vec<ReasonGroup<'_>> {
+    let mut groups: Vec<ReasonGroup> = Vec::new();
     for t in terms {
         let r = reason(t).to_string();
-        match groups
-            .iter_mut()
-            .find(|(k, why, _)| *k == t.key && *why == r)
-        {
-            Some(g) => g.2.push(t),
-            None => groups.push((t.key, r, vec![t])),
+        match groups.iter_mut().find(|g| g.key == t.key && g.why == r) {
+            Some(g) => g.terms.push(t),
+            None => groups.push(ReasonGroup {
+                key: t.key,
+                why: r,
+                terms: vec![t],
+            }),
         }
     }
     // Most telling first: cuda, arch, driver, then brand mismatches.
@@ -78,86 +92,94 @@ fn group_lines(terms: &[TermResult]) -> Vec<String> {
         Some(Key::Brand) => 4,
         None => 3,
     };
-    groups.sort_by_key(|g| rank(&g.0));
+    groups.sort_by_key(|g| rank(&g.key));
     groups
-        .iter()
-        .map(|(key, why, ts)| {
-            let single = ts.len() == 1;
-            match key {
-                _ if single => {
-                    let t = ts[0];
-                    let multi_factor = t.term.contains(',');
-                    match (&t.factor, key, multi_factor) {
-                        (Some(f), Some(k), true) if *k != Key::Brand => {
-                            format!("{}: {} (needs {})", esc(&t.term), why, esc(f))
-                        }
-                        _ => format!("{}: {}", esc(&t.term), why),
-                    }
-                }
-                Some(Key::Brand) => {
-                    let brands: Vec<String> = unique(
-                        ts.iter()
-                            .filter_map(|t| t.factor.as_deref())
-                            .map(|f| f.split_once('=').map(|x| x.1).unwrap_or(f).to_string()),
-                    );
-                    format!(
-                        "{} alternatives for other GPU brands ({}): {}",
-                        ts.len(),
-                        esc(&named(&brands)),
-                        why
-                    )
-                }
-                Some(Key::Driver) => {
-                    // Official images: brand=X,driver>=B,driver<B+1 per
-                    // forward-compatible branch B. Name the branches.
-                    let branches = unique(ts.iter().flat_map(|t| {
-                        t.term
-                            .split(',')
-                            .filter_map(|f| f.strip_prefix("driver>="))
-                            .map(|v| v.split('.').next().unwrap_or(v).to_string())
-                            .collect::<Vec<_>>()
-                    }));
-                    let brands = unique(ts.iter().flat_map(|t| {
-                        t.term
-                            .split(',')
-                            .filter_map(|f| f.strip_prefix("brand="))
-                            .map(String::from)
-                            .collect::<Vec<_>>()
-                    }));
-                    let for_brands = if brands.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" for {}", esc(&named(&brands)))
-                    };
-                    if branches.is_empty() {
-                        format!(
-                            "{} alternatives ({}): {}",
-                            ts.len(),
-                            esc(&named(
-                                &ts.iter().map(|t| t.term.clone()).collect::<Vec<_>>()
-                            )),
-                            why
-                        )
-                    } else {
-                        format!(
-                            "{} forward-compatibility alternatives{for_brands} need driver branch {}: {}",
-                            ts.len(),
-                            esc(&or_list(&branches)),
-                            why
-                        )
-                    }
-                }
-                _ => format!(
-                    "{} alternatives ({}): {}",
-                    ts.len(),
-                    esc(&named(
-                        &ts.iter().map(|t| t.term.clone()).collect::<Vec<_>>()
-                    )),
-                    why
-                ),
-            }
-        })
-        .collect()
+}
+
+/// Words one group: a lone alternative is quoted whole; brand and driver
+/// groups (the forward-compatibility terms of official images) are
+/// summarised; any other group lists its alternatives.
+fn group_line(g: &ReasonGroup) -> String {
+    match g.key {
+        _ if g.terms.len() == 1 => single_line(g.terms[0], g.key, &g.why),
+        Some(Key::Brand) => brand_line(&g.terms, &g.why),
+        Some(Key::Driver) => driver_line(&g.terms, &g.why),
+        _ => alternatives_line(&g.terms, &g.why),
+    }
+}
+
+/// A group of one alternative: the term and why, plus the failing factor
+/// when the term has several factors and the factor is not a brand.
+fn single_line(t: &TermResult, key: Option<Key>, why: &str) -> String {
+    let multi_factor = t.term.contains(',');
+    match (&t.factor, key, multi_factor) {
+        (Some(f), Some(k), true) if k != Key::Brand => {
+            format!("{}: {} (needs {})", esc(&t.term), why, esc(f))
+        }
+        _ => format!("{}: {}", esc(&t.term), why),
+    }
+}
+
+/// Alternatives that failed on their brand: counted, with the brands named.
+fn brand_line(ts: &[&TermResult], why: &str) -> String {
+    let brands: Vec<String> = unique(
+        ts.iter()
+            .filter_map(|t| t.factor.as_deref())
+            .map(|f| f.split_once('=').map(|x| x.1).unwrap_or(f).to_string()),
+    );
+    format!(
+        "{} alternatives for other GPU brands ({}): {}",
+        ts.len(),
+        esc(&named(&brands)),
+        why
+    )
+}
+
+/// Alternatives that failed on the driver. Official images carry
+/// brand=X,driver>=B,driver<B+1 per forward-compatible branch B: name the
+/// branches (and brands); without branches, list the alternatives.
+fn driver_line(ts: &[&TermResult], why: &str) -> String {
+    let branches = unique(ts.iter().flat_map(|t| {
+        t.term
+            .split(',')
+            .filter_map(|f| f.strip_prefix("driver>="))
+            .map(|v| v.split('.').next().unwrap_or(v).to_string())
+            .collect::<Vec<_>>()
+    }));
+    let brands = unique(ts.iter().flat_map(|t| {
+        t.term
+            .split(',')
+            .filter_map(|f| f.strip_prefix("brand="))
+            .map(String::from)
+            .collect::<Vec<_>>()
+    }));
+    let for_brands = if brands.is_empty() {
+        String::new()
+    } else {
+        format!(" for {}", esc(&named(&brands)))
+    };
+    if branches.is_empty() {
+        alternatives_line(ts, why)
+    } else {
+        format!(
+            "{} forward-compatibility alternatives{for_brands} need driver branch {}: {}",
+            ts.len(),
+            esc(&or_list(&branches)),
+            why
+        )
+    }
+}
+
+/// Any other group: counted, with the alternatives named (bounded).
+fn alternatives_line(ts: &[&TermResult], why: &str) -> String {
+    format!(
+        "{} alternatives ({}): {}",
+        ts.len(),
+        esc(&named(
+            &ts.iter().map(|t| t.term.clone()).collect::<Vec<_>>()
+        )),
+        why
+    )
 }
 
 /// Distinct items in first-seen order (linear: a hostile image may list
@@ -218,65 +240,23 @@ pub fn requirement_failure(f: &Failure, facts: &HostFacts, honor_disable_require
         .with_headline(headline)
 }
 
+/// The fix for a failed requirement: one clause per kind of failure (CUDA,
+/// compute capability, brand/driver branch), then the escape hatch.
 fn fix_text(f: &Failure, facts: &HostFacts, honor_disable_require: bool) -> String {
     let req = f.requirement;
     let mut fixes = Vec::new();
-    let host_cuda = facts
-        .cuda_driver_version
-        .as_deref()
-        .and_then(|c| Version::parse(c).ok());
-    let driver_text = facts.driver_version.as_deref().unwrap_or("unknown");
-    let cuda_failed = f.failing.iter().any(|(_, j)| {
-        j.terms
-            .iter()
-            .any(|t| t.key == Some(Key::Cuda) && matches!(t.outcome, Outcome::Fail(_)))
-    });
+    let cuda_failed = f.failing.iter().any(|(_, j)| failed_on(j, Key::Cuda));
     if let (true, Some(floor)) = (cuda_failed, req.cuda_floor()) {
-        let host = match &host_cuda {
-            Some(c) => format!("this host has driver {driver_text} with CUDA {c}"),
-            None => format!("this host has driver {driver_text}"),
-        };
-        match cuda_tables::min_driver_for_cuda(floor) {
-            Some(d) => fixes.push(format!(
-                "install NVIDIA driver {d} or newer, the minimum for CUDA {floor} ({host})"
-            )),
-            None => fixes.push(format!(
-                "install an NVIDIA driver that supports CUDA {floor} ({host})"
-            )),
-        }
-        if let Some(c) = &host_cuda {
-            fixes.push(format!(
-                "or use an image built for CUDA {}.{} or older",
-                c.major(),
-                c.minor()
-            ));
-        }
+        fixes.extend(cuda_fixes(floor, facts));
     }
     let arch_failed: Vec<&Gpu> = f
         .failing
         .iter()
-        .filter(|(_, j)| {
-            j.terms
-                .iter()
-                .any(|t| t.key == Some(Key::Arch) && matches!(t.outcome, Outcome::Fail(_)))
-        })
+        .filter(|(_, j)| failed_on(j, Key::Arch))
         .filter_map(|(g, _)| *g)
         .collect();
     if let (false, Some(floor)) = (arch_failed.is_empty(), req.arch_floor()) {
-        let have: Vec<String> = arch_failed
-            .iter()
-            .map(|g| {
-                format!(
-                    "GPU {} has {}",
-                    g.index,
-                    g.compute_capability.as_deref().unwrap_or("unknown")
-                )
-            })
-            .collect();
-        fixes.push(format!(
-            "run it on GPUs with compute capability {floor} or higher ({}), or use an image built for this GPU",
-            have.join(", ")
-        ));
+        fixes.push(arch_fix(floor, &arch_failed));
     }
     let only_brand = !cuda_failed
         && arch_failed.is_empty()
@@ -297,18 +277,75 @@ fn fix_text(f: &Failure, facts: &HostFacts, honor_disable_require: bool) -> Stri
             req.source
         ));
     }
-    if honor_disable_require {
-        fixes.push(
-            "to start it anyway at your own risk, set NVIDIA_DISABLE_REQUIRE=true on the container"
-                .to_string(),
-        );
-    } else {
-        fixes.push(
-            "host policy ignores NVIDIA_DISABLE_REQUIRE (requirements.honor_disable_require = false)"
-                .to_string(),
-        );
-    }
+    fixes.push(disable_require_fix(honor_disable_require).to_string());
     fixes.join("; ")
+}
+
+/// Whether some alternative of `j` failed on a factor of `key`.
+fn failed_on(j: &Judgement, key: Key) -> bool {
+    j.terms
+        .iter()
+        .any(|t| t.key == Some(key) && matches!(t.outcome, Outcome::Fail(_)))
+}
+
+/// The fixes when the CUDA floor failed: the driver that provides it (from
+/// the CUDA tables), or an older image. Its own helper because it is the
+/// only clause that reads the host's driver and CUDA versions.
+fn cuda_fixes(floor: &Version, facts: &HostFacts) -> Vec<String> {
+    let mut fixes = Vec::new();
+    let host_cuda = facts
+        .cuda_driver_version
+        .as_deref()
+        .and_then(|c| Version::parse(c).ok());
+    let driver_text = facts.driver_version.as_deref().unwrap_or("unknown");
+    let host = match &host_cuda {
+        Some(c) => format!("this host has driver {driver_text} with CUDA {c}"),
+        None => format!("this host has driver {driver_text}"),
+    };
+    match cuda_tables::min_driver_for_cuda(floor) {
+        Some(d) => fixes.push(format!(
+            "install NVIDIA driver {d} or newer, the minimum for CUDA {floor} ({host})"
+        )),
+        None => fixes.push(format!(
+            "install an NVIDIA driver that supports CUDA {floor} ({host})"
+        )),
+    }
+    if let Some(c) = &host_cuda {
+        fixes.push(format!(
+            "or use an image built for CUDA {}.{} or older",
+            c.major(),
+            c.minor()
+        ));
+    }
+    fixes
+}
+
+/// The fix when the compute capability floor failed, naming what each
+/// failing GPU has.
+fn arch_fix(floor: &Version, arch_failed: &[&Gpu]) -> String {
+    let have: Vec<String> = arch_failed
+        .iter()
+        .map(|g| {
+            format!(
+                "GPU {} has {}",
+                g.index,
+                g.compute_capability.as_deref().unwrap_or("unknown")
+            )
+        })
+        .collect();
+    format!(
+        "run it on GPUs with compute capability {floor} or higher ({}), or use an image built for this GPU",
+        have.join(", ")
+    )
+}
+
+/// The last clause: how to start anyway, or that host policy forbids it.
+fn disable_require_fix(honor_disable_require: bool) -> &'static str {
+    if honor_disable_require {
+        "to start it anyway at your own risk, set NVIDIA_DISABLE_REQUIRE=true on the container"
+    } else {
+        "host policy ignores NVIDIA_DISABLE_REQUIRE (requirements.honor_disable_require = false)"
+    }
 }
 
 #[cfg(test)]

@@ -262,6 +262,15 @@ fn severity_for_no_image(severity: KernelImageSeverity) -> Severity {
     }
 }
 
+/// What every per-library judgement in [`assess`] shares: the GPU groups,
+/// the host driver's CUDA version and the configured severity. Bundled so
+/// the per-library helpers take one argument instead of three.
+struct Judging<'a> {
+    groups: Vec<GpuGroup<'a>>,
+    driver: Option<(u64, u64)>,
+    severity: KernelImageSeverity,
+}
+
 /// The `kernel-image` findings for what was scanned, against the visible
 /// GPUs and the host driver's CUDA version.
 pub fn assess(
@@ -275,22 +284,45 @@ pub fn assess(
         return out;
     }
     if let Some(e) = &scanned.rootfs_error {
-        out.push(
-            Finding::warning(
-                Check::KernelImage,
-                format!(
-                    "cannot check the GPU code in the image: {}",
-                    escape(e, MAX_QUOTE)
-                ),
-            )
-            .with_fix("check the bundle's root.path; gpu-guard could not open it"),
-        );
+        out.push(rootfs_error_finding(e));
         return out;
     }
-    let driver = cuda_driver_version.map(|v| (v.major(), v.minor()));
-    let groups = group_gpus(gpus);
-    for g in groups.iter().filter(|g| g.cc.is_none()) {
-        out.push(
+    let judging = Judging {
+        groups: group_gpus(gpus),
+        driver: cuda_driver_version.map(|v| (v.major(), v.minor())),
+        severity,
+    };
+    out.extend(unknown_cc_findings(&judging.groups));
+    for lib in &scanned.libraries {
+        out.extend(library_findings(lib, &judging));
+    }
+    if let Some(reason) = &scanned.incomplete {
+        out.push(incomplete_finding(reason, &scanned.not_scanned));
+    }
+    out
+}
+
+/// The single finding when the rootfs could not be opened. Split out of
+/// [`assess`] because it ends the assessment: nothing else can be judged.
+fn rootfs_error_finding(e: &str) -> Finding {
+    Finding::warning(
+        Check::KernelImage,
+        format!(
+            "cannot check the GPU code in the image: {}",
+            escape(e, MAX_QUOTE)
+        ),
+    )
+    .with_fix("check the bundle's root.path; gpu-guard could not open it")
+}
+
+/// One warning per GPU group whose compute capability is unknown. These
+/// groups are skipped by the per-library judgement, so they are reported
+/// once here, independent of any library.
+fn unknown_cc_findings(groups: &[GpuGroup]) -> Vec<Finding> {
+    groups
+        .iter()
+        .filter(|g| g.cc.is_none())
+        .map(|g| {
             Finding::warning(
                 Check::KernelImage,
                 format!(
@@ -298,102 +330,152 @@ pub fn assess(
                     g.describe()
                 ),
             )
-            .with_fix("give gpu-guard NVML access (host facts without compute_capability come from /proc)"),
-        );
+            .with_fix("give gpu-guard NVML access (host facts without compute_capability come from /proc)")
+        })
+        .collect()
+}
+
+/// The findings for one scanned library: an unreadable-library warning, or
+/// one finding per GPU group that cannot run it natively. The seam is the
+/// library: each is judged on its own against every GPU group.
+fn library_findings(lib: &Library, judging: &Judging) -> Vec<Finding> {
+    let path = escape(&lib.path, MAX_QUOTE);
+    let images = match &lib.outcome {
+        Ok(images) => images,
+        Err(e) => return vec![unreadable_finding(&path, e)],
+    };
+    if images.is_empty() {
+        return Vec::new();
     }
-    for lib in &scanned.libraries {
-        let path = escape(&lib.path, MAX_QUOTE);
-        let images = match &lib.outcome {
-            Ok(images) => images,
-            Err(e) => {
-                out.push(
-                    Finding::warning(
-                        Check::KernelImage,
-                        format!(
-                            "cannot read the GPU code in {path}: {}",
-                            escape(e, MAX_QUOTE)
-                        ),
-                    )
-                    .with_fix(format!(
-                        "check {path} in the image; gpu-guard could not verify that it runs on this host's GPUs"
-                    )),
-                );
-                continue;
-            }
+    let carries = describe_images(images);
+    let mut out = Vec::new();
+    for g in &judging.groups {
+        let Some(cc) = g.cc else { continue };
+        let case = LibOnGroup {
+            lib,
+            path: &path,
+            carries: &carries,
+            group: g,
+            cc,
         };
-        if images.is_empty() {
-            continue;
+        match judge(images, cc, judging.driver) {
+            Verdict::Native(_) => {}
+            Verdict::Jit { ptx, isa } => out.push(jit_finding(&case, ptx, isa)),
+            Verdict::NoImage { blocked } => out.push(no_image_finding(&case, blocked, judging)),
         }
-        let carries = describe_images(images);
-        for g in &groups {
-            let Some(cc) = g.cc else { continue };
-            match judge(images, cc, driver) {
-                Verdict::Native(_) => {}
-                Verdict::Jit { ptx, isa } => {
-                    let isa = isa
-                        .map(|(a, b)| format!(" (PTX ISA {a}.{b})"))
-                        .unwrap_or_default();
-                    out.push(
-                        Finding::warning(
-                            Check::KernelImage,
-                            format!(
-                                "{path} has no machine code for {}: the driver will JIT-compile its PTX {}{isa} at first start, which can take minutes (it carries {carries})",
-                                g.describe(),
-                                ptx.ptx_name()
-                            ),
-                        )
-                        .with_fix(format!(
-                            "use an image or wheel built for {} ({}); until then keep CUDA_CACHE_PATH on a persistent volume so the JIT runs once",
-                            cc.sm(),
-                            build_hint(&lib.path, cc)
-                        )),
-                    );
-                }
-                Verdict::NoImage { blocked } => {
-                    let why = match (blocked, driver) {
-                        (Some((a, (x, y))), Some((dm, dn))) => format!(
-                            "; its PTX {} is PTX ISA {x}.{y}, newer than the host driver (CUDA {dm}.{dn}) can compile",
-                            a.ptx_name()
-                        ),
-                        _ => String::new(),
-                    };
-                    out.push(
-                        Finding::new(
-                            Check::KernelImage,
-                            severity_for_no_image(severity),
-                            format!(
-                                "{path} has no GPU code that runs on {} (it carries {carries}{why}): CUDA will fail with \"no kernel image is available for execution on the device\"",
-                                g.describe()
-                            ),
-                        )
-                        .with_fix(fix_for_no_image(&lib.path, cc, blocked)),
-                    );
-                }
-            }
-        }
-    }
-    if let Some(reason) = &scanned.incomplete {
-        let mut f = Finding::warning(
-            Check::KernelImage,
-            format!(
-                "the GPU code check stopped early ({}); {} matched librar{} not checked",
-                escape(reason, MAX_QUOTE),
-                scanned.not_scanned.len(),
-                if scanned.not_scanned.len() == 1 { "y" } else { "ies" }
-            ),
-        )
-        .with_fix(
-            "raise kernel_image budgets (max_files, max_bytes, max_entries, time_budget_ms) or narrow kernel_image.libraries; results are cached, so the next start goes further",
-        );
-        f.details = scanned
-            .not_scanned
-            .iter()
-            .take(MAX_ARCHS_SHOWN)
-            .map(|p| escape(p, MAX_QUOTE))
-            .collect();
-        out.push(f);
     }
     out
+}
+
+/// A library whose GPU code could not be read: it cannot be judged, so it
+/// gets a warning instead of per-GPU verdicts.
+fn unreadable_finding(path: &str, e: &str) -> Finding {
+    Finding::warning(
+        Check::KernelImage,
+        format!(
+            "cannot read the GPU code in {path}: {}",
+            escape(e, MAX_QUOTE)
+        ),
+    )
+    .with_fix(format!(
+        "check {path} in the image; gpu-guard could not verify that it runs on this host's GPUs"
+    ))
+}
+
+/// One library judged against one GPU group: what the verdict findings
+/// quote. A struct so the per-verdict helpers stay short in arguments.
+struct LibOnGroup<'a> {
+    lib: &'a Library,
+    /// The library path, escaped for quoting.
+    path: &'a str,
+    /// [`describe_images`] of the library.
+    carries: &'a str,
+    group: &'a GpuGroup<'a>,
+    cc: Cc,
+}
+
+/// The warning for [`Verdict::Jit`]: the library runs, but only after the
+/// driver JIT-compiles its PTX. One helper per verdict kind.
+fn jit_finding(case: &LibOnGroup, ptx: Arch, isa: Option<(u16, u16)>) -> Finding {
+    let LibOnGroup {
+        lib,
+        path,
+        carries,
+        group,
+        cc,
+    } = case;
+    let isa = isa
+        .map(|(a, b)| format!(" (PTX ISA {a}.{b})"))
+        .unwrap_or_default();
+    Finding::warning(
+        Check::KernelImage,
+        format!(
+            "{path} has no machine code for {}: the driver will JIT-compile its PTX {}{isa} at first start, which can take minutes (it carries {carries})",
+            group.describe(),
+            ptx.ptx_name()
+        ),
+    )
+    .with_fix(format!(
+        "use an image or wheel built for {} ({}); until then keep CUDA_CACHE_PATH on a persistent volume so the JIT runs once",
+        cc.sm(),
+        build_hint(&lib.path, *cc)
+    ))
+}
+
+/// The finding for [`Verdict::NoImage`]: nothing in the library runs on the
+/// group, at the configured severity. One helper per verdict kind.
+fn no_image_finding(
+    case: &LibOnGroup,
+    blocked: Option<(Arch, (u16, u16))>,
+    judging: &Judging,
+) -> Finding {
+    let LibOnGroup {
+        lib,
+        path,
+        carries,
+        group,
+        cc,
+    } = case;
+    let why = match (blocked, judging.driver) {
+        (Some((a, (x, y))), Some((dm, dn))) => format!(
+            "; its PTX {} is PTX ISA {x}.{y}, newer than the host driver (CUDA {dm}.{dn}) can compile",
+            a.ptx_name()
+        ),
+        _ => String::new(),
+    };
+    Finding::new(
+        Check::KernelImage,
+        severity_for_no_image(judging.severity),
+        format!(
+            "{path} has no GPU code that runs on {} (it carries {carries}{why}): CUDA will fail with \"no kernel image is available for execution on the device\"",
+            group.describe()
+        ),
+    )
+    .with_fix(fix_for_no_image(&lib.path, *cc, blocked))
+}
+
+/// The warning when the scan stopped on a budget, listing (bounded) the
+/// libraries left unchecked. Separate because it is about the scan, not
+/// about any library or GPU.
+fn incomplete_finding(reason: &str, not_scanned: &[String]) -> Finding {
+    let mut f = Finding::warning(
+        Check::KernelImage,
+        format!(
+            "the GPU code check stopped early ({}); {} matched librar{} not checked",
+            escape(reason, MAX_QUOTE),
+            not_scanned.len(),
+            if not_scanned.len() == 1 { "y" } else { "ies" }
+        ),
+    )
+    .with_fix(
+        "raise kernel_image budgets (max_files, max_bytes, max_entries, time_budget_ms) or narrow kernel_image.libraries; results are cached, so the next start goes further",
+    );
+    f.details = not_scanned
+        .iter()
+        .take(MAX_ARCHS_SHOWN)
+        .map(|p| escape(p, MAX_QUOTE))
+        .collect();
+    f
 }
 
 #[cfg(test)]

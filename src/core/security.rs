@@ -31,7 +31,7 @@ pub struct Plan {
 
 const INSTALL_HINT: &str = "let gpu-guard apply the policy before the container is created: `gpu-guard install docker` (or containerd, crio) registers the runtime wrapper, `gpu-guard install podman` the precreate hook";
 
-fn outside(caps: &Capabilities, allow: &[String]) -> Vec<(&'static str, Vec<String>)> {
+fn outside(caps: &Capabilities, allow: &[String]) -> Extra {
     Capabilities::SETS
         .iter()
         .filter_map(|set| {
@@ -49,6 +49,12 @@ fn outside(caps: &Capabilities, allow: &[String]) -> Vec<(&'static str, Vec<Stri
         .collect()
 }
 
+/// The capabilities outside the allowlist, per set, and the set names.
+type Extra = Vec<(&'static str, Vec<String>)>;
+
+/// The security plan for a container: a privileged container gets only a
+/// policy finding; otherwise the extras are dropped (edit stage) or
+/// reported (verify stage).
 pub fn plan(c: &Container, cfg: &SecurityConfig, allow: &[String], stage: Stage) -> Plan {
     let mut p = Plan::default();
     let privileged = c
@@ -57,21 +63,7 @@ pub fn plan(c: &Container, cfg: &SecurityConfig, allow: &[String], stage: Stage)
         .as_ref()
         .is_some_and(|b| capability::is_privileged_set(b.iter().map(|s| s.as_str())));
     if privileged {
-        match cfg.privileged {
-            OnFailure::Refuse => p.findings.push(
-                Finding::error(
-                    Check::Security,
-                    "the container is privileged: its bounding set holds every capability",
-                )
-                .with_fix(
-                    "run it without --privileged (add only the capabilities it needs), or set security.privileged = \"allow\" in the gpu-guard config",
-                ),
-            ),
-            OnFailure::Allow => p.findings.push(Finding::warning(
-                Check::Security,
-                "the container is privileged: host policy (security.privileged = \"allow\") leaves its capabilities and no_new_privileges untouched",
-            )),
-        }
+        p.findings.push(privileged_finding(cfg.privileged));
         return p;
     }
     let extra = outside(&c.capabilities, allow);
@@ -97,53 +89,82 @@ pub fn plan(c: &Container, cfg: &SecurityConfig, allow: &[String], stage: Stage)
                 );
             }
             if !extra.is_empty() {
-                // Sets holding the same extras share one line:
-                // process.capabilities.{bounding,effective,permitted} hold ...
-                let mut groups: Vec<(Vec<&str>, &Vec<String>)> = Vec::new();
-                for (set, caps) in &extra {
-                    match groups.iter_mut().find(|(_, c)| *c == caps) {
-                        Some(g) => g.0.push(set),
-                        None => groups.push((vec![set], caps)),
-                    }
-                }
-                let fields: Vec<String> = groups
-                    .iter()
-                    .map(|(sets, caps)| {
-                        let (name, verb) = if sets.len() == 1 {
-                            (sets[0].to_string(), "holds")
-                        } else {
-                            (format!("{{{}}}", sets.join(",")), "hold")
-                        };
-                        format!(
-                            "process.capabilities.{name} {verb} {}",
-                            esc(&caps.join(", "))
-                        )
-                    })
-                    .collect();
-                let mut all: Vec<&str> = extra
-                    .iter()
-                    .flat_map(|(_, e)| e.iter().map(|s| s.as_str()))
-                    .collect();
-                all.sort_unstable();
-                all.dedup();
-                let drops: Vec<String> = all
-                    .iter()
-                    .map(|c| format!("--cap-drop {}", esc(c.trim_start_matches("CAP_"))))
-                    .collect();
-                p.findings.push(
-                    Finding::error(
-                        Check::Security,
-                        format!(
-                            "capabilities outside the host allowlist: {}",
-                            fields.join("; ")
-                        ),
-                    )
-                    .with_fix(format!("run with {}, or {INSTALL_HINT}", drops.join(" "))),
-                );
+                p.findings.push(extra_capabilities_finding(&extra));
             }
         }
     }
     p
+}
+
+/// The finding for a privileged container, per `security.privileged`.
+/// Separate because a privileged container ends the plan: its
+/// capabilities and no_new_privileges are left alone either way.
+fn privileged_finding(policy: OnFailure) -> Finding {
+    match policy {
+        OnFailure::Refuse => Finding::error(
+            Check::Security,
+            "the container is privileged: its bounding set holds every capability",
+        )
+        .with_fix(
+            "run it without --privileged (add only the capabilities it needs), or set security.privileged = \"allow\" in the gpu-guard config",
+        ),
+        OnFailure::Allow => Finding::warning(
+            Check::Security,
+            "the container is privileged: host policy (security.privileged = \"allow\") leaves its capabilities and no_new_privileges untouched",
+        ),
+    }
+}
+
+/// The verify-stage error for capabilities outside the allowlist (`extra`
+/// is not empty): the spec fields that hold them, and the `--cap-drop`
+/// flags that remove them. Split out of [`plan`] as the only wording
+/// step with its own grouping.
+fn extra_capabilities_finding(extra: &Extra) -> Finding {
+    let fields = extra_fields(extra);
+    let mut all: Vec<&str> = extra
+        .iter()
+        .flat_map(|(_, e)| e.iter().map(|s| s.as_str()))
+        .collect();
+    all.sort_unstable();
+    all.dedup();
+    let drops: Vec<String> = all
+        .iter()
+        .map(|c| format!("--cap-drop {}", esc(c.trim_start_matches("CAP_"))))
+        .collect();
+    Finding::error(
+        Check::Security,
+        format!(
+            "capabilities outside the host allowlist: {}",
+            fields.join("; ")
+        ),
+    )
+    .with_fix(format!("run with {}, or {INSTALL_HINT}", drops.join(" ")))
+}
+
+/// One phrase per group of capability sets holding the same extras:
+/// `process.capabilities.{bounding,effective,permitted} hold ...`.
+fn extra_fields(extra: &Extra) -> Vec<String> {
+    let mut groups: Vec<(Vec<&str>, &Vec<String>)> = Vec::new();
+    for (set, caps) in extra {
+        match groups.iter_mut().find(|(_, c)| *c == caps) {
+            Some(g) => g.0.push(set),
+            None => groups.push((vec![set], caps)),
+        }
+    }
+    groups
+        .iter()
+        .map(|(sets, caps)| {
+            let (name, verb) = if sets.len() == 1 {
+                (sets[0].to_string(), "holds")
+            } else {
+                (format!("{{{}}}", sets.join(",")), "hold")
+            };
+            format!(
+                "process.capabilities.{name} {verb} {}",
+                esc(&caps.join(", "))
+            )
+        })
+        .collect()
 }
 
 #[cfg(test)]

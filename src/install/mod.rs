@@ -660,25 +660,60 @@ fn plan_podman_install(opts: &Options, old: Option<EngineState>) -> Result<Plan,
     let file_host = podman_hook_file(opts);
     let dir_host = file_host.parent().unwrap_or(Path::new("/")).to_path_buf();
     let mut warnings = vec![];
+    check_crio_ignores_podman_hooks(opts, &dir_host, &mut warnings)?;
+    let (mut changes, created) = podman_hooks_dir_drop_in(opts, &dir_host, &mut warnings)?;
 
+    let path = opts.fs_path(&file_host);
+    let before = edit::read_optional(&path)?;
+    let mut state = merge_state(old, &dir_host);
+    if before.is_none() {
+        note_created(opts, &mut state, &file_host);
+    }
+    for c in &created {
+        note_created(opts, &mut state, c);
+    }
+    let ours = hooks::hook_json(Stage::Precreate, &opts.gpu_guard_path());
+    changes.push(change(path, before, Some(ours)));
+    Ok(Plan {
+        changes,
+        state: Some(state),
+        warnings,
+        remove_dirs: vec![],
+    })
+}
+
+/// Refuses a podman hook directory that CRI-O reads (CRI-O refuses
+/// precreate hooks), and warns to keep it that way when CRI-O is installed.
+/// Its own step because it is about the other engine, not podman's config.
+fn check_crio_ignores_podman_hooks(
+    opts: &Options,
+    dir_host: &Path,
+    warnings: &mut Vec<String>,
+) -> Result<(), InstallError> {
     let crio_present = CRIO_BINARIES
         .iter()
         .chain(["/etc/crio"].iter())
         .any(|p| opts.fs_path(Path::new(p)).exists());
-    if crio_present {
-        let eff = crio_effective(opts, Path::new(CRIO_DROP_IN))?;
-        if eff.hooks_dirs.iter().any(|d| same_dir(d, &dir_host)) {
-            return Err(InstallError::CrioReadsPodmanHooks {
-                dir: dir_host.to_string_lossy().into_owned(),
-            });
-        }
-        warnings.push(format!(
-            "CRI-O is installed on this host; it does not read {} now, keep that directory out of its hooks_dir (CRI-O refuses precreate hooks)",
-            dir_host.display()
-        ));
+    if !crio_present {
+        return Ok(());
     }
-    // podman's hook directories as it reads them now (ignoring our own
-    // drop-in, which is rewritten from them).
+    let eff = crio_effective(opts, Path::new(CRIO_DROP_IN))?;
+    if eff.hooks_dirs.iter().any(|d| same_dir(d, dir_host)) {
+        return Err(InstallError::CrioReadsPodmanHooks {
+            dir: dir_host.to_string_lossy().into_owned(),
+        });
+    }
+    warnings.push(format!(
+        "CRI-O is installed on this host; it does not read {} now, keep that directory out of its hooks_dir (CRI-O refuses precreate hooks)",
+        dir_host.display()
+    ));
+    Ok(())
+}
+
+/// podman's hook directories as it reads them now: containers.conf files
+/// and their `.d` drop-ins in order, ignoring our own drop-in (which is
+/// rewritten from them); podman's built-in list when none sets hooks_dir.
+fn podman_current_hooks_dirs(opts: &Options) -> Result<Vec<String>, InstallError> {
     let mut confs = vec![];
     for c in podman::CONTAINERS_CONF {
         if let Some(t) = edit::read_optional(&opts.fs_path(Path::new(c)))? {
@@ -701,51 +736,49 @@ fn plan_podman_install(opts: &Options, old: Option<EngineState>) -> Result<Plan,
             }
         }
     }
-    let current =
+    Ok(
         podman::configured_hooks_dirs(confs.iter().map(String::as_str)).unwrap_or_else(|| {
             podman::BUILTIN_HOOKS_DIRS
                 .iter()
                 .map(|d| d.to_string())
                 .collect()
-        });
+        }),
+    )
+}
+
+/// Makes podman read `dir_host`: nothing when it already does, a warning
+/// when the admin chose the directory (their containers.conf to manage),
+/// else our containers.conf drop-in. Returns the changes and the files it
+/// creates. Split from [`plan_podman_install`] as the containers.conf step,
+/// apart from writing the hook file itself.
+fn podman_hooks_dir_drop_in(
+    opts: &Options,
+    dir_host: &Path,
+    warnings: &mut Vec<String>,
+) -> Result<(Vec<FileChange>, Vec<PathBuf>), InstallError> {
+    let current = podman_current_hooks_dirs(opts)?;
     let mut changes = vec![];
     let mut created = vec![];
-    if !current.iter().any(|d| same_dir(d, &dir_host)) {
-        if opts.config_path.is_some() {
-            // A hooks directory the admin chose: their containers.conf to manage.
-            warnings.push(format!(
-                "podman reads hooks from {current:?}, not {}: add it to hooks_dir in containers.conf, or podman will not run the precreate hook",
-                dir_host.display()
-            ));
-        } else {
-            let drop_host = PathBuf::from(podman::CONF_DROP_IN);
-            let drop_path = opts.fs_path(&drop_host);
-            let before = edit::read_optional(&drop_path)?;
-            if before.is_none() {
-                created.push(drop_host);
-            }
-            let text = podman::drop_in_text(&current, &dir_host.to_string_lossy());
-            changes.push(change(drop_path, before, Some(text)));
+    if current.iter().any(|d| same_dir(d, dir_host)) {
+        return Ok((changes, created));
+    }
+    if opts.config_path.is_some() {
+        // A hooks directory the admin chose: their containers.conf to manage.
+        warnings.push(format!(
+            "podman reads hooks from {current:?}, not {}: add it to hooks_dir in containers.conf, or podman will not run the precreate hook",
+            dir_host.display()
+        ));
+    } else {
+        let drop_host = PathBuf::from(podman::CONF_DROP_IN);
+        let drop_path = opts.fs_path(&drop_host);
+        let before = edit::read_optional(&drop_path)?;
+        if before.is_none() {
+            created.push(drop_host);
         }
+        let text = podman::drop_in_text(&current, &dir_host.to_string_lossy());
+        changes.push(change(drop_path, before, Some(text)));
     }
-
-    let path = opts.fs_path(&file_host);
-    let before = edit::read_optional(&path)?;
-    let mut state = merge_state(old, &dir_host);
-    if before.is_none() {
-        note_created(opts, &mut state, &file_host);
-    }
-    for c in &created {
-        note_created(opts, &mut state, c);
-    }
-    let ours = hooks::hook_json(Stage::Precreate, &opts.gpu_guard_path());
-    changes.push(change(path, before, Some(ours)));
-    Ok(Plan {
-        changes,
-        state: Some(state),
-        warnings,
-        remove_dirs: vec![],
-    })
+    Ok((changes, created))
 }
 
 /// Uninstall for engines whose every file is gpu-guard's own (CRI-O's
