@@ -18,15 +18,13 @@ use crate::core::report;
 use crate::core::security::Stage;
 use crate::oci::spec::parse_spec_bytes;
 use crate::oci::spec_file;
+use crate::oci::state::{parse_state, MAX_STATE_BYTES};
 use crate::sys::logging;
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 pub const EXIT_REFUSE: i32 = 1;
 pub const EXIT_BAD_INPUT: i32 = 2;
-
-/// OCI State is a few hundred bytes plus annotations.
-const MAX_STATE_BYTES: u64 = 16 << 20;
 
 fn bad_input(msg: impl std::fmt::Display) -> i32 {
     eprintln!(
@@ -49,30 +47,6 @@ fn read_stdin(limit: u64) -> std::io::Result<Vec<u8>> {
         ));
     }
     Ok(buf)
-}
-
-/// The fields of OCI State we use.
-struct State {
-    id: Option<String>,
-    bundle: PathBuf,
-}
-
-fn parse_state(bytes: &[u8]) -> Result<State, String> {
-    let v: serde_json::Value = parse_spec_bytes(bytes)
-        .map_err(|e| format!("OCI state on stdin is not valid JSON: {e}"))?;
-    let obj = v
-        .as_object()
-        .ok_or("OCI state on stdin is not a JSON object")?;
-    let bundle = obj
-        .get("bundle")
-        .and_then(|b| b.as_str())
-        .filter(|b| !b.is_empty())
-        .ok_or("OCI state on stdin has no bundle path")?;
-    let id = obj.get("id").and_then(|i| i.as_str()).map(String::from);
-    Ok(State {
-        id,
-        bundle: PathBuf::from(bundle),
-    })
 }
 
 pub fn main(config_flag: Option<&Path>, stage: HookStage) -> i32 {
@@ -192,23 +166,4 @@ fn has_gpu_guard_prestart(spec: &serde_json::Value) -> bool {
                         .any(|a| *a == "prestart" || *a == "createRuntime")
             })
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn state_parsing() {
-        let s = parse_state(
-            br#"{"ociVersion":"1.0.2","id":"abc","status":"creating","pid":1,"bundle":"/b"}"#,
-        )
-        .unwrap();
-        assert_eq!(s.id.as_deref(), Some("abc"));
-        assert_eq!(s.bundle, PathBuf::from("/b"));
-        assert!(parse_state(b"{").is_err());
-        assert!(parse_state(b"[]").is_err());
-        assert!(parse_state(br#"{"id":"x"}"#).is_err());
-        assert!(parse_state(br#"{"bundle":""}"#).is_err());
-    }
 }

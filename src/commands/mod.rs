@@ -9,4 +9,5 @@ pub mod host;
 pub mod install;
 pub mod pipeline;
 pub mod runtime;
+pub mod runtime_exec;
 pub mod scan;

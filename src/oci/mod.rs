@@ -1,5 +1,9 @@
 //! The OCI side: the container view read from a runtime spec, the edits
 //! patched back into config.json, the hook state and the runtime's argv.
+//!
+//! This layer uses only `core` and `sys` (and itself), never `commands`.
 
+pub mod runtime_args;
 pub mod spec;
 pub mod spec_file;
+pub mod state;

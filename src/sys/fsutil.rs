@@ -2,6 +2,7 @@
 //! replacement (temp file in the same directory, fsync, rename), so a crash or
 //! a concurrent reader never sees half a file.
 
+use nix::fcntl::OFlag;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -14,7 +15,7 @@ pub fn read_limited(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
     // right after by its type.
     let file = OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .custom_flags((OFlag::O_NONBLOCK | OFlag::O_CLOEXEC).bits())
         .open(path)?;
     let meta = file.metadata()?;
     if !meta.is_file() {
@@ -89,7 +90,7 @@ fn write_replace(path: &Path, data: &[u8], default_mode: u32, durable: bool) -> 
             .write(true)
             .create_new(true)
             .mode(mode)
-            .custom_flags(libc::O_CLOEXEC)
+            .custom_flags(OFlag::O_CLOEXEC.bits())
             .open(&tmp)?;
         f.write_all(data)?;
         if durable {
@@ -155,8 +156,7 @@ mod tests {
     fn read_limited_refuses_fifo_and_large_files() {
         let d = tempdir();
         let fifo = d.join("fifo");
-        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
         assert!(read_limited(&fifo, 100).is_err());
         let big = d.join("big");
         fs::write(&big, vec![b'x'; 101]).unwrap();

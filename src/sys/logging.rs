@@ -14,7 +14,7 @@ use crate::core::decision::{Decision, Severity, Verdict};
 pub use crate::core::policy::Syslog;
 use crate::core::report;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Once, OnceLock};
 
@@ -24,6 +24,33 @@ pub enum Fallback {
     Stderr,
     /// Append logrus-style JSON lines to this runtime log (None: drop).
     RuntimeLog(Option<PathBuf>),
+}
+
+/// One logrus-style line of a runtime's `--log` file, fields in logrus's
+/// order: `{"level":"error","msg":"...","time":"<RFC 3339>"}`.
+#[derive(serde::Serialize)]
+struct RuntimeLogLine<'a> {
+    level: &'a str,
+    msg: &'a str,
+    time: String,
+}
+
+/// Appends one logrus-style JSON line to the runtime's `--log` file (created
+/// when missing), in a single write. containerd's shim reports the last
+/// `"level":"error"` line as `OCI runtime create failed: <msg>`.
+pub fn append_runtime_log(path: &Path, level: &str, msg: &str) -> std::io::Result<()> {
+    let line = RuntimeLogLine {
+        level,
+        msg,
+        time: super::time::rfc3339_now(),
+    };
+    let mut bytes = serde_json::to_vec(&line).map_err(std::io::Error::other)?;
+    bytes.push(b'\n');
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    f.write_all(&bytes)
 }
 
 static INIT: Once = Once::new();
@@ -40,21 +67,10 @@ impl log::Log for FallbackLogger {
         let level = record.level().as_str().to_ascii_lowercase();
         match FALLBACK.get() {
             Some(Fallback::RuntimeLog(Some(path))) => {
-                let line = serde_json::json!({
-                    "level": if level == "warn" { "warning".to_string() } else { level },
-                    "msg": format!("gpu-guard: {}", record.args()),
-                    "time": crate::commands::runtime::rfc3339_now(),
-                });
-                if let (Ok(mut f), Ok(mut bytes)) = (
-                    std::fs::OpenOptions::new()
-                        .create(true)
-                        .append(true)
-                        .open(path),
-                    serde_json::to_vec(&line),
-                ) {
-                    bytes.push(b'\n');
-                    let _ = f.write_all(&bytes);
-                }
+                // logrus spells the warning level `warning`.
+                let level = if level == "warn" { "warning" } else { &level };
+                let msg = format!("gpu-guard: {}", record.args());
+                let _ = append_runtime_log(path, level, &msg);
             }
             Some(Fallback::RuntimeLog(None)) => {}
             _ => eprintln!("gpu-guard: {level}: {}", record.args()),
@@ -120,4 +136,26 @@ pub fn record(d: &Decision, syslog: &Syslog, fallback: Fallback) {
 pub fn stood_aside(why: &str, syslog: &Syslog, fallback: Fallback) {
     init(syslog, fallback);
     log::warn!("{}", crate::core::sanitize::one_line(why));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runtime_log_line_is_logrus_shaped() {
+        let dir = std::env::temp_dir().join(format!("gg-logging-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("log.json");
+        std::fs::write(&path, "{\"level\":\"info\",\"msg\":\"earlier\"}\n").unwrap();
+        append_runtime_log(&path, "error", "refused: \"x\"\nnext").unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let last = text.lines().last().unwrap();
+        assert!(text.ends_with('\n') && text.lines().count() == 2, "{text}");
+        let prefix = r#"{"level":"error","msg":"refused: \"x\"\nnext","time":""#;
+        assert!(last.starts_with(prefix), "{last}");
+        let v: serde_json::Value = serde_json::from_str(last).unwrap();
+        assert!(v["time"].as_str().unwrap().ends_with('Z'));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
 }
