@@ -91,9 +91,7 @@ fn errors_and_exit_statuses() {
     assert_eq!(err.lines().count(), 1, "{err}");
     // A FIFO operand is refused without blocking.
     let fifo = dir.join("fifo.so");
-    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-    // SAFETY: valid C string.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
     let (code, _, err) = run(&[fifo.to_str().unwrap()]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("not a regular file"), "{err}");

@@ -8,10 +8,11 @@ use gpu_guard::core::decision::{Check, Finding, Severity};
 use gpu_guard::core::facts::Gpu;
 use gpu_guard::core::kernel_image::{assess, Scanned};
 use gpu_guard::core::policy::{Config, KernelImageConfig, KernelImageSeverity};
-use gpu_guard::scan::libraries::{scan_root, Limits};
-use gpu_guard::scan::rootfs::{Resolver, Root};
+use gpu_guard::scan::libraries::{scan_root, scan_root_tapped, Limits};
+use gpu_guard::scan::rootfs::{Entries, Resolver, Root};
+use nix::errno::Errno;
+use nix::sys::stat::{makedev, mknod, Mode, SFlag};
 use scan_support::*;
-use std::ffi::CString;
 use std::fs;
 use std::os::unix::fs::symlink;
 use std::path::Path;
@@ -54,18 +55,19 @@ fn h100() -> Vec<Gpu> {
 }
 
 fn mkfifo(p: &Path) {
-    let c = CString::new(p.to_str().unwrap()).unwrap();
-    // SAFETY: valid C string.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    nix::unistd::mkfifo(p, Mode::from_bits_truncate(0o644)).unwrap();
 }
 
 /// /dev/zero's device number (char 1:5) inside the rootfs. Needs root (CI
 /// runs as root); elsewhere the case is skipped, loudly.
 fn mknod_zero(p: &Path) -> bool {
-    let c = CString::new(p.to_str().unwrap()).unwrap();
-    // SAFETY: valid C string.
-    let rc = unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 5)) };
-    require((rc == 0).then_some(()), "permission to mknod (run as root)").is_some()
+    let made = mknod(
+        p,
+        SFlag::S_IFCHR,
+        Mode::from_bits_truncate(0o666),
+        makedev(1, 5),
+    );
+    require(made.ok(), "permission to mknod (run as root)").is_some()
 }
 
 fn messages(f: &[Finding]) -> String {
@@ -384,4 +386,67 @@ fn a_missing_rootfs_is_a_warning() {
     assert_eq!(f.len(), 1);
     assert_eq!(f[0].severity, Severity::Warning);
     assert!(f[0].message.contains("cannot check"), "{}", f[0].message);
+}
+
+/// readdir(3) fails (EIO) after two entries of usr/lib: the scan must not
+/// judge the libraries it happened to see as if they were all, and the
+/// failure must reach the findings as a warning.
+#[test]
+fn a_readdir_error_is_a_warning_not_a_short_listing() {
+    fn fail_usr_lib<'a>(dir: &str, real: Entries<'a>) -> Entries<'a> {
+        if dir != "usr/lib" {
+            return real;
+        }
+        Box::new(real.take(2).chain(std::iter::once(Err(Errno::EIO))))
+    }
+    for resolver in RESOLVERS {
+        let root = tempdir("readdir-eio");
+        let lib = root.join("usr/lib");
+        fs::create_dir_all(&lib).unwrap();
+        for i in 0..4 {
+            fs::copy(fixture("sm90a.so"), lib.join(format!("lib{i}.so"))).unwrap();
+        }
+        let c = cfg(&["usr/lib/lib*.so"]);
+        let r = Root::open_with(&root, resolver).unwrap();
+        // Without the fault: four libraries, all fine.
+        let s = scan_root(&r, &c, &limits(&c), None);
+        assert_eq!(s.libraries.len(), 4, "{resolver:?}: {s:?}");
+        assert!(s.libraries.iter().all(|l| l.outcome.is_ok()));
+        // With it: no library of that listing is scanned, and the
+        // directory is reported as unreadable.
+        let s = scan_root_tapped(&r, &c, &limits(&c), None, &fail_usr_lib);
+        assert_eq!(s.libraries.len(), 1, "{resolver:?}: {s:?}");
+        assert_eq!(s.libraries[0].path, "usr/lib");
+        let e = s.libraries[0].outcome.as_ref().unwrap_err();
+        assert!(e.contains("reading its entries failed"), "{e}");
+        assert!(e.contains("Input/output error"), "{e}");
+        let f = assess(&s, &h100(), None, KernelImageSeverity::Enforce);
+        assert_eq!(f.len(), 1, "{}", messages(&f));
+        assert_eq!(f[0].severity, Severity::Warning);
+        assert_eq!(f[0].check, Check::KernelImage);
+        assert!(
+            f[0].message.contains("cannot read the GPU code in usr/lib"),
+            "{}",
+            f[0].message
+        );
+        fs::remove_dir_all(&root).unwrap();
+    }
+}
+
+/// A glob through a directory the image lacks stays silent; one that
+/// cannot be opened for another reason is a warning.
+#[test]
+fn unlistable_directories_are_warnings_missing_ones_are_not() {
+    for resolver in RESOLVERS {
+        let root = tempdir("unlistable");
+        fs::create_dir_all(root.join("usr/lib")).unwrap();
+        // A self-loop where a directory is expected: ELOOP, not absence.
+        symlink("loop", root.join("usr/loop")).unwrap();
+        let c = cfg(&["opt/*/lib*.so", "usr/loop/*.so"]);
+        let s = scan(&root, resolver, &c);
+        assert_eq!(s.libraries.len(), 1, "{resolver:?}: {s:?}");
+        assert_eq!(s.libraries[0].path, "usr/loop");
+        assert!(s.libraries[0].outcome.is_err());
+        fs::remove_dir_all(&root).unwrap();
+    }
 }

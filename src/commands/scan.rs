@@ -3,9 +3,11 @@
 
 use crate::commands::cli::ScanArgs;
 use crate::core::arch::{self, Kind};
-use crate::core::policy::KernelImageSeverity;
+use crate::core::decision::{Finding, Severity};
+use crate::core::facts::HostFacts;
+use crate::core::policy::{KernelImageConfig, KernelImageSeverity};
 use crate::core::version::Version;
-use crate::scan::fatbin::{self, Budget, Entry};
+use crate::scan::fatbin::{self, Budget, Entry, FatbinError};
 use crate::scan::read::{self, SizedFile};
 use crate::scan::{elf, kernel_image_findings, rootfs};
 use std::collections::BTreeMap;
@@ -74,19 +76,8 @@ pub fn main(config: Option<&Path>, args: &ScanArgs) -> i32 {
 /// `[kernel_image]` (libraries, budgets, cache); `severity = "off"` is
 /// taken as `warn`, since the check was asked for explicitly.
 fn rootfs_command(config: Option<&Path>, args: &ScanArgs) -> i32 {
-    let cfg = match crate::config::load(config) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("gpu-guard: {e}");
-            return EXIT_BAD_INPUT;
-        }
-    };
-    let Some(host) = args.host.as_deref() else {
-        eprintln!("gpu-guard: scan --rootfs needs --host FILE");
-        return EXIT_BAD_INPUT;
-    };
-    let facts = match crate::host::facts_file::read_facts_file(host) {
-        Ok(f) => f,
+    let (ki, facts) = match rootfs_inputs(config, args) {
+        Ok(x) => x,
         Err(e) => {
             eprintln!("gpu-guard: {e}");
             return EXIT_BAD_INPUT;
@@ -96,10 +87,6 @@ fn rootfs_command(config: Option<&Path>, args: &ScanArgs) -> i32 {
         .cuda_driver_version
         .as_deref()
         .and_then(|v| Version::parse(v).ok());
-    let mut ki = cfg.kernel_image.clone();
-    if ki.severity == KernelImageSeverity::Off {
-        ki.severity = KernelImageSeverity::Warn;
-    }
     let mut status = EXIT_OK;
     let mut all = Vec::new();
     for rootfs in &args.paths {
@@ -109,10 +96,7 @@ fn rootfs_command(config: Option<&Path>, args: &ScanArgs) -> i32 {
             continue;
         }
         let findings = kernel_image_findings(rootfs, &facts.gpus, driver.as_ref(), &ki);
-        if findings
-            .iter()
-            .any(|f| f.severity == crate::core::decision::Severity::Error)
-        {
+        if findings.iter().any(|f| f.severity == Severity::Error) {
             status = status.max(EXIT_FILE_ERROR);
         }
         all.push((shown(rootfs), findings));
@@ -120,35 +104,62 @@ fn rootfs_command(config: Option<&Path>, args: &ScanArgs) -> i32 {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     if args.json {
-        let v: Vec<serde_json::Value> = all
-            .into_iter()
-            .map(|(p, f)| serde_json::json!({ "rootfs": p, "findings": f }))
-            .collect();
-        let _ = writeln!(
-            out,
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({ "rootfs": v })).unwrap_or_default()
-        );
+        print_rootfs_json(&mut out, all);
     } else {
-        for (p, findings) in all {
-            if findings.is_empty() {
-                let _ = writeln!(out, "{p}: the image's GPU code runs on every GPU");
-            }
-            for f in findings {
-                let sev = match f.severity {
-                    crate::core::decision::Severity::Error => "error",
-                    crate::core::decision::Severity::Warning => "warning",
-                    crate::core::decision::Severity::Info => "info",
-                };
-                let _ = writeln!(out, "{p}: {sev}: {}", f.message);
-                if let Some(fix) = f.fix {
-                    let _ = writeln!(out, "  fix: {fix}");
-                }
-            }
-        }
+        print_rootfs_text(&mut out, all);
     }
     let _ = out.flush();
     status
+}
+
+/// The `[kernel_image]` config (`off` raised to `warn`) and the host facts
+/// `--rootfs` judges against.
+fn rootfs_inputs(
+    config: Option<&Path>,
+    args: &ScanArgs,
+) -> Result<(KernelImageConfig, HostFacts), String> {
+    let cfg = crate::config::load(config).map_err(|e| e.to_string())?;
+    let host = args
+        .host
+        .as_deref()
+        .ok_or("scan --rootfs needs --host FILE")?;
+    let facts = crate::host::facts_file::read_facts_file(host).map_err(|e| e.to_string())?;
+    let mut ki = cfg.kernel_image.clone();
+    if ki.severity == KernelImageSeverity::Off {
+        ki.severity = KernelImageSeverity::Warn;
+    }
+    Ok((ki, facts))
+}
+
+fn print_rootfs_json(out: &mut impl Write, all: Vec<(String, Vec<Finding>)>) {
+    let v: Vec<serde_json::Value> = all
+        .into_iter()
+        .map(|(p, f)| serde_json::json!({ "rootfs": p, "findings": f }))
+        .collect();
+    let _ = writeln!(
+        out,
+        "{}",
+        serde_json::to_string_pretty(&serde_json::json!({ "rootfs": v })).unwrap_or_default()
+    );
+}
+
+fn print_rootfs_text(out: &mut impl Write, all: Vec<(String, Vec<Finding>)>) {
+    for (p, findings) in all {
+        if findings.is_empty() {
+            let _ = writeln!(out, "{p}: the image's GPU code runs on every GPU");
+        }
+        for f in findings {
+            let sev = match f.severity {
+                Severity::Error => "error",
+                Severity::Warning => "warning",
+                Severity::Info => "info",
+            };
+            let _ = writeln!(out, "{p}: {sev}: {}", f.message);
+            if let Some(fix) = f.fix {
+                let _ = writeln!(out, "  fix: {fix}");
+            }
+        }
+    }
 }
 
 /// The files an operand stands for: itself, or a directory's ELF files in
@@ -283,68 +294,93 @@ fn scan_one(
         }
     };
     let reader = SizedFile::new(file, size);
-    let mut budget = Budget::unlimited();
-    let mut counts: BTreeMap<SummaryKey, u64> = BTreeMap::new();
-    let result;
-    if json {
-        let sep = if *first { "" } else { "," };
-        *first = false;
-        let _ = write!(
-            out,
-            "{sep}\n{{\"path\":{},\"entries\":[",
-            json_str(&shown(path))
-        );
-        let mut n = 0u64;
-        result = fatbin::scan_image(&reader, &mut budget, &mut |e| {
-            let sep = if n == 0 { "" } else { "," };
-            n += 1;
-            let _ = write!(out, "{sep}\n  {}", entry_json(&e));
-        });
-        match &result {
-            Ok(()) => {
-                let _ = write!(out, "]}}");
-            }
-            Err(e) => {
-                let _ = write!(out, "],\"error\":{}}}", json_str(&e.to_string()));
-            }
-        }
+    let result = if json {
+        scan_json(out, first, path, &reader)
     } else {
-        result = fatbin::scan_image(&reader, &mut budget, &mut |e| {
-            *counts
-                .entry((e.kind, e.arch, e.ptx_isa, e.compressed))
-                .or_insert(0) += 1;
-        });
-        let name = crate::core::kernel_image::escape(&shown(path), 4096);
-        let total: u64 = counts.values().sum();
-        if total == 0 && result.is_ok() {
-            let _ = writeln!(out, "{name}: no device code");
-        } else if total > 0 {
-            let sass: u64 = counts
-                .iter()
-                .filter(|(k, _)| k.0 == Kind::Sass)
-                .map(|(_, v)| v)
-                .sum();
-            let _ = writeln!(out, "{name}: {sass} SASS, {} PTX", total - sass);
-            for ((kind, arch, isa, compressed), n) in &counts {
-                let mut line = format!("  {:<14}", arch.name(*kind));
-                if let Some((a, b)) = isa {
-                    line.push_str(&format!(" PTX ISA {a}.{b}"));
-                }
-                if *compressed {
-                    line.push_str(" compressed");
-                }
-                if *n > 1 {
-                    line.push_str(&format!(" x{n}"));
-                }
-                let _ = writeln!(out, "{}", line.trim_end());
-            }
-        }
-        if let Err(e) = &result {
-            report_error(out, false, first, path, &e.to_string());
-        }
-    }
+        scan_summary(out, first, path, &reader)
+    };
     FileResult {
         error: result.err().map(|e| e.to_string()),
         operand_unreadable: false,
+    }
+}
+
+/// One file's JSON object, its entries written as the scan finds them.
+fn scan_json(
+    out: &mut impl Write,
+    first: &mut bool,
+    path: &Path,
+    reader: &SizedFile,
+) -> Result<(), FatbinError> {
+    let sep = if *first { "" } else { "," };
+    *first = false;
+    let _ = write!(
+        out,
+        "{sep}\n{{\"path\":{},\"entries\":[",
+        json_str(&shown(path))
+    );
+    let mut n = 0u64;
+    let result = fatbin::scan_image(reader, &mut Budget::unlimited(), &mut |e| {
+        let sep = if n == 0 { "" } else { "," };
+        n += 1;
+        let _ = write!(out, "{sep}\n  {}", entry_json(&e));
+    });
+    match &result {
+        Ok(()) => {
+            let _ = write!(out, "]}}");
+        }
+        Err(e) => {
+            let _ = write!(out, "],\"error\":{}}}", json_str(&e.to_string()));
+        }
+    }
+    result
+}
+
+/// One file's summary for people: a count line, then one line per
+/// distinct (arch, PTX ISA, compressed); a scan error goes to stderr.
+fn scan_summary(
+    out: &mut impl Write,
+    first: &mut bool,
+    path: &Path,
+    reader: &SizedFile,
+) -> Result<(), FatbinError> {
+    let mut counts: BTreeMap<SummaryKey, u64> = BTreeMap::new();
+    let result = fatbin::scan_image(reader, &mut Budget::unlimited(), &mut |e| {
+        *counts
+            .entry((e.kind, e.arch, e.ptx_isa, e.compressed))
+            .or_insert(0) += 1;
+    });
+    let name = crate::core::kernel_image::escape(&shown(path), 4096);
+    let total: u64 = counts.values().sum();
+    if total == 0 && result.is_ok() {
+        let _ = writeln!(out, "{name}: no device code");
+    } else if total > 0 {
+        print_counts(out, &name, &counts, total);
+    }
+    if let Err(e) = &result {
+        report_error(out, false, first, path, &e.to_string());
+    }
+    result
+}
+
+fn print_counts(out: &mut impl Write, name: &str, counts: &BTreeMap<SummaryKey, u64>, total: u64) {
+    let sass: u64 = counts
+        .iter()
+        .filter(|(k, _)| k.0 == Kind::Sass)
+        .map(|(_, v)| v)
+        .sum();
+    let _ = writeln!(out, "{name}: {sass} SASS, {} PTX", total - sass);
+    for ((kind, arch, isa, compressed), n) in counts {
+        let mut line = format!("  {:<14}", arch.name(*kind));
+        if let Some((a, b)) = isa {
+            line.push_str(&format!(" PTX ISA {a}.{b}"));
+        }
+        if *compressed {
+            line.push_str(" compressed");
+        }
+        if *n > 1 {
+            line.push_str(&format!(" x{n}"));
+        }
+        let _ = writeln!(out, "{}", line.trim_end());
     }
 }

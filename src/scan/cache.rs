@@ -132,7 +132,7 @@ mod tests {
             size: 1234,
             mtime_sec: 1_700_000_000,
             mtime_nsec: 5,
-            mode: libc::S_IFREG | 0o644,
+            mode: nix::sys::stat::SFlag::S_IFREG.bits() | 0o644,
         }
     }
 

@@ -224,7 +224,6 @@ pub fn is_elf(first_bytes: &[u8]) -> bool {
 /// `__nv_relfatbin` section and each wrapper target, in file order.
 pub fn fatbin_regions<R: ReadAt + ?Sized>(r: &R) -> Result<Vec<Region>, ElfError> {
     let h = header(r)?;
-    let file_size = r.size();
     if h.shoff == 0 {
         // No section header table (stripped with sstrip): nothing to find.
         return Ok(Vec::new());
@@ -233,12 +232,34 @@ pub fn fatbin_regions<R: ReadAt + ?Sized>(r: &R) -> Result<Vec<Region>, ElfError
     if (h.shentsize as usize) < min_ent {
         return Err(ElfError::ShEntSize(h.shentsize));
     }
+    let (shnum, shstrndx) = section_counts(r, &h)?;
+    let names = section_names(r, &h, shstrndx)?;
+    let mut found = walk_sections(r, &h, shnum, &names)?;
+    // Wrappers: follow `data` when it points outside the sections above.
+    // In relocatable objects the pointer is a relocation (0 in the file), so
+    // only linked files are followed.
+    if h.e_type != ET_REL {
+        follow_wrappers(r, &h, &mut found)?;
+    }
+    // In file order, a section before a wrapper target at the same offset:
+    // the walker skips any region that starts inside one already walked, so
+    // overlapping or repeated regions cost nothing (and hostile ones cannot
+    // make the walk quadratic).
+    let mut regions = found.regions;
+    regions.sort_by_key(|g| (g.offset, !g.whole_section));
+    regions.dedup();
+    Ok(regions)
+}
+
+/// The number of sections and the index of the section name table, from
+/// the header or, when they do not fit its 16-bit fields, section 0.
+fn section_counts<R: ReadAt + ?Sized>(r: &R, h: &Header) -> Result<(u64, u32), ElfError> {
     let mut shnum = h.shnum;
     let mut shstrndx = h.shstrndx;
     if shnum == 0 || shstrndx == SHN_XINDEX {
         // More sections than fit the 16-bit fields: section 0 holds the real
         // count (sh_size) and the name table index (sh_link).
-        let first = section_at(r, &h, 0)?;
+        let first = section_at(r, h, 0)?;
         if shnum == 0 {
             shnum = first.size;
         }
@@ -259,7 +280,13 @@ pub fn fatbin_regions<R: ReadAt + ?Sized>(r: &R) -> Result<Vec<Region>, ElfError
     if shstrndx as u64 >= shnum {
         return Err(ElfError::StrTab(shstrndx));
     }
-    let strtab = section_at(r, &h, shstrndx as u64)?;
+    Ok((shnum, shstrndx))
+}
+
+/// The section name table, read whole when it is small.
+fn section_names<R: ReadAt + ?Sized>(r: &R, h: &Header, shstrndx: u32) -> Result<Names, ElfError> {
+    let file_size = r.size();
+    let strtab = section_at(r, h, shstrndx as u64)?;
     if ends_past(strtab.offset, strtab.size, file_size) {
         return Err(ElfError::SectionPastEnd {
             name: "section name table".into(),
@@ -275,18 +302,34 @@ pub fn fatbin_regions<R: ReadAt + ?Sized>(r: &R) -> Result<Vec<Region>, ElfError
     } else {
         None
     };
-    let names = Names {
+    Ok(Names {
         offset: strtab.offset,
         size: strtab.size,
         small,
-    };
+    })
+}
 
-    let mut regions = Vec::new();
-    let mut wrappers = Vec::new();
-    let mut allocated = Vec::new();
-    // Section headers are read in chunks of at most 64 KiB, so memory stays
-    // small even for a million sections or a hostile 64 KiB e_shentsize.
+/// What the section header table gave.
+#[derive(Default)]
+struct Sections {
+    /// Fatbin sections (whole), and later the wrapper targets.
+    regions: Vec<Region>,
+    /// `.nvFatBinSegment` sections.
+    wrappers: Vec<Section>,
+    /// Allocated sections inside the file, to map wrapper pointers.
+    allocated: Vec<Section>,
+}
+
+/// Reads the section headers in chunks of at most 64 KiB, so memory stays
+/// small even for a million sections or a hostile 64 KiB e_shentsize.
+fn walk_sections<R: ReadAt + ?Sized>(
+    r: &R,
+    h: &Header,
+    shnum: u64,
+    names: &Names,
+) -> Result<Sections, ElfError> {
     const CHUNK_BYTES: u64 = 64 << 10;
+    let mut found = Sections::default();
     let ent = h.shentsize as u64;
     let per_chunk = (CHUNK_BYTES / ent).max(1);
     let mut chunk = Vec::new();
@@ -301,97 +344,110 @@ pub fn fatbin_regions<R: ReadAt + ?Sized>(r: &R) -> Result<Vec<Region>, ElfError
         read_exact_at(r, &mut chunk, at).map_err(ElfError::Io)?;
         for k in 0..n as usize {
             let s = parse_section(&chunk[k * ent as usize..], h.is64);
-            if s.kind != SHT_NOBITS
-                && s.flags & SHF_ALLOC != 0
-                && h.e_type != ET_REL
-                && allocated.len() < MAX_KEPT_SECTIONS
-                && !ends_past(s.offset, s.size, file_size)
-            {
-                allocated.push(s);
-            }
-            let Some(name) = names.get(r, s.name)? else {
-                continue;
-            };
-            if s.kind == SHT_NOBITS || s.size == 0 {
-                continue;
-            }
-            if ends_past(s.offset, s.size, file_size) {
-                return Err(ElfError::SectionPastEnd {
-                    name: name.to_string(),
-                    offset: s.offset,
-                    size: s.size,
-                    file_size,
-                });
-            }
-            if regions.len() + wrappers.len() >= MAX_KEPT_SECTIONS {
-                continue;
-            }
-            if name == FATBIN_CONTROL_SECTION {
-                wrappers.push(s);
-            } else {
-                regions.push(Region {
-                    offset: s.offset,
-                    size: s.size,
-                    whole_section: true,
-                });
-            }
+            keep_section(r, h, names, s, &mut found)?;
         }
         i += n;
     }
+    Ok(found)
+}
 
-    // Wrappers: follow `data` when it points outside the sections above.
-    // In relocatable objects the pointer is a relocation (0 in the file), so
-    // only linked files are followed.
-    if h.e_type != ET_REL {
-        let wsize: u64 = if h.is64 { 24 } else { 16 };
-        let mut followed = 0u64;
-        for w in wrappers {
-            let count = w.size / wsize;
-            for j in 0..count {
-                followed += 1;
-                if followed > MAX_WRAPPERS {
-                    break;
-                }
-                let mut b = [0u8; 24];
-                read_exact_at(r, &mut b[..wsize as usize], w.offset + j * wsize)
-                    .map_err(ElfError::Io)?;
-                if u32_at(&b, 0) != FATBINC_MAGIC {
-                    continue;
-                }
-                let data = if h.is64 {
-                    u64_at(&b, 8)
-                } else {
-                    u32_at(&b, 8) as u64
-                };
-                if data == 0 {
-                    continue;
-                }
-                let Some(off) = virtual_to_file(&allocated, data) else {
-                    continue;
-                };
-                // A wrapper names one container; its extent is bounded by
-                // the section it lies in.
-                let Some(sec) = allocated
-                    .iter()
-                    .find(|s| off >= s.offset && off - s.offset < s.size)
-                else {
-                    continue;
-                };
-                regions.push(Region {
-                    offset: off,
-                    size: sec.offset + sec.size - off,
-                    whole_section: false,
-                });
+/// Files one section header: as an allocated section (for wrapper
+/// pointers), a fatbin region or a wrapper section.
+fn keep_section<R: ReadAt + ?Sized>(
+    r: &R,
+    h: &Header,
+    names: &Names,
+    s: Section,
+    found: &mut Sections,
+) -> Result<(), ElfError> {
+    let file_size = r.size();
+    if s.kind != SHT_NOBITS
+        && s.flags & SHF_ALLOC != 0
+        && h.e_type != ET_REL
+        && found.allocated.len() < MAX_KEPT_SECTIONS
+        && !ends_past(s.offset, s.size, file_size)
+    {
+        found.allocated.push(s);
+    }
+    let Some(name) = names.get(r, s.name)? else {
+        return Ok(());
+    };
+    if s.kind == SHT_NOBITS || s.size == 0 {
+        return Ok(());
+    }
+    if ends_past(s.offset, s.size, file_size) {
+        return Err(ElfError::SectionPastEnd {
+            name: name.to_string(),
+            offset: s.offset,
+            size: s.size,
+            file_size,
+        });
+    }
+    if found.regions.len() + found.wrappers.len() >= MAX_KEPT_SECTIONS {
+        return Ok(());
+    }
+    if name == FATBIN_CONTROL_SECTION {
+        found.wrappers.push(s);
+    } else {
+        found.regions.push(Region {
+            offset: s.offset,
+            size: s.size,
+            whole_section: true,
+        });
+    }
+    Ok(())
+}
+
+/// Adds the fatbin each `__fatBinC_Wrapper_t` in the wrapper sections
+/// points at (at most [`MAX_WRAPPERS`] are followed).
+fn follow_wrappers<R: ReadAt + ?Sized>(
+    r: &R,
+    h: &Header,
+    found: &mut Sections,
+) -> Result<(), ElfError> {
+    let wsize: u64 = if h.is64 { 24 } else { 16 };
+    let mut followed = 0u64;
+    for w in &found.wrappers {
+        let count = w.size / wsize;
+        for j in 0..count {
+            followed += 1;
+            if followed > MAX_WRAPPERS {
+                break;
+            }
+            let mut b = [0u8; 24];
+            read_exact_at(r, &mut b[..wsize as usize], w.offset + j * wsize)
+                .map_err(ElfError::Io)?;
+            if u32_at(&b, 0) != FATBINC_MAGIC {
+                continue;
+            }
+            let data = if h.is64 {
+                u64_at(&b, 8)
+            } else {
+                u32_at(&b, 8) as u64
+            };
+            if let Some(region) = wrapper_target(&found.allocated, data) {
+                found.regions.push(region);
             }
         }
     }
-    // In file order, a section before a wrapper target at the same offset:
-    // the walker skips any region that starts inside one already walked, so
-    // overlapping or repeated regions cost nothing (and hostile ones cannot
-    // make the walk quadratic).
-    regions.sort_by_key(|g| (g.offset, !g.whole_section));
-    regions.dedup();
-    Ok(regions)
+    Ok(())
+}
+
+/// The container a wrapper's `data` pointer names: its extent is bounded
+/// by the allocated section it lies in.
+fn wrapper_target(allocated: &[Section], data: u64) -> Option<Region> {
+    if data == 0 {
+        return None;
+    }
+    let off = virtual_to_file(allocated, data)?;
+    let sec = allocated
+        .iter()
+        .find(|s| off >= s.offset && off - s.offset < s.size)?;
+    Some(Region {
+        offset: off,
+        size: sec.offset + sec.size - off,
+        whole_section: false,
+    })
 }
 
 /// Does `offset + size` overflow or pass `limit`?

@@ -5,9 +5,10 @@ use super::cache::Cache;
 use super::fatbin::{self, Budget, FatbinError};
 use super::glob::{self, Component, Pattern};
 use super::read::SizedFile;
-use super::rootfs::{self, DirEntry, Found, Root, RootfsError};
+use super::rootfs::{self, DirEntry, EntriesTap, Found, Root, RootfsError};
 use crate::core::kernel_image::{Image, Library, Outcome, Scanned};
 use crate::core::policy::KernelImageConfig;
+use nix::errno::Errno;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::Path;
 use std::rc::Rc;
@@ -51,25 +52,56 @@ impl Limits {
     }
 }
 
+/// Is this the image simply not having the path (a glob naming a
+/// directory or file the image lacks is normal), rather than a failure to
+/// read what is there?
+fn absent(e: &RootfsError) -> bool {
+    match e {
+        RootfsError::Resolve { source, .. } | RootfsError::ReadDir { source, .. } => matches!(
+            source.raw_os_error().map(Errno::from_raw),
+            Some(Errno::ENOENT | Errno::ENOTDIR)
+        ),
+        _ => false,
+    }
+}
+
 /// Expands the globs inside the root, memoizing directory listings so
 /// patterns that share directories list them once.
 struct Walker<'a> {
     root: &'a Root,
     limits: &'a Limits,
+    tap: EntriesTap<'a>,
     listings: HashMap<String, Option<Rc<Vec<DirEntry>>>>,
     dirs_listed: usize,
     out: Vec<String>,
     seen: HashSet<String>,
     stopped: Option<String>,
+    unlisted: Vec<Library>,
 }
 
 impl Walker<'_> {
+    /// The entries of `dir`, or `None` when it cannot be listed. A
+    /// directory the image lacks is passed over in silence; any other
+    /// failure (a readdir(3) error part way included) is kept as an
+    /// unreadable "library" named by the directory, so it becomes a
+    /// warning instead of a silently shorter search.
     fn list(&mut self, dir: &str) -> Option<Rc<Vec<DirEntry>>> {
         if let Some(l) = self.listings.get(dir) {
             return l.clone();
         }
         self.dirs_listed += 1;
-        let l = self.root.read_dir(dir).ok().map(Rc::new);
+        let l = match self.root.read_dir_tapped(dir, self.tap) {
+            Ok(entries) => Some(Rc::new(entries)),
+            Err(e) => {
+                if !absent(&e) {
+                    self.unlisted.push(Library {
+                        path: if dir.is_empty() { "/" } else { dir }.to_string(),
+                        outcome: Err(e.to_string()),
+                    });
+                }
+                None
+            }
+        };
         self.listings.insert(dir.to_string(), l.clone());
         l
     }
@@ -143,22 +175,39 @@ impl Walker<'_> {
     }
 }
 
-/// Paths inside the root that the patterns match (not yet opened), and why
-/// the search stopped early, if it did.
-pub fn expand(root: &Root, patterns: &[Pattern], limits: &Limits) -> (Vec<String>, Option<String>) {
+/// What the globs matched inside the root.
+#[derive(Debug, Default)]
+pub struct Expansion {
+    /// Paths the patterns match (not yet opened), in pattern order.
+    pub paths: Vec<String>,
+    /// Why the search stopped early, if it did.
+    pub stopped: Option<String>,
+    /// Directories that could not be listed, as unreadable libraries.
+    pub unlisted: Vec<Library>,
+}
+
+/// Expands `patterns` inside the root; `tap` sees every directory listing
+/// ([`rootfs::no_tap`] outside tests).
+pub fn expand(root: &Root, patterns: &[Pattern], limits: &Limits, tap: EntriesTap) -> Expansion {
     let mut w = Walker {
         root,
         limits,
+        tap,
         listings: HashMap::new(),
         dirs_listed: 0,
         out: Vec::new(),
         seen: HashSet::new(),
         stopped: None,
+        unlisted: Vec::new(),
     };
     for p in patterns {
         w.walk(&p.components, String::new(), 0);
     }
-    (w.out, w.stopped)
+    Expansion {
+        paths: w.out,
+        stopped: w.stopped,
+        unlisted: w.unlisted,
+    }
 }
 
 /// Parses every configured glob; a bad one is skipped (config validation
@@ -230,58 +279,119 @@ pub fn scan_root(
     limits: &Limits,
     cache: Option<&Cache>,
 ) -> Scanned {
-    let mut scanned = Scanned::default();
-    let (candidates, stopped) = expand(root, &patterns(cfg), limits);
-    let mut budget = Budget {
-        entries_left: limits.max_entries,
-        deadline: Some(limits.deadline),
+    scan_root_tapped(root, cfg, limits, cache, &rootfs::no_tap)
+}
+
+/// [`scan_root`] with `tap` between readdir(3) and every directory listing
+/// (the fault-injection seam of the tests).
+pub fn scan_root_tapped(
+    root: &Root,
+    cfg: &KernelImageConfig,
+    limits: &Limits,
+    cache: Option<&Cache>,
+    tap: EntriesTap,
+) -> Scanned {
+    let expansion = expand(root, &patterns(cfg), limits, tap);
+    let mut scanned = Scanned {
+        libraries: expansion.unlisted,
+        ..Scanned::default()
     };
-    let mut seen_inodes = HashSet::new();
-    let mut files = 0u64;
-    let mut bytes = 0u64;
-    let mut rest = candidates.into_iter();
+    let mut scan = Scan {
+        root,
+        limits,
+        cache,
+        budget: Budget {
+            entries_left: limits.max_entries,
+            deadline: Some(limits.deadline),
+        },
+        seen_inodes: HashSet::new(),
+        files: 0,
+        bytes: 0,
+    };
+    let mut rest = expansion.paths.into_iter();
     for path in rest.by_ref() {
-        let found = match root.find(&path) {
+        match scan.candidate(&path) {
+            Step::Skip => {}
+            Step::Done(outcome) => scanned.libraries.push(Library { path, outcome }),
+            Step::Stop(reason) => {
+                scanned.incomplete = Some(reason);
+                scanned.not_scanned.push(path);
+                break;
+            }
+        }
+    }
+    if scanned.incomplete.is_some() {
+        // Name what was left, skipping glob candidates the image lacks.
+        scanned.not_scanned.extend(
+            rest.filter(|p| root.find(p).is_ok_and(|f| f.stat.is_regular()))
+                .take(MAX_NOT_SCANNED_LISTED),
+        );
+    } else {
+        scanned.incomplete = expansion.stopped;
+    }
+    scanned
+}
+
+/// What became of one glob candidate.
+enum Step {
+    /// Not a library: absent, a directory, or another name of one seen.
+    Skip,
+    /// Scanned, or found unreadable.
+    Done(Outcome),
+    /// A budget ran out at this candidate (it is not scanned).
+    Stop(String),
+}
+
+/// The state of one container's scan across its candidates.
+struct Scan<'a> {
+    root: &'a Root,
+    limits: &'a Limits,
+    cache: Option<&'a Cache>,
+    budget: Budget,
+    seen_inodes: HashSet<(u64, u64)>,
+    files: u64,
+    bytes: u64,
+}
+
+impl Scan<'_> {
+    fn candidate(&mut self, path: &str) -> Step {
+        let found = match self.root.find(path) {
             Ok(f) => f,
             // A glob naming a path the image does not have is normal.
-            Err(RootfsError::Resolve { ref source, .. })
-                if matches!(
-                    source.raw_os_error(),
-                    Some(libc::ENOENT) | Some(libc::ENOTDIR)
-                ) =>
-            {
-                continue
-            }
-            Err(e) => {
-                scanned.libraries.push(Library {
-                    path,
-                    outcome: Err(e.to_string()),
-                });
-                continue;
-            }
+            Err(e) if absent(&e) => return Step::Skip,
+            Err(e) => return Step::Done(Err(e.to_string())),
         };
         if !found.stat.is_regular() {
             // A directory matched by a wildcard is not a library; anything
             // else (FIFO, device, socket) under a library's name is suspect.
-            if !found.stat.is_dir() {
-                scanned.libraries.push(Library {
-                    path,
-                    outcome: Err(RootfsError::NotRegular {
-                        path: found.path.clone(),
-                    }
-                    .to_string()),
-                });
+            if found.stat.is_dir() {
+                return Step::Skip;
             }
-            continue;
+            let e = RootfsError::NotRegular {
+                path: found.path.clone(),
+            };
+            return Step::Done(Err(e.to_string()));
         }
-        if !seen_inodes.insert((found.stat.dev, found.stat.ino)) {
-            continue; // another name (symlink) of a library already seen
+        if !self.seen_inodes.insert((found.stat.dev, found.stat.ino)) {
+            return Step::Skip; // another name (symlink) of a library already seen
         }
-        files += 1;
-        bytes = bytes.saturating_add(found.stat.size);
-        let over = if files > limits.max_files {
+        if let Some(reason) = self.over_budget(&found) {
+            return Step::Stop(reason);
+        }
+        if let Some(hit) = self.cache.and_then(|c| c.get(&found.stat)) {
+            return Step::Done(hit);
+        }
+        self.scan_uncached(&found)
+    }
+
+    /// Counts `found` against the file, byte and time budgets.
+    fn over_budget(&mut self, found: &Found) -> Option<String> {
+        let limits = self.limits;
+        self.files += 1;
+        self.bytes = self.bytes.saturating_add(found.stat.size);
+        if self.files > limits.max_files {
             Some(format!("more than {} libraries matched", limits.max_files))
-        } else if bytes > limits.max_bytes {
+        } else if self.bytes > limits.max_bytes {
             Some(format!(
                 "the matched libraries exceed {} bytes",
                 limits.max_bytes
@@ -290,54 +400,35 @@ pub fn scan_root(
             Some(limits.time_reason())
         } else {
             None
-        };
-        if let Some(reason) = over {
-            scanned.incomplete = Some(reason);
-            scanned.not_scanned.push(path);
-            break;
         }
-        if let Some(hit) = cache.and_then(|c| c.get(&found.stat)) {
-            scanned.libraries.push(Library { path, outcome: hit });
-            continue;
-        }
-        let outcome: Outcome = match scan_found(&found, &mut budget) {
+    }
+
+    /// Parses a library the cache did not know, caching what depends on
+    /// its bytes alone.
+    fn scan_uncached(&mut self, found: &Found) -> Step {
+        let cache = self.cache;
+        match scan_found(found, &mut self.budget) {
             Ok(images) => {
                 if let Some(c) = cache {
                     c.put(&found.stat, &Ok(images.clone()));
                 }
-                Ok(images)
+                Step::Done(Ok(images))
             }
-            Err(ScanFailure::Parse(e)) if e.is_budget() => {
-                scanned.incomplete = Some(match e {
-                    FatbinError::EntryBudget => format!(
-                        "entry budget of {} fatbin entries used up",
-                        limits.max_entries
-                    ),
-                    _ => limits.time_reason(),
-                });
-                scanned.not_scanned.push(path);
-                break;
-            }
+            Err(ScanFailure::Parse(e)) if e.is_budget() => Step::Stop(match e {
+                FatbinError::EntryBudget => format!(
+                    "entry budget of {} fatbin entries used up",
+                    self.limits.max_entries
+                ),
+                _ => self.limits.time_reason(),
+            }),
             Err(ScanFailure::Parse(e)) => {
                 let msg = e.to_string();
                 if let (Some(c), true) = (cache, cacheable(&e)) {
                     c.put(&found.stat, &Err(msg.clone()));
                 }
-                Err(msg)
+                Step::Done(Err(msg))
             }
-            Err(ScanFailure::Open(e)) => Err(e.to_string()),
-        };
-        scanned.libraries.push(Library { path, outcome });
+            Err(ScanFailure::Open(e)) => Step::Done(Err(e.to_string())),
+        }
     }
-    if scanned.incomplete.is_some() {
-        // Name what was left, skipping glob candidates the image lacks.
-        scanned.not_scanned.extend(
-            rest.filter(|p| root.find(p).is_ok_and(|f| f.stat.is_regular()))
-                .take(MAX_NOT_SCANNED_LISTED),
-        );
-    }
-    if scanned.incomplete.is_none() {
-        scanned.incomplete = stopped;
-    }
-    scanned
 }
