@@ -269,8 +269,7 @@ fn fifo_config_is_an_error_not_a_hang() {
     let root = host_root("docker-fifo");
     let cfg = root.join("etc/docker/daemon.json");
     fs::create_dir_all(cfg.parent().unwrap()).unwrap();
-    let c = std::ffi::CString::new(cfg.to_str().unwrap()).unwrap();
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    nix::unistd::mkfifo(&cfg, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
     let err = gpu_guard::install::plan(&options(&root, Engine::Docker)).unwrap_err();
     assert!(err.to_string().contains("cannot read"), "{err}");
     fs::remove_dir_all(root).unwrap();

@@ -204,7 +204,7 @@ fn podman_runs_the_installed_hooks() {
     if !have_tool("podman") || !have_tool("runc") || !have_tool("busybox") {
         return;
     }
-    if unsafe { libc::geteuid() } != 0 {
+    if !nix::unistd::geteuid().is_root() {
         if std::env::var("GPU_GUARD_CI").as_deref() == Ok("1") {
             panic!("podman test needs root in CI");
         }
