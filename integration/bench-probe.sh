@@ -14,7 +14,8 @@
 #   hook (default): `gpu-guard hook prestart` with OCI State on stdin and a
 #                   GPU container's bundle (needs the hook from main)
 #   host:           `gpu-guard host --json`
-# Env: GPU_GUARD (binary), FAKE_NVML_LIB (library), DELAY_MS (default 100),
+# Env: GPU_GUARD (binary, built with --features test-hooks), FAKE_NVML_LIB
+#      (library), DELAY_MS (default 100),
 #      PROFILE (default h100x8), NO_BUILD=1 (use the binaries as they are).
 # Exit: 0 targets met, 1 a target missed, 2 cannot run.
 set -u -o pipefail
@@ -28,11 +29,18 @@ profile=$here/tests/data/hosts/${PROFILE:-h100x8}.json
 case $mode in hook|host) ;; *) echo "usage: $0 [hook|host] [runs]" >&2; exit 2 ;; esac
 [[ ${BASH_VERSINFO[0]} -ge 5 ]] || { echo "bench-probe: needs bash 5 (EPOCHREALTIME)" >&2; exit 2; }
 
+# The stand-in host below is reached through the test-only path variables
+# (GPU_GUARD_PROC_NVIDIA, ...), which only a build with the `test-hooks`
+# feature reads. It goes to its own target dir so target/release/gpu-guard,
+# the binary packages ship and the engine tests use, stays without them.
+# A GPU_GUARD given from outside must be built the same way.
+hooks_target=$here/target/test-hooks
 if [[ -z ${GPU_GUARD:-} || -z ${FAKE_NVML_LIB:-} ]] && [[ ${NO_BUILD:-0} != 1 ]]; then
-  (cd "$here" && cargo build --release --quiet -p gpu-guard -p fake-nvml) || exit 2
+  (cd "$here" && CARGO_TARGET_DIR=$hooks_target cargo build --release --quiet \
+    -p gpu-guard -p fake-nvml --features gpu-guard/test-hooks) || exit 2
 fi
-gg=${GPU_GUARD:-$here/target/release/gpu-guard}
-lib=${FAKE_NVML_LIB:-$here/target/release/libfake_nvml.so}
+gg=${GPU_GUARD:-$hooks_target/release/gpu-guard}
+lib=${FAKE_NVML_LIB:-$hooks_target/release/libfake_nvml.so}
 [[ -x $gg && -f $lib ]] || { echo "bench-probe: missing $gg or $lib" >&2; exit 2; }
 
 tmp=$(mktemp -d)

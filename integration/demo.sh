@@ -17,6 +17,7 @@ if [ -z "${GPU_GUARD_BIN:-}" ]; then
     cargo build --release -q || exit 1
 fi
 . integration/lib.sh
+need_capset
 new_scratch
 
 bold() { printf '\n\033[1m%s\033[0m\n' "$*"; }
@@ -46,7 +47,7 @@ echo "\$ gpu-guard check --bundle allowed   # what gpu-guard will do, changing n
 echo "\$ gpu-guard-runtime run --bundle allowed demo-allowed"
 "$RUNTIME" --root "$T/runc" run --bundle "$T/allowed" demo-allowed
 echo "(exit status $?; CUDA_DEVICE_MAX_CONNECTIONS=8 is the image's own value and was kept;"
-echo " CapEff $(cap_mask $ALLOWLIST_CAPS) is the allowlist: $ALLOWLIST_CAPS)"
+echo " CapEff $("$GG_CAPSET" encode $ALLOWLIST_CAPS) is the allowlist: $ALLOWLIST_NAMES)"
 runc --root "$T/runc" delete -f demo-allowed >/dev/null 2>&1
 
 bold "3. a container without GPUs -> started untouched"

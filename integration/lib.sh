@@ -140,16 +140,57 @@ add_prestart_hook() {
 # The official nvidia/cuda 12.4.1 requirement (gitlab.com/nvidia/container-images/cuda dist/12.4.1).
 CUDA_12_4_REQUIRE='cuda>=12.4 brand=tesla,driver>=470,driver<471 brand=unknown,driver>=470,driver<471 brand=nvidia,driver>=470,driver<471 brand=nvidiartx,driver>=470,driver<471 brand=geforce,driver>=470,driver<471 brand=geforcertx,driver>=470,driver<471 brand=quadro,driver>=470,driver<471 brand=quadrortx,driver>=470,driver<471 brand=titan,driver>=470,driver<471 brand=titanrtx,driver>=470,driver<471 brand=tesla,driver>=525,driver<526 brand=unknown,driver>=525,driver<526 brand=nvidia,driver>=525,driver<526 brand=nvidiartx,driver>=525,driver<526 brand=geforce,driver>=525,driver<526 brand=geforcertx,driver>=525,driver<526 brand=quadro,driver>=525,driver<526 brand=quadrortx,driver>=525,driver<526 brand=titan,driver>=525,driver<526 brand=titanrtx,driver>=525,driver<526 brand=tesla,driver>=535,driver<536 brand=unknown,driver>=535,driver<536 brand=nvidia,driver>=535,driver<536 brand=nvidiartx,driver>=535,driver<536 brand=geforce,driver>=535,driver<536 brand=geforcertx,driver>=535,driver<536 brand=quadro,driver>=535,driver<536 brand=quadrortx,driver>=535,driver<536 brand=titan,driver>=535,driver<536 brand=titanrtx,driver>=535,driver<536'
 
-# Capability bits as /proc/self/status prints them, for a list of names.
-cap_mask() {
-    python3 - "$@" <<'PY'
-import sys
-names = ["CHOWN","DAC_OVERRIDE","DAC_READ_SEARCH","FOWNER","FSETID","KILL","SETGID","SETUID","SETPCAP","LINUX_IMMUTABLE","NET_BIND_SERVICE","NET_BROADCAST","NET_ADMIN","NET_RAW","IPC_LOCK","IPC_OWNER","SYS_MODULE","SYS_RAWIO","SYS_CHROOT","SYS_PTRACE","SYS_PACCT","SYS_ADMIN","SYS_BOOT","SYS_NICE","SYS_RESOURCE","SYS_TIME","SYS_TTY_CONFIG","MKNOD","LEASE","AUDIT_WRITE","AUDIT_CONTROL","SETFCAP","MAC_OVERRIDE","MAC_ADMIN","SYSLOG","WAKE_ALARM","BLOCK_SUSPEND","AUDIT_READ","PERFMON","BPF","CHECKPOINT_RESTORE"]
-m = 0
-for a in sys.argv[1:]:
-    m |= 1 << names.index(a.upper().removeprefix("CAP_"))
-print("%016x" % m)
-PY
+# gg-capset (crates/capset, a workspace member): the kernel's capability
+# table (the caps crate), to read the CapEff/CapBnd masks a container prints
+# as names. $GG_CAPSET_BIN names a prebuilt one; else need_capset builds it
+# here, as the scripts build gpu-guard (a no-op after `cargo build --release
+# --workspace`). It also sets ALLOWLIST_NAMES: the shipped allowlist,
+# canonical and sorted as `gg-capset decode` prints a set.
+GG_CAPSET=${GG_CAPSET_BIN:-$REPO_DIR/target/release/gg-capset}
+need_capset() {
+    if [ -z "${GG_CAPSET_BIN:-}" ]; then
+        (cd "$REPO_DIR" && cargo build --release -q -p gg-capset) >&2 ||
+            { fail "cannot build gg-capset (cargo build --release -p gg-capset)"; finish; }
+    fi
+    [ -x "$GG_CAPSET" ] || { fail "gg-capset $GG_CAPSET is missing"; finish; }
+    # shellcheck disable=SC2086 # one word per capability
+    ALLOWLIST_NAMES=$("$GG_CAPSET" names $ALLOWLIST_CAPS) ||
+        { fail "the shipped allowlist names an unknown capability: $ALLOWLIST_CAPS"; finish; }
+    [ -n "$ALLOWLIST_NAMES" ] || { fail "the shipped allowlist is empty"; finish; }
+}
+
+# caps_in FIELD TEXT: the capabilities of TEXT's first "FIELD:<tab>HEX" line
+# (a /proc/PID/status excerpt), decoded, sorted, space separated. Fails,
+# saying why, when the line is absent or the mask has an unknown bit.
+caps_in() {
+    local hex
+    hex=$(printf '%s\n' "$2" | tr -d '\r' | sed -n "s/^$1:[[:space:]]*\([0-9a-fA-F]\{1,16\}\)\$/\1/p" | head -n 1)
+    [ -n "$hex" ] || { echo "no $1 line"; return 1; }
+    "$GG_CAPSET" decode "$hex" 2>&1
+}
+
+# set_diff A B: the words of A that B lacks.
+set_diff() {
+    comm -23 <(printf '%s\n' $1 | sort) <(printf '%s\n' $2 | sort) | xargs
+}
+
+# check_caps NAME TEXT FIELD: FIELD (CapEff, CapBnd) in TEXT is exactly the
+# allowlist, compared as sets of names.
+check_caps() {
+    local got
+    got=$(caps_in "$3" "$2") || { fail "$1: $got in: $2"; return; }
+    if [ "$got" = "$ALLOWLIST_NAMES" ]; then
+        pass "$1"
+    else
+        fail "$1: $3 is not the allowlist: extra [$(set_diff "$got" "$ALLOWLIST_NAMES")], missing [$(set_diff "$ALLOWLIST_NAMES" "$got")]; got [$got]"
+    fi
+}
+
+# check_caps_not NAME TEXT FIELD: FIELD is in TEXT and is not the allowlist.
+check_caps_not() {
+    local got
+    got=$(caps_in "$3" "$2") || { fail "$1: $got in: $2"; return; }
+    if [ "$got" = "$ALLOWLIST_NAMES" ]; then fail "$1: $3 is the allowlist [$got]"; else pass "$1"; fi
 }
 
 # The shipped capability allowlist, read from the shipped config.

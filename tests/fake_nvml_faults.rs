@@ -225,6 +225,12 @@ fn no_driver_lists_what_was_looked_at() {
     assert!(err.contains("/nonexistent/libnvidia-ml.so.1"), "{err}");
     assert!(err.contains("version is missing"), "{err}");
     assert!(err.contains("nvidiactl is missing"), "{err}");
+    // From the host's /proc/modules and /proc/devices (stand-ins here).
+    assert!(err.contains("kernel module nvidia is not loaded"), "{err}");
+    assert!(
+        err.contains("no NVIDIA character devices registered"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -243,6 +249,7 @@ fn kernel_module_not_loaded_is_no_driver() {
     let err = stderr(&out);
     assert!(err.contains("no NVIDIA driver on this host"), "{err}");
     assert!(err.contains("driver is not loaded"), "{err}");
+    assert!(err.contains("kernel module nvidia is not loaded"), "{err}");
 }
 
 #[test]

@@ -339,7 +339,7 @@ impl Config {
     /// library globs.
     pub fn validate(&self) -> Result<(), String> {
         for (i, cap) in self.security.capabilities.iter().enumerate() {
-            if capability::normalize(cap).is_none() {
+            if capability::parse(cap).is_none() {
                 return Err(format!(
                     "key `security.capabilities[{i}]`: unknown capability `{cap}`"
                 ));

@@ -223,7 +223,9 @@ mod tests {
     fn privileged_follows_policy() {
         let mut cfg = Config::default();
         let allow = cfg.capability_allowlist();
-        let c = container(capability::ALL, false);
+        let all = capability::all_names();
+        let all: Vec<&str> = all.iter().map(String::as_str).collect();
+        let c = container(&all, false);
         let p = plan(&c, &cfg.security, &allow, Stage::Edit);
         assert_eq!(
             p.findings[0].severity,

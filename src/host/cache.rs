@@ -14,6 +14,7 @@ use std::io::{self, Read};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+use nix::fcntl::OFlag;
 use serde::{Deserialize, Serialize};
 
 use crate::core::facts::HostFacts;
@@ -123,7 +124,7 @@ const FUTURE_SLACK_MS: u64 = 5_000;
 fn read_trusted(path: &Path) -> Result<Vec<u8>, Miss> {
     let file = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC).bits())
         .open(path)
         .map_err(|source| match source.kind() {
             io::ErrorKind::NotFound => Miss::Absent(path.to_path_buf()),
@@ -136,8 +137,7 @@ fn read_trusted(path: &Path) -> Result<Vec<u8>, Miss> {
         path: path.to_path_buf(),
         source,
     })?;
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let euid = unsafe { libc::geteuid() };
+    let euid = nix::unistd::geteuid().as_raw();
     if !meta.is_file() || (meta.uid() != euid && meta.uid() != 0) || meta.mode() & 0o022 != 0 {
         return Err(Miss::Untrusted {
             path: path.to_path_buf(),
@@ -369,8 +369,7 @@ mod tests {
         ));
         // A directory or FIFO at the path does not block or pass.
         let fifo = d.join("fifo");
-        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
         assert!(load(&fifo, &key(), 300, 2000).is_err());
         assert!(load(&d, &key(), 300, 2000).is_err());
         std::fs::remove_dir_all(&d).unwrap();

@@ -12,6 +12,7 @@
 pub mod cache;
 pub mod deadline;
 pub mod facts_file;
+pub mod kernel;
 pub mod nvml;
 pub mod procfs;
 
@@ -23,11 +24,20 @@ use crate::core::policy::HostConfig;
 use crate::host::facts_file::FactsFile;
 
 /// TEST ONLY overrides of the host paths the probe reads, for end-to-end
-/// tests of the binary with fake trees: `/proc/driver/nvidia`, `/dev`, and
-/// the boot id file. Production never sets them.
+/// tests of the binary with fake trees: `/proc/driver/nvidia`, `/dev`, the
+/// boot id file, /proc/modules and /proc/devices. Only a binary built with
+/// the `test-hooks` cargo feature reads them; a release build ignores them,
+/// so nothing in a container host's environment can redirect the probe.
+#[cfg(feature = "test-hooks")]
 pub const ENV_PROC_NVIDIA: &str = "GPU_GUARD_PROC_NVIDIA";
+#[cfg(feature = "test-hooks")]
 pub const ENV_DEV_DIR: &str = "GPU_GUARD_DEV_DIR";
+#[cfg(feature = "test-hooks")]
 pub const ENV_BOOT_ID_FILE: &str = "GPU_GUARD_BOOT_ID_FILE";
+#[cfg(feature = "test-hooks")]
+pub const ENV_PROC_MODULES: &str = "GPU_GUARD_PROC_MODULES";
+#[cfg(feature = "test-hooks")]
+pub const ENV_PROC_DEVICES: &str = "GPU_GUARD_PROC_DEVICES";
 
 /// The host paths the probe reads; tests point them at fake trees.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,8 +46,13 @@ pub struct ProbePaths {
     pub proc_nvidia: PathBuf,
     /// `/dev` (for `nvidiactl`, `nvidia-uvm`, `nvidiaN`)
     pub dev: PathBuf,
-    /// `/proc/sys/kernel/random/boot_id`
-    pub boot_id: PathBuf,
+    /// None: `/proc/sys/kernel/random/boot_id`, read through procfs;
+    /// Some: a test's stand-in file. Likewise the two below.
+    pub boot_id: Option<PathBuf>,
+    /// None: `/proc/modules`.
+    pub modules: Option<PathBuf>,
+    /// None: `/proc/devices`.
+    pub devices: Option<PathBuf>,
 }
 
 impl ProbePaths {
@@ -46,25 +61,32 @@ impl ProbePaths {
         ProbePaths {
             proc_nvidia: PathBuf::from("/proc/driver/nvidia"),
             dev: PathBuf::from("/dev"),
-            boot_id: PathBuf::from("/proc/sys/kernel/random/boot_id"),
+            boot_id: None,
+            modules: None,
+            devices: None,
         }
     }
 
-    /// The real host paths, unless the test-only variables
-    /// [`ENV_PROC_NVIDIA`], [`ENV_DEV_DIR`], [`ENV_BOOT_ID_FILE`] say otherwise.
+    /// The real host paths. A build with the `test-hooks` feature lets the
+    /// test-only variables ([`ENV_PROC_NVIDIA`] and the others) replace them.
     pub fn from_env() -> ProbePaths {
-        let mut p = ProbePaths::system();
-        let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
-        if let Some(v) = var(ENV_PROC_NVIDIA) {
-            p.proc_nvidia = PathBuf::from(v);
+        #[cfg(feature = "test-hooks")]
+        {
+            let mut p = ProbePaths::system();
+            let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+            if let Some(v) = var(ENV_PROC_NVIDIA) {
+                p.proc_nvidia = PathBuf::from(v);
+            }
+            if let Some(v) = var(ENV_DEV_DIR) {
+                p.dev = PathBuf::from(v);
+            }
+            p.boot_id = var(ENV_BOOT_ID_FILE).map(PathBuf::from);
+            p.modules = var(ENV_PROC_MODULES).map(PathBuf::from);
+            p.devices = var(ENV_PROC_DEVICES).map(PathBuf::from);
+            p
         }
-        if let Some(v) = var(ENV_DEV_DIR) {
-            p.dev = PathBuf::from(v);
-        }
-        if let Some(v) = var(ENV_BOOT_ID_FILE) {
-            p.boot_id = PathBuf::from(v);
-        }
-        p
+        #[cfg(not(feature = "test-hooks"))]
+        ProbePaths::system()
     }
 }
 
@@ -147,13 +169,10 @@ fn cache_setup(
             return None;
         }
     };
-    let boot_id = match crate::sys::fsutil::read_to_string_limited(&paths.boot_id, 4096) {
-        Ok(b) if !b.trim().is_empty() => b.trim().to_string(),
-        _ => {
-            log::debug!(
-                "host facts cache off: cannot read the boot id at {}",
-                paths.boot_id.display()
-            );
+    let boot_id = match kernel::boot_id(paths.boot_id.as_deref()) {
+        Ok(b) => b,
+        Err(e) => {
+            log::debug!("host facts cache off: no boot id: {e}");
             return None;
         }
     };
@@ -422,26 +441,7 @@ fn proc_fallback(nvml_error: &str, paths: &ProbePaths) -> HostReport {
                 },
             ),
         },
-        Ok(None) => {
-            let ctl = paths.dev.join("nvidiactl");
-            let ctl_state = if ctl.exists() { "present" } else { "missing" };
-            HostReport {
-                facts: Some(HostFacts::default()),
-                problems: vec![HostProblem {
-                    kind: HostProblemKind::NoDriver,
-                    message: format!(
-                        "no NVIDIA driver on this host: {nvml_error}; {} is missing (no kernel module loaded); {} is {ctl_state}",
-                        version_path.display(),
-                        ctl.display()
-                    ),
-                    fix: Some(
-                        "install the NVIDIA driver and load its kernel module (`modprobe nvidia`, check `dmesg`), or run GPU containers on a GPU host"
-                            .into(),
-                    ),
-                }],
-                source: "no driver".into(),
-            }
-        }
+        Ok(None) => no_driver(nvml_error, &version_path, paths),
         Err(e) => HostReport::failed(
             procfs_source(paths),
             HostProblem {
@@ -450,6 +450,30 @@ fn proc_fallback(nvml_error: &str, paths: &ProbePaths) -> HostReport {
                 fix: Some("install the NVIDIA driver's NVML library (libnvidia-ml.so.1)".into()),
             },
         ),
+    }
+}
+
+/// Neither NVML nor /proc/driver/nvidia: says what the kernel shows of the
+/// module (/proc/modules, /proc/devices) and whether /dev/nvidiactl exists.
+fn no_driver(nvml_error: &str, version_path: &Path, paths: &ProbePaths) -> HostReport {
+    let ctl = paths.dev.join("nvidiactl");
+    let ctl_state = if ctl.exists() { "present" } else { "missing" };
+    let kernel_side = kernel::describe(paths.modules.as_deref(), paths.devices.as_deref());
+    HostReport {
+        facts: Some(HostFacts::default()),
+        problems: vec![HostProblem {
+            kind: HostProblemKind::NoDriver,
+            message: format!(
+                "no NVIDIA driver on this host: {nvml_error}; {} is missing; {kernel_side}; {} is {ctl_state}",
+                version_path.display(),
+                ctl.display()
+            ),
+            fix: Some(
+                "install the NVIDIA driver and load its kernel module (`modprobe nvidia`, check `dmesg`), or run GPU containers on a GPU host"
+                    .into(),
+            ),
+        }],
+        source: "no driver".into(),
     }
 }
 

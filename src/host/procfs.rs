@@ -8,6 +8,11 @@
 //! model, UUID, bus location and device minor of each GPU ("some of the
 //! information is only available when the GPUs have been initialized": an
 //! uninitialised GPU shows `GPU-????????-...` as its UUID).
+//!
+//! These files are the NVIDIA driver's, not the kernel's: the procfs crate
+//! has no parser for /proc/driver/nvidia, so they are read here by hand
+//! (bounded reads). The kernel's own files (boot id, /proc/modules,
+//! /proc/devices) go through procfs in [`super::kernel`].
 
 use std::io;
 use std::path::{Path, PathBuf};

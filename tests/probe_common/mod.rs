@@ -20,6 +20,20 @@ pub const PROFILES: &[&str] = &[
     "l4x2-minor",
 ];
 
+/// The binary reads the GPU_GUARD_PROC_NVIDIA, GPU_GUARD_DEV_DIR,
+/// GPU_GUARD_BOOT_ID_FILE, GPU_GUARD_PROC_MODULES and GPU_GUARD_PROC_DEVICES
+/// overrides only when built with the `test-hooks` feature. Without it the
+/// tests that point the binary at a fake host would probe this machine
+/// instead, so they stop here, loudly, rather than pass or skip.
+pub fn require_test_hooks() {
+    #[cfg(not(feature = "test-hooks"))]
+    panic!(
+        "this test drives the gpu-guard binary against a fake host through the \
+         test-only path variables: build with --features test-hooks \
+         (cargo test --workspace --features test-hooks)"
+    );
+}
+
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -117,7 +131,9 @@ pub fn version_text(driver: &str) -> String {
 
 /// A host under `root`: proc/ (as /proc/driver/nvidia, from the profile
 /// unless `with_proc` is false), dev/ with the device nodes of the
-/// profile's GPUs, boot_id.
+/// profile's GPUs, boot_id, and modules and devices (as /proc/modules and
+/// /proc/devices: the nvidia module and its character devices only when
+/// proc/ is written).
 pub struct FakeHost {
     pub dir: TempDir,
 }
@@ -134,6 +150,8 @@ impl FakeHost {
         )
         .unwrap();
         let h = FakeHost { dir };
+        let loaded = with_proc && facts["driver_version"].is_string();
+        h.set_module_loaded(loaded);
         if let Some(driver) = facts["driver_version"].as_str() {
             if with_proc {
                 h.set_driver(driver);
@@ -171,6 +189,28 @@ impl FakeHost {
         std::fs::write(self.dir.join("proc/version"), version_text(driver)).unwrap();
     }
 
+    /// (Re)writes modules and devices as the kernel shows them with the
+    /// nvidia module loaded, or not.
+    pub fn set_module_loaded(&self, loaded: bool) {
+        let mut modules = String::from("loop 32768 0 - Live 0x0000000000000000\n");
+        let mut devices = String::from("Character devices:\n  1 mem\n  5 /dev/tty\n");
+        if loaded {
+            modules.push_str("nvidia_uvm 1437696 0 - Live 0x0000000000000000 (POE)\nnvidia 56532992 2 nvidia_uvm, Live 0x0000000000000000 (POE)\n");
+            devices.push_str("195 nvidia-frontend\n508 nvidia-uvm\n");
+        }
+        devices.push_str("\nBlock devices:\n  7 loop\n");
+        std::fs::write(self.modules(), modules).unwrap();
+        std::fs::write(self.devices(), devices).unwrap();
+    }
+
+    pub fn modules(&self) -> PathBuf {
+        self.dir.join("modules")
+    }
+
+    pub fn devices(&self) -> PathBuf {
+        self.dir.join("devices")
+    }
+
     pub fn set_boot_id(&self, id: &str) {
         std::fs::write(self.dir.join("boot_id"), format!("{id}\n")).unwrap();
     }
@@ -191,7 +231,9 @@ impl FakeHost {
         gpu_guard::host::ProbePaths {
             proc_nvidia: self.proc(),
             dev: self.dev(),
-            boot_id: self.boot_id(),
+            boot_id: Some(self.boot_id()),
+            modules: Some(self.modules()),
+            devices: Some(self.devices()),
         }
     }
 
@@ -216,6 +258,19 @@ impl FakeHost {
         p
     }
 
+    /// The test-only variables that point the binary at this host's fake
+    /// paths (read only by a `test-hooks` build: see [`require_test_hooks`]).
+    pub fn env(&self) -> Vec<(&'static str, PathBuf)> {
+        require_test_hooks();
+        vec![
+            ("GPU_GUARD_PROC_NVIDIA", self.proc()),
+            ("GPU_GUARD_DEV_DIR", self.dev()),
+            ("GPU_GUARD_BOOT_ID_FILE", self.boot_id()),
+            ("GPU_GUARD_PROC_MODULES", self.modules()),
+            ("GPU_GUARD_PROC_DEVICES", self.devices()),
+        ]
+    }
+
     /// A command for the gpu-guard binary with this host's fake paths and
     /// the fake NVML answering from `profile_name`; no inherited fault knobs.
     pub fn command(&self, profile_name: &str, config: &Path) -> Command {
@@ -223,9 +278,7 @@ impl FakeHost {
         c.arg("--config")
             .arg(config)
             .env("FAKE_NVML_FACTS", profile(profile_name))
-            .env("GPU_GUARD_PROC_NVIDIA", self.proc())
-            .env("GPU_GUARD_DEV_DIR", self.dev())
-            .env("GPU_GUARD_BOOT_ID_FILE", self.boot_id())
+            .envs(self.env())
             .env_remove("FAKE_NVML_FAIL")
             .env_remove("FAKE_NVML_INIT_DELAY_MS")
             .env_remove("GPU_GUARD_CONFIG")
