@@ -31,7 +31,7 @@ step() { # NAME COMMAND...
 }
 
 step "release build" cargo build --release --workspace --locked
-step "cargo test" cargo test --workspace --locked
+step "cargo test" cargo test --workspace --features test-hooks --locked
 step "runc" integration/test-runc.sh
 step "podman" integration/test-podman.sh
 step "docker" integration/test-docker.sh

@@ -163,7 +163,8 @@ fn failures_and_lost_gpus_are_never_cached() {
     assert_eq!(code, 2);
     assert!(!cache.exists(), "a failed probe wrote the cache");
     let (code, src) = host_source(&host, "h100x8", &cfg, &[("FAKE_NVML_FAIL", "gpu_lost:2")]);
-    assert_eq!(code, 0, "{src}");
+    // Facts printed, but a lost GPU is a host error: exit 1.
+    assert_eq!(code, 1, "{src}");
     assert!(!cache.exists(), "a probe with a lost GPU wrote the cache");
     // The /proc fallback is partial: not cached either.
     let cfg2 = host.config(
