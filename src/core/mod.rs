@@ -5,6 +5,7 @@
 
 pub mod arch;
 pub mod capability;
+pub mod compat;
 pub mod container;
 pub mod cuda_tables;
 pub mod decide;

@@ -12,6 +12,7 @@
 //!   [`cache`] makes the second start of an image parse nothing.
 
 pub mod cache;
+pub mod compat_lib;
 
 pub mod elf;
 pub mod fatbin;
