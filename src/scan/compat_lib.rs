@@ -19,6 +19,8 @@ use super::elf::{ends_past, ELF_MAGIC};
 use super::read::{read_exact_at, u16_at, u32_at, u64_at, ReadAt, SizedFile};
 use super::rootfs::{fstat, open_regular, Found, Root};
 use crate::core::compat::{CompatNote, NOTE_OWNER, NOTE_SECTION, NOTE_TYPE};
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
 use std::ffi::OsStr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -150,7 +152,7 @@ fn is_not_found(e: &super::rootfs::RootfsError) -> bool {
     use std::error::Error;
     e.source()
         .and_then(|s| s.downcast_ref::<std::io::Error>())
-        .is_some_and(|io| matches!(io.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR)))
+        .is_some_and(|io| matches!(io.raw_os_error(), Some(e) if e == Errno::ENOENT as i32 || e == Errno::ENOTDIR as i32))
 }
 
 /// The OS error of a rootfs error, without the path (which came from the image).
@@ -178,11 +180,11 @@ fn open_entry(dir: &Found, name: &OsStr, shown: &str) -> Result<Option<SizedFile
     p.extend_from_slice(name.as_bytes());
     let file = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .custom_flags((OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC).bits())
         .open(OsStr::from_bytes(&p))
         .map_err(|e| format!("cannot open: {e}"))?;
     let fd = OwnedFd::from(file);
-    let stat = fstat(fd.as_raw_fd()).map_err(|e| format!("cannot stat: {e}"))?;
+    let stat = fstat(&fd).map_err(|e| format!("cannot stat: {e}"))?;
     if !stat.is_regular() {
         return Ok(None);
     }
