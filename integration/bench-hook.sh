@@ -4,7 +4,10 @@
 #  1. the hook alone: median wall time and peak RSS (targets: < 2 ms, < 8 MB);
 #  2. `runc run` of busybox `true` with the hook vs without, interleaved,
 #     medians, ratio (goal <= 1.05).
-# Usage: sudo integration/bench-hook.sh [rounds]   (NO_BUILD=1 skips the build)
+#  3. with GG_BASELINE=/path/to/an/older/gpu-guard: that binary's hook against
+#     this one's, interleaved on the same bundle, median ratio (a refactor
+#     must keep start-up within 5 %).
+# Usage: integration/bench-hook.sh [rounds]   (as root; NO_BUILD=1 skips the build)
 . "$(dirname "$0")/lib.sh"
 need_root
 need_cmd runc jq python3
@@ -25,11 +28,11 @@ done
 add_prestart_hook "$T/with" "$T/config.toml"
 echo "env entries in config.json: $(jq '.process.env | length' "$T/with/config.json")"
 
-INTEGRATION_DIR="$INTEGRATION_DIR" python3 - "$GG" "$T" "$ROUNDS" <<'PY'
+INTEGRATION_DIR="$INTEGRATION_DIR" python3 - "$GG" "$T" "$ROUNDS" "${GG_BASELINE:-}" <<'PY'
 import json, os, subprocess, sys
 sys.path.insert(0, os.environ["INTEGRATION_DIR"])
 from benchlib import interleave, median, peak_rss_kib
-gg, t, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+gg, t, rounds, baseline = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 state = json.dumps({"ociVersion": "1.0.2", "id": "bench", "status": "creating", "pid": os.getpid(),
                     "bundle": f"{t}/with"}).encode()
 hook = [gg, "--config", f"{t}/config.toml", "hook", "prestart"]
@@ -38,6 +41,12 @@ h, base = median(r["hook"]), median(r["true"])
 rss = peak_rss_kib(hook, stdin=state)
 print(f"hook prestart alone: median {h:.2f} ms wall (spawn of /bin/true: {base:.2f} ms; hook net {h - base:.2f} ms); "
       f"peak RSS {rss / 1024:.1f} MiB  [targets: < 2 ms, < 8 MiB]")
+if baseline:
+    old = [baseline, "--config", f"{t}/config.toml", "hook", "prestart"]
+    r = interleave({"new": dict(argv=hook, stdin=state), "old": dict(argv=old, stdin=state)}, rounds * 5)
+    a, b = median(r["new"]), median(r["old"])
+    print(f"start-up against {baseline}: this build {a:.2f} ms, baseline {b:.2f} ms, ratio {a / b:.3f}  "
+          f"[goal <= 1.05]; peak RSS {peak_rss_kib(hook, stdin=state) / 1024:.1f} vs {peak_rss_kib(old, stdin=state) / 1024:.1f} MiB")
 n = [0]
 def rm():
     for b in ("with", "without"):
