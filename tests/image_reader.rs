@@ -158,18 +158,11 @@ fn libs(p: &str) -> bool {
     p.ends_with(".so") || p.contains(".so.")
 }
 
+/// Library path -> (content, aliases).
+type Libs = BTreeMap<String, (String, Vec<String>)>;
+
 /// Opens, indexes and reads the libraries; returns what was seen.
-fn read_all(
-    path: &Path,
-    opts: &Options,
-) -> Result<
-    (
-        ImageInfo,
-        Vec<String>,
-        BTreeMap<String, (String, Vec<String>)>,
-    ),
-    ImageError,
-> {
+fn read_all(path: &Path, opts: &Options) -> Result<(ImageInfo, Vec<String>, Libs), ImageError> {
     let img = Image::open(path, opts)?;
     let tree = img.index()?;
     let files: Vec<String> = tree.files().map(str::to_string).collect();
@@ -183,7 +176,7 @@ fn read_all(
     Ok((img.info().clone(), files, seen))
 }
 
-fn expected_libs() -> BTreeMap<String, (String, Vec<String>)> {
+fn expected_libs() -> Libs {
     BTreeMap::from([
         (
             "usr/lib/libcuda-link.so".to_string(),
@@ -319,7 +312,7 @@ fn docker_archive_reads_the_same() {
 fn multi_platform_index() {
     let o = Oci::new("multi");
     let layer = gz(&tar_of(&[E::File("x", b"x")]));
-    let mut amd = o.manifest("amd64", &["ARCH=amd64"], &[layer.clone()]);
+    let mut amd = o.manifest("amd64", &["ARCH=amd64"], std::slice::from_ref(&layer));
     amd["platform"] = serde_json::json!({ "os": "linux", "architecture": "amd64" });
     let mut arm = o.manifest("arm64", &["ARCH=arm64"], &[layer]);
     arm["platform"] =
@@ -628,4 +621,39 @@ fn fatbin_bytes_with_a_size_bound() {
         out["usr/local/cuda-12.4/compat/libcuda.so.550.54.15"],
         "not judged: 6 > 3"
     );
+}
+
+/// The cost of the two passes (run with `--ignored --nocapture`): a gzip
+/// layer of 32 MiB of filler with one small library at its start, and one
+/// at its end. The content pass stops after its last winner and hashes the
+/// rest of the blob without decompressing it.
+#[test]
+#[ignore]
+fn measure_passes() {
+    let filler: Vec<u8> = (0..32u32 << 20)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8 & 0x0f)
+        .collect();
+    let (o, _) = oci_one_layer(
+        "measure",
+        gz(&tar_of(&[
+            E::File("usr/lib/libfirst.so", b"first"),
+            E::File("filler", &filler),
+            E::File("usr/lib/liblast.so", b"last"),
+        ])),
+    );
+    let img = Image::open(&o.dir, &Options::default()).unwrap();
+    let t = std::time::Instant::now();
+    let tree = img.index().unwrap();
+    let index = t.elapsed();
+    for name in ["usr/lib/libfirst.so", "usr/lib/liblast.so"] {
+        let t = std::time::Instant::now();
+        img.read_files(&tree, &|p| p == name, &mut |_, r| {
+            std::io::copy(r, &mut std::io::sink()).map(|_| ())
+        })
+        .unwrap();
+        eprintln!(
+            "header pass {index:?}; content pass for {name}: {:?}",
+            t.elapsed()
+        );
+    }
 }

@@ -343,6 +343,10 @@ pub(crate) struct LayerRef {
     pub diff_id: Option<Digest>,
 }
 
+/// Called with each tar entry of a layer and its index in the layer.
+pub(crate) type EntryVisitor<'v> =
+    dyn FnMut(&mut tar::Entry<'_, &mut dyn Read>, u64) -> Result<Flow, ImageError> + 'v;
+
 /// What the visitor of a layer's entries tells the streamer.
 pub(crate) enum Flow {
     Continue,
@@ -396,7 +400,7 @@ pub(crate) fn stream(
     layer: &LayerRef,
     raw: Box<dyn Read + Send>,
     budget: &Budget,
-    visit: &mut dyn FnMut(&mut tar::Entry<'_, &mut dyn Read>, u64) -> Result<Flow, ImageError>,
+    visit: &mut EntryVisitor<'_>,
 ) -> Result<(), ImageError> {
     let what = format!("layer {n} ({})", layer.path);
     let mut rawh = HashRead::new(raw);
@@ -452,7 +456,7 @@ fn stream_inner<R: Read>(
     layer: &LayerRef,
     raw: &mut HashRead<R>,
     budget: &Budget,
-    visit: &mut dyn FnMut(&mut tar::Entry<'_, &mut dyn Read>, u64) -> Result<Flow, ImageError>,
+    visit: &mut EntryVisitor<'_>,
 ) -> Result<(), ImageError> {
     let corrupt = |e: io::Error| ImageError::Corrupt {
         what: what.to_string(),
@@ -475,8 +479,7 @@ fn stream_inner<R: Read>(
     {
         let guarded: &mut dyn Read = &mut guard;
         let mut ar = tar::Archive::new(guarded);
-        let mut index = 0u64;
-        for e in ar.entries().map_err(corrupt)? {
+        for (index, e) in (0u64..).zip(ar.entries().map_err(corrupt)?) {
             let mut e = e.map_err(corrupt)?;
             budget.take_entry()?;
             match visit(&mut e, index)? {
@@ -484,7 +487,6 @@ fn stream_inner<R: Read>(
                 Flow::Stop if layer.diff_id.is_none() => return Ok(()),
                 Flow::Stop => {}
             }
-            index += 1;
         }
     }
     // The rest of the tar stream (end blocks, padding) counts for the diff_id.

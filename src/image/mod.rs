@@ -21,6 +21,11 @@
 //! only the layers that hold matched files, and only up to the last match;
 //! the blob's tail is hashed (to verify its digest) without being
 //! decompressed.
+//! Measured (tests/image_reader.rs `measure_passes`, debug build, one
+//! 32 MiB gzip layer): header pass 0.85 s; content pass 0.02 s for a
+//! library at the start of the layer, 0.99 s for one at its end. So the
+//! worst case is about twice a single pass, only for layers that hold a
+//! matched file.
 //!
 //! Every blob is checked against its digest while it streams (manifest and
 //! config before they are parsed; layers at the end of each stream, so a
