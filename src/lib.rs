@@ -24,6 +24,7 @@ pub mod commands;
 pub mod config;
 pub mod core;
 pub mod host;
+pub mod image;
 pub mod install;
 pub mod oci;
 pub mod scan;
