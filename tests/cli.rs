@@ -481,8 +481,14 @@ fn precreate_edits_or_refuses() {
     // with gpu-guard's own prestart hook in the config (podman adds hooks.d
     // prestart hooks before precreate), the refusal is left to that hook,
     // whose stderr podman shows; the policy edits still go in.
-    let deferred = br#"{"process":{"env":["NVIDIA_VISIBLE_DEVICES=all","NVIDIA_REQUIRE_CUDA=cuda>=12.4"]},"hooks":{"prestart":[{"path":"/usr/bin/gpu-guard","args":["gpu-guard","hook","prestart"]}]}}"#;
-    let o = run(&["--config", cfg, "hook", "precreate"], Some(deferred));
+    // (Only this binary counts: tests/precreate_handoff.rs.)
+    let deferred = format!(
+        r#"{{"process":{{"env":["NVIDIA_VISIBLE_DEVICES=all","NVIDIA_REQUIRE_CUDA=cuda>=12.4"]}},"hooks":{{"prestart":[{{"path":"{BIN}","args":["gpu-guard","hook","prestart"]}}]}}}}"#
+    );
+    let o = run(
+        &["--config", cfg, "hook", "precreate"],
+        Some(deferred.as_bytes()),
+    );
     assert_eq!(o.status.code(), Some(0));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["process"]["noNewPrivileges"], true);

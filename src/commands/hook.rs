@@ -21,6 +21,7 @@ use crate::oci::spec_file;
 use crate::oci::state::{parse_state, MAX_STATE_BYTES};
 use crate::sys::logging;
 use std::io::{Read, Write};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 pub const EXIT_REFUSE: i32 = 1;
@@ -138,8 +139,24 @@ fn precreate(config_flag: Option<&Path>) -> i32 {
     0
 }
 
-/// True when the config runs `gpu-guard ... hook prestart|createRuntime`.
+/// True when the config runs this very binary as `... hook
+/// prestart|createRuntime`, so the refusal can be handed to it.
+///
+/// "This binary" is the file at /proc/self/exe, compared by device and inode
+/// (std::fs::metadata follows links, so a symlink or a hard link to it
+/// counts). A basename test ("starts with gpu-guard") would hand the refusal
+/// to any program someone named gpu-guard-anything: that hook need not
+/// refuse, and the container this decision refused would start.
 fn has_gpu_guard_prestart(spec: &serde_json::Value) -> bool {
+    match std::fs::metadata("/proc/self/exe") {
+        Ok(me) => has_prestart_of(spec, (me.dev(), me.ino())),
+        // Without knowing ourselves, refuse here rather than trust a name.
+        Err(_) => false,
+    }
+}
+
+/// [`has_gpu_guard_prestart`] against the binary with this (device, inode).
+fn has_prestart_of(spec: &serde_json::Value, exe: (u64, u64)) -> bool {
     let Some(hooks) = spec.get("hooks") else {
         return false;
     };
@@ -151,7 +168,6 @@ fn has_gpu_guard_prestart(spec: &serde_json::Value) -> bool {
             .flatten()
             .any(|h| {
                 let path = h.get("path").and_then(|p| p.as_str()).unwrap_or("");
-                let base = path.rsplit('/').next().unwrap_or(path);
                 let args: Vec<&str> = h
                     .get("args")
                     .and_then(|a| a.as_array())
@@ -159,11 +175,22 @@ fn has_gpu_guard_prestart(spec: &serde_json::Value) -> bool {
                     .flatten()
                     .filter_map(|a| a.as_str())
                     .collect();
-                base.starts_with("gpu-guard")
-                    && args.contains(&"hook")
+                args.contains(&"hook")
                     && args
                         .iter()
                         .any(|a| *a == "prestart" || *a == "createRuntime")
+                    && is_binary(path, exe)
             })
     })
+}
+
+/// True when `path` (absolute, as the runtime-spec requires of hook paths)
+/// names the file with this (device, inode).
+fn is_binary(path: &str, exe: (u64, u64)) -> bool {
+    if !path.starts_with('/') {
+        return false;
+    }
+    std::fs::metadata(path)
+        .map(|m| m.is_file() && (m.dev(), m.ino()) == exe)
+        .unwrap_or(false)
 }

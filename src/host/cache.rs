@@ -4,7 +4,7 @@
 //! Valid while the key matches (the full text of /proc/driver/nvidia/version,
 //! which changes with any driver load; the boot id; the configured NVML
 //! library) and while younger than `host.cache_ttl_s`. Written with
-//! [`crate::sys::fsutil::replace_file`] (temp file + rename in the same
+//! [`crate::sys::fsutil::write_with_mode`] (0600; temp file + rename in the same
 //! directory; no fsync: the cache lives in /run), so concurrent readers see the old file or the new one, never
 //! half of one; concurrent writers each rename a whole file and the last one
 //! wins. Anything unexpected (truncated, foreign, another owner, writable by
@@ -105,6 +105,10 @@ pub enum CacheError {
     },
     #[error("cannot encode the cache: {0}")]
     Encode(#[source] serde_json::Error),
+    /// The directory is not root's alone (see
+    /// [`crate::sys::fsutil::check_private_dir`]); the message is the fix.
+    #[error("{0}")]
+    UnsafeDir(#[source] io::Error),
 }
 
 /// Milliseconds since the epoch (0 if the clock is before 1970).
@@ -207,7 +211,8 @@ pub fn load(path: &Path, key: &CacheKey, ttl_s: u64, now_ms: u64) -> Result<Hit,
     })
 }
 
-/// Writes the facts atomically, creating the directory (0755) if needed.
+/// Writes the facts atomically (mode 0600), creating the directory (0755)
+/// if needed; refuses a directory others can write.
 pub fn store(
     path: &Path,
     key: &CacheKey,
@@ -235,9 +240,17 @@ pub fn store(
                 })?;
         }
     }
-    crate::sys::fsutil::replace_file(path, &data, 0o644).map_err(|source| CacheError::Write {
-        path: path.to_path_buf(),
-        source,
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+    crate::sys::fsutil::check_private_dir(dir.unwrap_or(Path::new(".")))
+        .map_err(CacheError::UnsafeDir)?;
+    // Always 0600, never the old file's mode: a file found group- or
+    // world-writable fails read_trusted, and copying its mode forward would
+    // keep it untrusted (and every start on NVML) forever. This heals it.
+    crate::sys::fsutil::write_with_mode(path, &data, 0o600, false).map_err(|source| {
+        CacheError::Write {
+            path: path.to_path_buf(),
+            source,
+        }
     })
 }
 

@@ -11,6 +11,7 @@
 
 use std::fs;
 use std::io;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Component, Path, PathBuf};
 
 use crate::sys::fsutil;
@@ -134,7 +135,14 @@ pub fn apply(change: &FileChange, backup: &Path) -> Result<(), EditError> {
     if let Some(before) = &change.before {
         let write_backup = || -> io::Result<()> {
             if let Some(dir) = backup.parent() {
-                fs::create_dir_all(dir)?;
+                // 0700 whatever the umask, and refused if others can write
+                // it: root writes engine configs (and credentials) here, and
+                // a user who could write the directory could race that.
+                fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(dir)?;
+                fsutil::check_private_dir(dir)?;
             }
             // Backups can hold registry credentials that admins put in
             // engine configs: readable by root only.

@@ -3,7 +3,7 @@
 //! small file read per library.
 //!
 //! One JSON file per library in `kernel_image.cache_dir`, written with
-//! [`crate::sys::fsutil::atomic_write`] (unique temp name + rename), so
+//! [`crate::sys::fsutil::write_with_mode`] (0600, unique temp name + rename), so
 //! concurrent writers never corrupt each other and readers never see half
 //! a file. An entry that fails to parse, or whose key does not match its
 //! name, is ignored and rewritten. Only results that depend on the file's
@@ -56,7 +56,19 @@ impl Cache {
                 .create(&dir)
                 .ok()?;
         }
-        dir.is_dir().then_some(Cache { dir })
+        // Entries decide what an image is said to contain: a directory
+        // others can write is not used (costs a rescan, never a container).
+        // Root is told (syslog) as it is a misconfiguration to fix; a
+        // rootless hook meeting root's directory is normal and only debug.
+        if let Err(e) = crate::sys::fsutil::check_private_dir(&dir) {
+            let level = match nix::unistd::geteuid().is_root() {
+                true => log::Level::Warn,
+                false => log::Level::Debug,
+            };
+            log::log!(level, "scan cache not used: {e}");
+            return None;
+        }
+        Some(Cache { dir })
     }
 
     pub fn dir(&self) -> &Path {
@@ -106,7 +118,7 @@ impl Cache {
             error,
         };
         if let Ok(bytes) = serde_json::to_vec(&s) {
-            let _ = crate::sys::fsutil::atomic_write(&self.path_for(st), &bytes, 0o600);
+            let _ = crate::sys::fsutil::write_with_mode(&self.path_for(st), &bytes, 0o600, true);
         }
     }
 }
