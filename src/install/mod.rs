@@ -319,7 +319,14 @@ pub fn apply(opts: &Options, plan: &Plan) -> Result<(), InstallError> {
             }
             let write = || -> io::Result<()> {
                 if let Some(dir) = path.parent() {
-                    fs::create_dir_all(dir)?;
+                    // The state names files uninstall will rewrite as root:
+                    // a directory others can write would let them choose.
+                    std::os::unix::fs::DirBuilderExt::mode(
+                        fs::DirBuilder::new().recursive(true),
+                        0o700,
+                    )
+                    .create(dir)?;
+                    fsutil::check_private_dir(dir)?;
                 }
                 fsutil::atomic_write(&path, text.as_bytes(), 0o600)
             };
