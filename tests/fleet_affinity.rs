@@ -11,7 +11,9 @@ use std::process::Command;
 const BIN: &str = env!("CARGO_BIN_EXE_gpu-guard");
 
 fn data(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(rel)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(rel)
 }
 
 fn check(nodes: &str, req: &str, extra: &[&str]) -> std::process::Output {
@@ -34,8 +36,15 @@ fn check(nodes: &str, req: &str, extra: &[&str]) -> std::process::Output {
 
 fn holds(e: &Value, name: &str, labels: &Value) -> bool {
     let key = e["key"].as_str().unwrap();
-    let v = if key == "metadata.name" { Some(name) } else { labels[key].as_str() };
-    let vals: Vec<&str> = e["values"].as_array().map(|a| a.iter().map(|x| x.as_str().unwrap()).collect()).unwrap_or_default();
+    let v = if key == "metadata.name" {
+        Some(name)
+    } else {
+        labels[key].as_str()
+    };
+    let vals: Vec<&str> = e["values"]
+        .as_array()
+        .map(|a| a.iter().map(|x| x.as_str().unwrap()).collect())
+        .unwrap_or_default();
     let int = |s: &str| s.parse::<i64>().ok();
     match e["operator"].as_str().unwrap() {
         "In" => v.is_some_and(|v| vals.contains(&v)),
@@ -51,12 +60,17 @@ fn holds(e: &Value, name: &str, labels: &Value) -> bool {
 fn admitted(affinity: &Value, node: &Value) -> bool {
     let name = node["metadata"]["name"].as_str().unwrap();
     let labels = &node["metadata"]["labels"];
-    let terms = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    let terms = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        ["nodeSelectorTerms"]
         .as_array()
         .unwrap();
     assert!(!terms.is_empty());
     terms.iter().any(|t| {
-        let all = |k: &str| t[k].as_array().map(|a| a.iter().all(|e| holds(e, name, labels))).unwrap_or(true);
+        let all = |k: &str| {
+            t[k].as_array()
+                .map(|a| a.iter().all(|e| holds(e, name, labels)))
+                .unwrap_or(true)
+        };
         all("matchExpressions") && all("matchFields")
     })
 }
@@ -68,10 +82,20 @@ fn assert_exact(nodes: &str, req: &str) -> Vec<(String, bool)> {
     let fleet: Value = serde_json::from_slice(&check(nodes, req, &["--json"]).stdout).unwrap();
     let list: Value = serde_json::from_str(&std::fs::read_to_string(data(nodes)).unwrap()).unwrap();
     let mut out = Vec::new();
-    for (node, r) in list["items"].as_array().unwrap().iter().zip(fleet["results"].as_array().unwrap()) {
+    for (node, r) in list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(fleet["results"].as_array().unwrap())
+    {
         assert_eq!(node["metadata"]["name"], r["host"]);
         let allowed = r["decision"]["verdict"] == "allow";
-        assert_eq!(admitted(&affinity, node), allowed, "{req}: node {} ({affinity:#})", r["host"]);
+        assert_eq!(
+            admitted(&affinity, node),
+            allowed,
+            "{req}: node {} ({affinity:#})",
+            r["host"]
+        );
         out.push((r["host"].as_str().unwrap().to_string(), allowed));
     }
     out
@@ -80,10 +104,30 @@ fn assert_exact(nodes: &str, req: &str) -> Vec<(String, bool)> {
 #[test]
 fn driver_bound_boundaries() {
     let got = assert_exact("nodes/driver-boundary.json", "driver>=550.54.14");
-    let allowed: Vec<&str> = got.iter().filter(|(_, a)| *a).map(|(n, _)| n.as_str()).collect();
-    assert_eq!(allowed, ["drv-550-54-14", "drv-550-55-0", "drv-551-0-0", "drv-550-54-15"]);
+    let allowed: Vec<&str> = got
+        .iter()
+        .filter(|(_, a)| *a)
+        .map(|(n, _)| n.as_str())
+        .collect();
+    assert_eq!(
+        allowed,
+        [
+            "drv-550-54-14",
+            "drv-550-55-0",
+            "drv-551-0-0",
+            "drv-550-54-15"
+        ]
+    );
     // Exactness comes from the expressions here, not from node names.
-    let yaml = String::from_utf8(check("nodes/driver-boundary.json", "driver>=550.54.14", &["--affinity"]).stdout).unwrap();
+    let yaml = String::from_utf8(
+        check(
+            "nodes/driver-boundary.json",
+            "driver>=550.54.14",
+            &["--affinity"],
+        )
+        .stdout,
+    )
+    .unwrap();
     assert!(!yaml.contains("metadata.name"), "{yaml}");
     assert!(yaml.contains("key: \"nvidia.com/cuda.driver-version.revision\"\n          operator: Gt\n          values: [\"13\"]"), "{yaml}");
     assert_exact("nodes/driver-boundary.json", "driver<550.54.14");
@@ -109,11 +153,21 @@ fn without_nodes_the_requirements_alone() {
         .env_remove("GPU_GUARD_CONFIG")
         .arg("--config")
         .arg(&cfg)
-        .args(["check", "--env", "NVIDIA_VISIBLE_DEVICES=all", "--env", "NVIDIA_REQUIRE_CUDA=cuda>=12.4", "--affinity"])
+        .args([
+            "check",
+            "--env",
+            "NVIDIA_VISIBLE_DEVICES=all",
+            "--env",
+            "NVIDIA_REQUIRE_CUDA=cuda>=12.4",
+            "--affinity",
+        ])
         .output()
         .unwrap();
     let yaml = String::from_utf8(o.stdout).unwrap();
     assert!(yaml.starts_with("# "), "{yaml}");
-    assert!(yaml.contains("nodeSelectorTerms:\n      - matchExpressions:"), "{yaml}");
+    assert!(
+        yaml.contains("nodeSelectorTerms:\n      - matchExpressions:"),
+        "{yaml}"
+    );
     assert!(yaml.contains("nvidia.com/cuda.runtime-version.major"));
 }

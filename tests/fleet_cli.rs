@@ -113,7 +113,10 @@ fn nodes_json_shape_and_label_facts() {
         info.starts_with("host facts from node labels: driver 550.54.14, CUDA 12.4, 8× NVIDIA-H100-80GB-HBM3, cc 9.0"),
         "{info}"
     );
-    assert!(info.ends_with("brand tesla (gpu-guard.io labels)"), "{info}");
+    assert!(
+        info.ends_with("brand tesla (gpu-guard.io labels)"),
+        "{info}"
+    );
     let a100 = &by("gpu-a100-550")["decision"];
     assert!(a100["findings"][0]["message"]
         .as_str()
@@ -165,8 +168,17 @@ fn unknown_brand_is_a_warning_not_a_pass_or_a_failure() {
         .find(|f| f["severity"] == "warning")
         .unwrap()
         .clone();
-    assert!(warn["message"].as_str().unwrap().contains("brand of GPU 0 is unknown"), "{warn}");
-    assert!(warn["fix"].as_str().unwrap().contains("--node-labels"), "{warn}");
+    assert!(
+        warn["message"]
+            .as_str()
+            .unwrap()
+            .contains("brand of GPU 0 is unknown"),
+        "{warn}"
+    );
+    assert!(
+        warn["fix"].as_str().unwrap().contains("--node-labels"),
+        "{warn}"
+    );
     // Labelled geforcertx: a definite failure.
     assert_eq!(by("gpu-rtx4090-545")["verdict"], "refuse");
 }
@@ -177,15 +189,33 @@ fn hosts_dir_and_repeated_host() {
     let dir = data("hosts");
     let o = run(
         &d,
-        &["check", "--env", "NVIDIA_VISIBLE_DEVICES=all", "--env", REQ, "--hosts", dir.to_str().unwrap()],
+        &[
+            "check",
+            "--env",
+            "NVIDIA_VISIBLE_DEVICES=all",
+            "--env",
+            REQ,
+            "--hosts",
+            dir.to_str().unwrap(),
+        ],
     );
     let out = text(&o);
-    let n = std::fs::read_dir(&dir).unwrap().filter(|e| {
-        e.as_ref().unwrap().path().extension().is_some_and(|x| x == "json")
-    }).count();
+    let n = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "json")
+        })
+        .count();
     assert_eq!(out.lines().count(), n + 2, "{out}");
     // Sorted by file name.
-    assert!(out.lines().nth(1).unwrap().starts_with("a100-mig.json"), "{out}");
+    assert!(
+        out.lines().nth(1).unwrap().starts_with("a100-mig.json"),
+        "{out}"
+    );
     assert_eq!(o.status.code(), Some(1), "{out}");
 
     let a100 = data("hosts/a100.json");
@@ -193,8 +223,16 @@ fn hosts_dir_and_repeated_host() {
     let two = run(
         &d,
         &[
-            "check", "--env", "NVIDIA_VISIBLE_DEVICES=all", "--env", REQ,
-            "--host", a100.to_str().unwrap(), "--host", h100.to_str().unwrap(), "--json",
+            "check",
+            "--env",
+            "NVIDIA_VISIBLE_DEVICES=all",
+            "--env",
+            REQ,
+            "--host",
+            a100.to_str().unwrap(),
+            "--host",
+            h100.to_str().unwrap(),
+            "--json",
         ],
     );
     let v: serde_json::Value = serde_json::from_slice(&two.stdout).unwrap();
@@ -203,14 +241,26 @@ fn hosts_dir_and_repeated_host() {
     // One host: the plain Decision, as before.
     let one = run(
         &d,
-        &["check", "--env", "NVIDIA_VISIBLE_DEVICES=all", "--env", REQ, "--host", h100.to_str().unwrap(), "--json"],
+        &[
+            "check",
+            "--env",
+            "NVIDIA_VISIBLE_DEVICES=all",
+            "--env",
+            REQ,
+            "--host",
+            h100.to_str().unwrap(),
+            "--json",
+        ],
     );
     let v: serde_json::Value = serde_json::from_slice(&one.stdout).unwrap();
     assert!(v["verdict"].is_string(), "{v}");
     // Bad input is 2.
     let bad = run(&d, &["check", "--env", REQ, "--hosts", "/nonexistent-dir"]);
     assert_eq!(bad.status.code(), Some(2));
-    let bad = run(&d, &["check", "--env", REQ, "--nodes", a100.to_str().unwrap()]);
+    let bad = run(
+        &d,
+        &["check", "--env", REQ, "--nodes", a100.to_str().unwrap()],
+    );
     assert_eq!(bad.status.code(), Some(2), "a facts file is no node list");
 }
 
@@ -242,11 +292,23 @@ fn node_labels_print_and_write() {
     std::fs::create_dir_all(target.parent().unwrap()).unwrap();
     let w = Command::new(BIN)
         .env_remove("GPU_GUARD_CONFIG")
-        .args(["--config", cfg.to_str().unwrap(), "host", "--node-labels", "--write", "--output"])
+        .args([
+            "--config",
+            cfg.to_str().unwrap(),
+            "host",
+            "--node-labels",
+            "--write",
+            "--output",
+        ])
         .arg(&target)
         .output()
         .unwrap();
-    assert_eq!(w.status.code(), Some(0), "{}", String::from_utf8_lossy(&w.stderr));
+    assert_eq!(
+        w.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&w.stderr)
+    );
     assert_eq!(std::fs::read_to_string(&target).unwrap(), out);
     // --write needs --node-labels.
     let bad = Command::new(BIN)

@@ -113,14 +113,14 @@ fn version_cmp(labels: &[&str], want: &Version, op: Op) -> Dnf {
     };
     let mut gt = Dnf::new();
     let mut lt = Dnf::new();
-    for i in 0..n {
+    for (i, label) in labels.iter().enumerate() {
         let w = want.part(i) as i64;
         let mut g = prefix(i);
-        g.push(Expr::num(labels[i], "Gt", w));
+        g.push(Expr::num(label, "Gt", w));
         gt.push(g);
         if w > 0 {
             let mut l = prefix(i);
-            l.push(Expr::num(labels[i], "Lt", w));
+            l.push(Expr::num(label, "Lt", w));
             lt.push(l);
         }
     }
