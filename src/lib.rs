@@ -13,6 +13,8 @@
 //! - [`host`]: the NVML probe, the /proc fallback and the facts cache,
 //!   behind [`core::facts::HostSource`].
 //! - [`scan`]: the ELF/fatbin readers and the rootfs walker.
+//! - [`fleet`]: one container judged on many hosts (facts files, Kubernetes
+//!   node labels), gpu-guard's node labels and node affinity.
 //! - [`install`]: engine registration.
 //! - [`config`]: finds, reads and validates config.toml into a
 //!   [`core::policy::Config`].
@@ -23,6 +25,7 @@
 pub mod commands;
 pub mod config;
 pub mod core;
+pub mod fleet;
 pub mod host;
 pub mod image;
 pub mod install;

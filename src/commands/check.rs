@@ -3,10 +3,11 @@
 //! bad usage or unreadable input (design.md).
 
 use crate::commands::cli::{CheckArgs, CheckStage};
+use crate::commands::fleet_report;
 use crate::commands::pipeline::{self, HostChoice};
 use crate::config;
 use crate::core::container::Container;
-use crate::core::decision::Verdict;
+use crate::core::decision::{Decision, Verdict};
 use crate::core::report;
 use crate::core::security::Stage;
 use crate::oci::spec_file;
@@ -51,7 +52,7 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
             }
         }
     }
-    if let Some(host) = &args.host {
+    if let (Some(host), false) = (args.host.first(), fleet_report::wanted(args)) {
         // Unreadable input is a usage error here, not a refusal.
         if let Err(e) = crate::host::facts_file::read_facts_file(host) {
             return usage(e);
@@ -71,18 +72,29 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
         CheckStage::Runtime => Stage::Edit,
         CheckStage::Prestart => Stage::Verify,
     };
-    let host = match &args.host {
+    if fleet_report::wanted(args) {
+        return match &cfg {
+            Ok(c) => fleet_report::main(c, &container, stage, args),
+            Err(e) => usage(e),
+        };
+    }
+    let host = match args.host.first() {
         Some(p) => HostChoice::File(p),
         None => HostChoice::FromConfig,
     };
     let decision = pipeline::assess(&cfg, &container, stage, host);
-    if args.json {
-        match serde_json::to_string_pretty(&decision) {
+    print_decision(&decision, args.json)
+}
+
+/// Prints one decision (JSON or for people) and returns its exit status.
+pub fn print_decision(decision: &Decision, json: bool) -> i32 {
+    if json {
+        match serde_json::to_string_pretty(decision) {
             Ok(s) => println!("{s}"),
             Err(e) => return usage(format!("cannot print the decision: {e}")),
         }
     } else {
-        print!("{}", report::human(&decision));
+        print!("{}", report::human(decision));
     }
     match decision.verdict {
         Verdict::Refuse => EXIT_REFUSE,

@@ -46,6 +46,13 @@ pub enum Command {
 }
 
 #[derive(Debug, Args)]
+#[command(
+    after_help = "Exit status: 0 the container would start (on every host given; with --any, on \
+at least one); 1 it is refused (on some host); 2 bad usage or unreadable input. Nodes of --nodes \
+without GPU Feature Discovery labels are listed as \"no GPU facts\" and neither allowed nor \
+refused; a run where no host could be judged exits 1. --affinity exits 0 when the affinity \
+admits at least one node."
+)]
 pub struct CheckArgs {
     /// Bundle directory; reads DIR/config.json
     #[arg(long, value_name = "DIR")]
@@ -56,9 +63,21 @@ pub struct CheckArgs {
     /// Container environment entry; repeatable; adds to or overrides the spec's env
     #[arg(long = "env", value_name = "KEY=VALUE")]
     pub env: Vec<OsString>,
-    /// Host facts JSON file (default: probe this host)
+    /// Host facts JSON file (default: probe this host); repeatable: one decision per host
     #[arg(long, value_name = "FILE")]
-    pub host: Option<PathBuf>,
+    pub host: Vec<PathBuf>,
+    /// Judge on every *.json host facts file in DIR (sorted by name)
+    #[arg(long, value_name = "DIR")]
+    pub hosts: Option<PathBuf>,
+    /// Judge on Kubernetes nodes: `kubectl get nodes -o json` output; facts from GPU Feature Discovery and gpu-guard.io labels
+    #[arg(long, value_name = "FILE")]
+    pub nodes: Option<PathBuf>,
+    /// With several hosts: exit 0 when allowed on at least one (default: on every one)
+    #[arg(long)]
+    pub any: bool,
+    /// Print a Kubernetes nodeAffinity admitting the nodes of --nodes where the container is allowed (YAML; JSON with --json)
+    #[arg(long)]
+    pub affinity: bool,
     /// Print the decision as JSON
     #[arg(long)]
     pub json: bool,
@@ -115,6 +134,15 @@ pub struct HostArgs {
     /// Print the host facts JSON
     #[arg(long)]
     pub json: bool,
+    /// Print gpu-guard.io/ node labels (node-feature-discovery feature-file lines)
+    #[arg(long, conflicts_with = "json")]
+    pub node_labels: bool,
+    /// With --node-labels: write them, atomically, to NFD's features.d/gpu-guard
+    #[arg(long, requires = "node_labels")]
+    pub write: bool,
+    /// With --write: the file to write instead of /etc/kubernetes/node-feature-discovery/features.d/gpu-guard
+    #[arg(long, value_name = "PATH", requires = "write")]
+    pub output: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -12,6 +12,12 @@ pub enum HostCommandError {
     Config(#[from] crate::config::ConfigError),
     #[error("cannot encode host facts: {0}")]
     Encode(#[source] serde_json::Error),
+    #[error("cannot write node labels to {path}: {source}")]
+    Write {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// The host's driver and GPUs are known; warnings (a degraded probe, a
@@ -48,6 +54,9 @@ fn host_command_inner(config: Option<&Path>, args: &HostArgs) -> Result<i32, Hos
         }
         return Ok(EXIT_NO_FACTS);
     };
+    if args.node_labels {
+        return node_labels(facts, args);
+    }
     if args.json {
         let text = serde_json::to_string_pretty(facts).map_err(HostCommandError::Encode)?;
         println!("{text}");
@@ -58,6 +67,33 @@ fn host_command_inner(config: Option<&Path>, args: &HostArgs) -> Result<i32, Hos
         print!("{}", render_table(&report));
     }
     Ok(exit_status(&report))
+}
+
+/// `--node-labels [--write [--output PATH]]`: gpu-guard's node labels,
+/// printed, or written atomically where node-feature-discovery's local
+/// source reads them (a reader sees the old file or the new one).
+fn node_labels(
+    facts: &crate::core::facts::HostFacts,
+    args: &HostArgs,
+) -> Result<i32, HostCommandError> {
+    use crate::fleet::labels;
+    let text = labels::feature_file(&labels::node_labels(facts));
+    if !args.write {
+        print!("{text}");
+        return Ok(EXIT_FACTS);
+    }
+    let path = args
+        .output
+        .clone()
+        .unwrap_or_else(|| labels::FEATURES_FILE.into());
+    crate::sys::fsutil::atomic_write(&path, text.as_bytes(), 0o644).map_err(|source| {
+        HostCommandError::Write {
+            path: path.clone(),
+            source,
+        }
+    })?;
+    eprintln!("gpu-guard: wrote node labels to {}", path.display());
+    Ok(EXIT_FACTS)
 }
 
 /// 1 when a problem is an error (no driver, lost GPU), else 0.

@@ -4,6 +4,7 @@
 
 pub mod check;
 pub mod cli;
+pub mod fleet_report;
 pub mod hook;
 pub mod host;
 pub mod install;

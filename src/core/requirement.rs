@@ -282,6 +282,13 @@ impl Factor {
                     Some(g) => g,
                     None => return Outcome::Pass,
                 };
+                // An empty brand is not an NVML brand (NVML's own "unknown"
+                // is one, and CUDA images list `brand=unknown`): it means the
+                // facts' source could not tell (Kubernetes node labels,
+                // fleet/nodes.rs), so the factor cannot be judged.
+                if gpu.brand.is_empty() {
+                    return Outcome::Unknown(format!("the brand of GPU {} is unknown", gpu.index));
+                }
                 let same = gpu.brand.eq_ignore_ascii_case(want);
                 if (self.op == Op::Eq) == same {
                     Outcome::Pass
@@ -597,6 +604,39 @@ mod tests {
         );
         assert_eq!(
             judge("cuda>=12.4", "535.104.05", "12.2", None),
+            Verdict::Fails
+        );
+    }
+
+    #[test]
+    fn empty_brand_cannot_be_judged_but_nvml_unknown_is_a_brand() {
+        // Node labels cannot tell the brand: neither a pass nor a failure.
+        let g = gpu(0, "", Some("8.0"));
+        for r in ["brand=tesla", "brand!=tesla", "brand=unknown"] {
+            assert_eq!(
+                judge(r, "535.104.05", "12.2", Some(&g)),
+                Verdict::CannotJudge,
+                "{r}"
+            );
+        }
+        // A failing alternative elsewhere does not turn it into a failure.
+        assert_eq!(
+            judge(
+                "cuda>=12.4 brand=tesla,driver>=535,driver<536",
+                "535.104.05",
+                "12.2",
+                Some(&g)
+            ),
+            Verdict::CannotJudge
+        );
+        // NVML's own "unknown" brand is a brand, as in NVIDIA's images.
+        let u = gpu(0, "unknown", Some("8.0"));
+        assert_eq!(
+            judge("brand=unknown", "535.104.05", "12.2", Some(&u)),
+            Verdict::Holds
+        );
+        assert_eq!(
+            judge("brand=tesla", "535.104.05", "12.2", Some(&u)),
             Verdict::Fails
         );
     }

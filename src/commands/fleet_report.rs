@@ -1,0 +1,171 @@
+//! `gpu-guard check` on many hosts (`--host` repeated, `--hosts DIR`,
+//! `--nodes FILE`) and `--affinity`: gathers the hosts, judges the container
+//! once per host through [`crate::fleet::Subject`], prints a table and a
+//! summary (or the fleet JSON, or the affinity). Exit status per
+//! [`crate::fleet::summary`].
+
+use crate::commands::check::{EXIT_ALLOW, EXIT_REFUSE, EXIT_USAGE};
+use crate::commands::cli::CheckArgs;
+use crate::core::container::Container;
+use crate::core::decision::Verdict;
+use crate::core::facts::{HostFacts as Facts, HostReport};
+use crate::core::policy::{Config, KernelImageSeverity};
+use crate::core::security::Stage;
+use crate::fleet::nodes::{self, NodeLabels};
+use crate::fleet::{affinity, summary, Host, HostFacts, HostResult, ImageInfo, Subject};
+use std::collections::BTreeMap;
+
+/// True when `check` is asked about more than one host, or for an affinity.
+pub fn wanted(args: &CheckArgs) -> bool {
+    args.host.len() > 1 || args.hosts.is_some() || args.nodes.is_some() || args.affinity
+}
+
+fn usage(msg: impl std::fmt::Display) -> i32 {
+    eprintln!(
+        "gpu-guard check: {}",
+        crate::core::sanitize::one_line(&msg.to_string())
+    );
+    EXIT_USAGE
+}
+
+/// The hosts of `--host`, `--hosts` and `--nodes`, in that order, and the
+/// nodes (for the affinity). Any unreadable input is a usage error.
+fn gather(args: &CheckArgs) -> Result<(Vec<Host>, Vec<NodeLabels>), String> {
+    let mut files: Vec<std::path::PathBuf> = args.host.clone();
+    if let Some(dir) = &args.hosts {
+        let rd = std::fs::read_dir(dir)
+            .map_err(|e| format!("cannot read --hosts {}: {e}", dir.display()))?;
+        let mut found: Vec<_> = rd
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "json"))
+            .collect();
+        found.sort();
+        files.extend(found);
+    }
+    let mut hosts = Vec::with_capacity(files.len());
+    for f in &files {
+        let facts = crate::host::facts_file::read_facts_file(f).map_err(|e| e.to_string())?;
+        let name = f.file_name().map(|n| n.to_string_lossy().into_owned());
+        hosts.push(Host {
+            name: name.unwrap_or_else(|| f.display().to_string()),
+            facts: HostFacts::Known {
+                report: HostReport::from_facts(facts, format!("facts file {}", f.display())),
+                from_labels: None,
+            },
+        });
+    }
+    let mut node_list = Vec::new();
+    if let Some(p) = &args.nodes {
+        node_list = nodes::read_nodes(p).map_err(|e| e.to_string())?;
+        hosts.extend(node_list.iter().map(nodes::host_from_node));
+    }
+    Ok((hosts, node_list))
+}
+
+/// Runs the multi-host check. `cfg` is the loaded, valid config.
+pub fn main(cfg: &Config, container: &Container, stage: Stage, args: &CheckArgs) -> i32 {
+    let (hosts, node_list) = match gather(args) {
+        Ok(h) => h,
+        Err(e) => return usage(e),
+    };
+    if hosts.is_empty() && !args.affinity {
+        return usage("no hosts: --hosts DIR holds no *.json file and --nodes lists no node");
+    }
+    // The image's GPU code is scanned once, whatever the number of hosts.
+    let scanned = container
+        .rootfs
+        .as_ref()
+        .filter(|_| cfg.kernel_image.severity != KernelImageSeverity::Off)
+        .map(|r| crate::scan::libraries::scan_rootfs(r, &cfg.kernel_image));
+    let subject = Subject::new(container, cfg, stage, scanned);
+    let results = subject.judge_all(&hosts);
+    if args.affinity {
+        return print_affinity(&subject, args, &node_list, &results);
+    }
+    if let [(
+        one,
+        Host {
+            facts: HostFacts::Known { .. },
+            ..
+        },
+    )] = &results.iter().zip(&hosts).collect::<Vec<_>>()[..]
+    {
+        if let Some(d) = &one.decision {
+            return crate::commands::check::print_decision(d, args.json);
+        }
+    }
+    print_fleet(&subject, args, &hosts, &results)
+}
+
+fn print_fleet(subject: &Subject, args: &CheckArgs, hosts: &[Host], results: &[HostResult]) -> i32 {
+    let counts = summary::counts(results);
+    if args.json {
+        let image = ImageInfo::from_container(subject.container);
+        match serde_json::to_string_pretty(&summary::to_json(&image, results)) {
+            Ok(s) => println!("{s}"),
+            Err(e) => return usage(format!("cannot print the results: {e}")),
+        }
+    } else {
+        let facts: Vec<Option<&Facts>> = hosts
+            .iter()
+            .map(|h| match &h.facts {
+                HostFacts::Known { report, .. } => report.facts.as_ref(),
+                HostFacts::NoGpuFacts => None,
+            })
+            .collect();
+        print!("{}", summary::table(subject, results, &facts));
+        println!("{}", summary::summary_line(subject, results, &facts));
+    }
+    summary::exit_status(&counts, args.any)
+}
+
+fn print_affinity(
+    subject: &Subject,
+    args: &CheckArgs,
+    node_list: &[NodeLabels],
+    results: &[HostResult],
+) -> i32 {
+    let a = if args.nodes.is_some() {
+        // Node name -> None when allowed, Some(first error) when refused;
+        // nodes without GPU facts are absent.
+        let mut verdicts: BTreeMap<String, Option<String>> = BTreeMap::new();
+        // Nodes come last in `results`, in the order of `node_list`.
+        let offset = results.len() - node_list.len();
+        for r in &results[offset..] {
+            if let Some(d) = &r.decision {
+                let why = (d.verdict == Verdict::Refuse).then(|| {
+                    d.errors()
+                        .next()
+                        .map(|f| f.title().to_string())
+                        .unwrap_or_default()
+                });
+                verdicts.insert(r.host.clone(), why);
+            }
+        }
+        affinity::for_nodes(
+            &subject.requirements,
+            subject.has_scan(),
+            node_list,
+            &verdicts,
+        )
+    } else {
+        affinity::for_requirements(&subject.requirements, subject.has_scan())
+    };
+    if args.json {
+        for n in &a.notes {
+            eprintln!(
+                "gpu-guard check: affinity: {}",
+                crate::core::sanitize::one_line(n)
+            );
+        }
+        println!("{:#}", affinity::to_json(&a));
+    } else {
+        print!("{}", affinity::to_yaml(&a));
+    }
+    let none = node_list.iter().all(|n| !affinity::admits(&a.terms, n));
+    if args.nodes.is_some() && none {
+        EXIT_REFUSE
+    } else {
+        EXIT_ALLOW
+    }
+}

@@ -1,0 +1,219 @@
+//! One container judged on many hosts (`gpu-guard check --host F --host G`,
+//! `--hosts DIR`, `--nodes FILE`; design.md "`gpu-guard check` before
+//! scheduling").
+//!
+//! The container is built, its requirements parsed and its image scanned
+//! once ([`Subject`]); each host then costs one pure [`crate::core::decide`]
+//! call on facts already in memory. That keeps a 1,000-host run under 1 ms a
+//! host (integration/bench-fleet.sh measures it).
+//!
+//! - [`nodes`] builds host facts from Kubernetes node labels (GPU Feature
+//!   Discovery and gpu-guard's own);
+//! - [`labels`] writes gpu-guard's node labels (`host --node-labels`);
+//! - [`affinity`] turns the verdicts into a Kubernetes `nodeAffinity`;
+//! - [`summary`] words the table, the summary line and the exit status.
+
+pub mod affinity;
+pub mod labels;
+pub mod nodes;
+pub mod summary;
+
+use crate::core::container::Container;
+use crate::core::decide::{self, Inputs};
+use crate::core::decision::{Check, Decision, Finding, Severity};
+use crate::core::detect::{self, Detection};
+use crate::core::facts::HostReport;
+use crate::core::kernel_image::Scanned;
+use crate::core::policy::{Config, KernelImageSeverity, Mode};
+use crate::core::requirement::Requirement;
+use crate::core::security::Stage;
+use crate::core::version::Version;
+use std::collections::BTreeMap;
+
+/// What is judged: the container, built once, with everything about it that
+/// does not depend on the host.
+pub struct Subject<'a> {
+    pub container: &'a Container,
+    pub config: &'a Config,
+    pub stage: Stage,
+    detection: Detection,
+    /// The image's libraries, scanned once (None: no rootfs to scan). A
+    /// rootfs from `--bundle` or an image read by `--image` plugs in here.
+    scanned: Option<Scanned>,
+    /// The parsed `NVIDIA_REQUIRE_*` (for short reasons and the affinity).
+    pub requirements: Vec<Requirement>,
+}
+
+/// One host of the fleet and where its facts came from.
+pub struct Host {
+    /// The facts file's name or the node's name.
+    pub name: String,
+    pub facts: HostFacts,
+}
+
+pub enum HostFacts {
+    /// Facts to judge on (from a file, or from node labels).
+    Known {
+        report: HostReport,
+        /// Set when the facts were built from Kubernetes node labels: the
+        /// info line saying which facts labels gave and which are unknown.
+        from_labels: Option<String>,
+    },
+    /// A node without GPU Feature Discovery labels: nothing to judge on.
+    /// Neither allowed nor refused (see [`summary`]).
+    NoGpuFacts,
+}
+
+/// One host's outcome. `decision` is None for a node without GPU facts.
+pub struct HostResult {
+    pub host: String,
+    pub decision: Option<Decision>,
+}
+
+impl<'a> Subject<'a> {
+    pub fn new(
+        container: &'a Container,
+        config: &'a Config,
+        stage: Stage,
+        scanned: Option<Scanned>,
+    ) -> Subject<'a> {
+        let (mut requirements, _) = decide::requirements(container);
+        // As decide does: an honoured NVIDIA_DISABLE_REQUIRE checks nothing.
+        let disabled = container
+            .env
+            .get("NVIDIA_DISABLE_REQUIRE")
+            .and_then(crate::core::requirement::parse_go_bool)
+            .unwrap_or(false);
+        if disabled && config.requirements.honor_disable_require {
+            requirements.clear();
+        }
+        Subject {
+            container,
+            config,
+            stage,
+            detection: detect::classify(container),
+            scanned,
+            requirements,
+        }
+    }
+
+    /// True when the image's GPU code was scanned (kernel-image findings).
+    pub fn has_scan(&self) -> bool {
+        self.scanned.is_some()
+    }
+
+    pub fn is_gpu_container(&self) -> bool {
+        self.detection.gpu
+    }
+
+    /// Decides on one host, as `pipeline::assess` does for a single host,
+    /// but from facts in hand and the scan done once.
+    pub fn decide(&self, host: &HostReport) -> Decision {
+        let needs_host = self.detection.gpu && self.config.mode != Mode::Off;
+        let report = needs_host.then_some(host);
+        decide::decide(&Inputs {
+            container: self.container,
+            detection: &self.detection,
+            host: report,
+            config: self.config,
+            stage: self.stage,
+            kernel_image: self.kernel_image(report),
+        })
+    }
+
+    /// The kernel-image findings on this host's visible GPUs, from the scan.
+    fn kernel_image(&self, report: Option<&HostReport>) -> Vec<Finding> {
+        let (Some(scanned), Some(facts)) = (&self.scanned, report.and_then(|r| r.facts.as_ref()))
+        else {
+            return Vec::new();
+        };
+        if self.config.kernel_image.severity == KernelImageSeverity::Off {
+            return Vec::new();
+        }
+        let (idx, _) = detect::resolve(&self.detection.request, facts);
+        let gpus: Vec<_> = idx.iter().map(|i| facts.gpus[*i].clone()).collect();
+        let cuda = facts
+            .cuda_driver_version
+            .as_deref()
+            .and_then(|v| Version::parse(v).ok());
+        crate::core::kernel_image::assess(
+            scanned,
+            &gpus,
+            cuda.as_ref(),
+            self.config.kernel_image.severity,
+        )
+    }
+
+    /// Judges every host. Facts from labels add an info finding saying so,
+    /// and "cannot be judged" warnings get a fix that fits labels.
+    pub fn judge_all(&self, hosts: &[Host]) -> Vec<HostResult> {
+        hosts
+            .iter()
+            .map(|h| HostResult {
+                host: h.name.clone(),
+                decision: match &h.facts {
+                    HostFacts::NoGpuFacts => None,
+                    HostFacts::Known {
+                        report,
+                        from_labels,
+                    } => Some(self.decide_labelled(report, from_labels.as_deref())),
+                },
+            })
+            .collect()
+    }
+
+    fn decide_labelled(&self, report: &HostReport, from_labels: Option<&str>) -> Decision {
+        let mut d = self.decide(report);
+        let Some(note) = from_labels else {
+            return d;
+        };
+        if !d.gpu_container {
+            return d;
+        }
+        for f in &mut d.findings {
+            if f.check == Check::Requirement
+                && f.severity == Severity::Warning
+                && f.message.contains("cannot be judged")
+            {
+                f.fix = Some(
+                    "run `gpu-guard host --node-labels --write` on the node (a DaemonSet) so its \
+                     brand and compute capability are labelled"
+                        .into(),
+                );
+            }
+        }
+        d.findings.insert(0, Finding::info(Check::Host, note));
+        d
+    }
+}
+
+/// What was read to build the container, for the JSON's `image` object:
+/// the reference and digest when an image was read, and the environment
+/// that decided (the requirement variables and device selection).
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct ImageInfo {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    pub env: BTreeMap<String, String>,
+}
+
+impl ImageInfo {
+    /// The variables of `c` that decide anything about GPUs.
+    pub fn from_container(c: &Container) -> ImageInfo {
+        let env = c
+            .env
+            .vars()
+            .into_iter()
+            .filter(|(k, _)| {
+                k.starts_with("NVIDIA_") || k.starts_with("CUDA_") || *k == "CUDA_VERSION"
+            })
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        ImageInfo {
+            env,
+            ..Default::default()
+        }
+    }
+}

@@ -1,0 +1,274 @@
+//! The fleet's outcome for people (a table and a summary line), as JSON, and
+//! as an exit status.
+//!
+//! Counting: a host is *allowed* when the container would start there
+//! (verdict allow or skip) and *refused* otherwise. A node without GPU
+//! facts (no GPU Feature Discovery labels) is neither: it is listed, counted
+//! apart as `no_gpu_facts`, and left out of the exit status, except that a
+//! run in which no host at all could be judged exits 1 (nowhere to run).
+
+use super::{HostResult, ImageInfo, Subject};
+use crate::core::decision::{Check, Decision, Severity, Verdict};
+use crate::core::facts::HostFacts;
+use crate::core::requirement::{Context, Key, Outcome, Verdict as ReqVerdict};
+use crate::core::version::Version;
+use std::collections::BTreeMap;
+
+pub const EXIT_ALLOWED: i32 = 0;
+pub const EXIT_REFUSED: i32 = 1;
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Counts {
+    pub allowed: usize,
+    pub refused: usize,
+    /// Extension: nodes without GPU facts, neither allowed nor refused.
+    pub no_gpu_facts: usize,
+}
+
+pub fn counts(results: &[HostResult]) -> Counts {
+    let mut c = Counts::default();
+    for r in results {
+        match r.decision.as_ref().map(|d| d.verdict) {
+            None => c.no_gpu_facts += 1,
+            Some(Verdict::Refuse) => c.refused += 1,
+            Some(_) => c.allowed += 1,
+        }
+    }
+    c
+}
+
+/// 0 when allowed on every judged host (with `any`: on at least one), 1
+/// otherwise, and 1 when no host could be judged.
+pub fn exit_status(c: &Counts, any: bool) -> i32 {
+    let ok = if any {
+        c.allowed > 0
+    } else {
+        c.refused == 0 && c.allowed > 0
+    };
+    if ok {
+        EXIT_ALLOWED
+    } else {
+        EXIT_REFUSED
+    }
+}
+
+/// The multi-host JSON of design.md.
+#[derive(serde::Serialize)]
+pub struct FleetJson<'a> {
+    pub image: &'a ImageInfo,
+    pub results: Vec<ResultJson<'a>>,
+    pub summary: Counts,
+}
+
+#[derive(serde::Serialize)]
+pub struct ResultJson<'a> {
+    pub host: &'a str,
+    /// null for a node without GPU facts.
+    pub decision: Option<&'a Decision>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub no_gpu_facts: bool,
+}
+
+pub fn to_json<'a>(image: &'a ImageInfo, results: &'a [HostResult]) -> FleetJson<'a> {
+    FleetJson {
+        image,
+        results: results
+            .iter()
+            .map(|r| ResultJson {
+                host: &r.host,
+                decision: r.decision.as_ref(),
+                no_gpu_facts: r.decision.is_none(),
+            })
+            .collect(),
+        summary: counts(results),
+    }
+}
+
+/// The longest note shown in a table row.
+const NOTE_MAX: usize = 110;
+
+/// One line per host: name, verdict, first error (else first warning).
+pub fn table(subject: &Subject, results: &[HostResult], facts: &[Option<&HostFacts>]) -> String {
+    let width = results
+        .iter()
+        .map(|r| r.host.chars().count())
+        .max()
+        .unwrap_or(4)
+        .clamp(4, 40);
+    let mut s = format!("{:<width$}  {:<12}  NOTE\n", "HOST", "VERDICT");
+    for (r, f) in results.iter().zip(facts) {
+        let (verdict, note) = match (&r.decision, f) {
+            (None, _) => (
+                "no GPU facts",
+                "no GPU Feature Discovery labels on this node".to_string(),
+            ),
+            // A refusal reads best as its short reason, then the finding.
+            (Some(d), Some(f)) if d.verdict == Verdict::Refuse => (
+                verdict_word(d),
+                format!("{}: {}", short_reason(subject, d, f), first_note(d)),
+            ),
+            (Some(d), _) => (verdict_word(d), first_note(d)),
+        };
+        let mut note = crate::core::sanitize::one_line(&note);
+        if note.chars().count() > NOTE_MAX {
+            note = note.chars().take(NOTE_MAX - 1).collect::<String>() + "…";
+        }
+        let host = crate::core::sanitize::esc(&r.host);
+        s.push_str(&format!("{host:<width$}  {verdict:<12}  {note}\n"));
+    }
+    s
+}
+
+fn verdict_word(d: &Decision) -> &'static str {
+    match d.verdict {
+        Verdict::Allow => "allow",
+        Verdict::Refuse => "refuse",
+        Verdict::Skip => "skip",
+    }
+}
+
+fn first_note(d: &Decision) -> String {
+    let pick = |sev| d.findings.iter().find(|f| f.severity == sev);
+    match pick(Severity::Error).or_else(|| pick(Severity::Warning)) {
+        Some(f) => f.title().to_string(),
+        None => "-".to_string(),
+    }
+}
+
+/// "runs on 14 of 20 hosts; refused on 6: driver 535 too old for CUDA 12.4
+/// on 4, no sm_75 code for Tesla T4 on 2".
+pub fn summary_line(
+    subject: &Subject,
+    results: &[HostResult],
+    facts: &[Option<&HostFacts>],
+) -> String {
+    let c = counts(results);
+    let judged = c.allowed + c.refused;
+    let mut s = format!("runs on {} of {judged} hosts", c.allowed);
+    if c.refused > 0 {
+        let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+        let mut order: Vec<String> = Vec::new();
+        for (r, f) in results.iter().zip(facts) {
+            let (Some(d), Some(f)) = (&r.decision, f) else {
+                continue;
+            };
+            if d.verdict == Verdict::Refuse {
+                let why = short_reason(subject, d, f);
+                if !reasons.contains_key(&why) {
+                    order.push(why.clone());
+                }
+                *reasons.entry(why).or_default() += 1;
+            }
+        }
+        let parts: Vec<String> = order
+            .iter()
+            .map(|w| format!("{w} on {}", reasons[w]))
+            .collect();
+        s.push_str(&format!("; refused on {}: {}", c.refused, parts.join(", ")));
+    }
+    if c.no_gpu_facts > 0 {
+        s.push_str(&format!(
+            "; {} without GPU facts (not counted)",
+            c.no_gpu_facts
+        ));
+    }
+    s
+}
+
+/// A few words for why `d` refused on a host: derived from the first error
+/// finding's check, and for requirements from re-judging on the facts.
+pub fn short_reason(subject: &Subject, d: &Decision, facts: &HostFacts) -> String {
+    let Some(f) = d.errors().next() else {
+        return "refused".into();
+    };
+    match f.check {
+        Check::Requirement => {
+            requirement_reason(subject, facts).unwrap_or_else(|| "requirement not satisfied".into())
+        }
+        Check::KernelImage => kernel_image_reason(&f.message, facts),
+        Check::Host if facts.driver_version.is_none() => "no NVIDIA driver".into(),
+        Check::Device => "requested GPU missing".into(),
+        other => format!("{} error", other.as_str()),
+    }
+}
+
+/// The first failing requirement, by the key that failed: CUDA first (the
+/// usual story: forward-compat alternatives do not match either), then
+/// compute capability, driver, brand.
+fn requirement_reason(subject: &Subject, facts: &HostFacts) -> Option<String> {
+    let driver = facts
+        .driver_version
+        .as_deref()
+        .and_then(|v| Version::parse(v).ok());
+    let cuda = facts
+        .cuda_driver_version
+        .as_deref()
+        .and_then(|v| Version::parse(v).ok());
+    for req in &subject.requirements {
+        for gpu in facts
+            .gpus
+            .iter()
+            .map(Some)
+            .chain(facts.gpus.is_empty().then_some(None))
+        {
+            let j = req.judge(&Context {
+                driver: driver.as_ref(),
+                driver_text: facts.driver_version.as_deref(),
+                cuda: cuda.as_ref(),
+                gpu,
+            });
+            if j.outcome != ReqVerdict::Fails {
+                continue;
+            }
+            let failed = |k| {
+                j.terms
+                    .iter()
+                    .any(|t| t.key == Some(k) && matches!(t.outcome, Outcome::Fail(_)))
+            };
+            let branch = driver
+                .as_ref()
+                .map(|d| d.major().to_string())
+                .unwrap_or_default();
+            if let (true, Some(floor)) = (failed(Key::Cuda), req.cuda_floor()) {
+                return Some(format!("driver {branch} too old for CUDA {floor}"));
+            }
+            if failed(Key::Arch) {
+                let cc = gpu
+                    .and_then(|g| g.compute_capability.clone())
+                    .unwrap_or_default();
+                return Some(match req.arch_floor() {
+                    Some(a) => format!("compute capability {cc} below {a}"),
+                    None => format!("compute capability {cc} not accepted"),
+                });
+            }
+            if failed(Key::Driver) {
+                return Some(format!("driver branch {branch} not accepted"));
+            }
+            let brand = gpu.map(|g| g.brand.clone()).unwrap_or_default();
+            return Some(format!("brand {brand} not accepted"));
+        }
+    }
+    None
+}
+
+/// "no sm_75 code for Tesla T4": the GPU the finding names.
+fn kernel_image_reason(message: &str, facts: &HostFacts) -> String {
+    let gpu = facts.gpus.iter().find(|g| message.contains(&g.describe()));
+    let gpu = gpu.or_else(|| {
+        facts
+            .gpus
+            .iter()
+            .find(|g| !g.name.is_empty() && message.contains(&g.name))
+    });
+    match gpu {
+        Some(g) => {
+            let sm = g
+                .compute_capability
+                .as_deref()
+                .map(|c| format!("sm_{}", c.replace('.', "")))
+                .unwrap_or_else(|| "matching".into());
+            format!("no {sm} code for {}", g.name)
+        }
+        None => "no GPU code for this host's GPUs".into(),
+    }
+}
