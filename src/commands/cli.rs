@@ -46,6 +46,12 @@ pub enum Command {
 }
 
 #[derive(Debug, Args)]
+#[command(after_help = "\
+A GPU request in the environment (NVIDIA_VISIBLE_DEVICES, a legacy image's CUDA_VERSION) \
+makes a GPU container only when something attaches GPUs: NVIDIA's hook in the spec, NVIDIA's \
+runtime, CDI devices or /dev/nvidia* nodes (config detect.env_requests). With --bundle or --spec \
+that is read from the spec. With --env alone there is no spec, and the container is judged as \
+if run with GPUs attached, as `docker run --gpus` would.")]
 pub struct CheckArgs {
     /// Bundle directory; reads DIR/config.json
     #[arg(long, value_name = "DIR")]
@@ -53,7 +59,8 @@ pub struct CheckArgs {
     /// An OCI config.json
     #[arg(long, value_name = "FILE")]
     pub spec: Option<PathBuf>,
-    /// Container environment entry; repeatable; adds to or overrides the spec's env
+    /// Container environment entry; repeatable; adds to or overrides the spec's env.
+    /// Without a spec, the container is judged as run with GPUs attached
     #[arg(long = "env", value_name = "KEY=VALUE")]
     pub env: Vec<OsString>,
     /// Host facts JSON file (default: probe this host)

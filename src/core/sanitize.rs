@@ -31,6 +31,42 @@ pub fn esc_bounded(s: &str, max_chars: usize) -> String {
     out
 }
 
+/// Longest text of one finding field (message, fix, detail line). Quotes
+/// are bounded by [`esc`] already; this bounds what a caller forgot to quote.
+pub const MAX_FIELD: usize = 16 * 1024;
+
+fn is_control(c: char) -> bool {
+    matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}' | '\u{80}'..='\u{9f}' | '\u{2028}' | '\u{2029}')
+}
+
+/// The one pass every finding field goes through ([`crate::core::decision::Finding`]'s
+/// constructors): control characters become `\xNN` / `\u{NNNN}` as in
+/// [`esc`], and the text is cut to [`MAX_FIELD`] characters. Backslashes
+/// are left alone, so text already passed through [`esc`] comes out
+/// unchanged: applying it twice changes nothing.
+pub fn clean(s: String) -> String {
+    let long = s.len() > MAX_FIELD && s.chars().count() > MAX_FIELD;
+    if !long && !s.chars().any(is_control) {
+        return s;
+    }
+    // Room for the "…(+N bytes)" tail, so the result is within MAX_FIELD
+    // and a second pass leaves it as it is.
+    let keep = if long { MAX_FIELD - 32 } else { usize::MAX };
+    let mut out = String::with_capacity(s.len().min(MAX_FIELD + 8));
+    for (count, (i, c)) in s.char_indices().enumerate() {
+        if count >= keep {
+            out.push_str(&format!("…(+{} bytes)", s.len() - i));
+            break;
+        }
+        match c {
+            '\u{0}'..='\u{1f}' | '\u{7f}' => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c if is_control(c) => out.push_str(&format!("\\u{{{:04x}}}", c as u32)),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
 /// Makes any text one line (for syslog and `--log` JSON): our own newlines
 /// become ` | `, every other control character is escaped.
 pub fn one_line(s: &str) -> String {
@@ -67,6 +103,17 @@ mod tests {
         let e = esc(&long);
         assert!(e.len() < 300, "{}", e.len());
         assert!(e.ends_with("bytes)"));
+    }
+
+    #[test]
+    fn clean_escapes_controls_once() {
+        assert_eq!(clean("a\nb\x1b[31m\u{85}".into()), "a\\x0ab\\x1b[31m\\u{0085}");
+        let once = clean(format!("{} and \x07", esc("q\\\x1b")));
+        assert_eq!(clean(once.clone()), once);
+        assert_eq!(clean("plain \\ text".into()), "plain \\ text");
+        let long = clean("é".repeat(1_000_000));
+        assert!(long.chars().count() <= MAX_FIELD, "{}", long.chars().count());
+        assert_eq!(clean(long.clone()), long);
     }
 
     #[test]
