@@ -289,7 +289,18 @@ fn cannot_judge_finding(
 
 fn device_findings(det: &Detection, facts: &HostFacts, out: &mut Vec<Finding>) -> Vec<usize> {
     let (visible, unknown) = detect::resolve(&det.request, facts);
-    for u in unknown {
+    // A list of thousands of unknown names gets a count, not thousands of findings.
+    const MAX_REPORTED: usize = 8;
+    if unknown.len() > MAX_REPORTED {
+        out.push(Finding::error(
+            Check::Device,
+            format!(
+                "{} more requested GPUs are not on this host",
+                unknown.len() - MAX_REPORTED
+            ),
+        ));
+    }
+    for u in unknown.into_iter().take(MAX_REPORTED) {
         let shown = u.device.shown();
         out.push(
             Finding::error(

@@ -45,6 +45,7 @@
 
 use crate::core::container::Container;
 use crate::core::facts::HostFacts;
+use std::collections::HashSet;
 use crate::core::policy::{DetectConfig, EnvRequests};
 
 /// Where a request for GPUs, or what attaches them, came from, for messages.
@@ -117,6 +118,9 @@ pub struct Detection {
     /// The env request that nothing will attach (`detect.env_requests =
     /// "when-attached"`), described; the container is then not a GPU container.
     pub unattached_env: Option<String>,
+    /// Names in `request.devices`: a list of 100,000 names must not cost
+    /// 100,000² comparisons.
+    named: HashSet<String>,
 }
 
 const VOLUME_MOUNTS_DIR: &str = "/var/run/nvidia-container-devices";
@@ -199,7 +203,7 @@ impl Detection {
     fn add(&mut self, name: &str, via: &str, written: Option<&str>) {
         if name == "all" {
             self.request.all = true;
-        } else if !self.request.devices.iter().any(|r| r.name == name) {
+        } else if self.named.insert(name.to_string()) {
             self.request.devices.push(DeviceRef {
                 name: name.to_string(),
                 via: via.to_string(),
@@ -228,7 +232,7 @@ impl Detection {
         self.signals.extend(other.signals);
         self.request.all |= other.request.all;
         for d in other.request.devices {
-            if !self.request.devices.iter().any(|r| r.name == d.name) {
+            if self.named.insert(d.name.clone()) {
                 self.request.devices.push(d);
             }
         }

@@ -49,20 +49,25 @@ pub fn clean(s: String) -> String {
     if !long && !s.chars().any(is_control) {
         return s;
     }
-    // Room for the "…(+N bytes)" tail, so the result is within MAX_FIELD
-    // and a second pass leaves it as it is.
-    let keep = if long { MAX_FIELD - 32 } else { usize::MAX };
+    // Output characters kept, leaving room for the "…(+N bytes)" tail, so
+    // the result is within MAX_FIELD characters and a second pass leaves
+    // it as it is.
+    let keep = MAX_FIELD - 32;
     let mut out = String::with_capacity(s.len().min(MAX_FIELD + 8));
-    for (count, (i, c)) in s.char_indices().enumerate() {
-        if count >= keep {
+    let mut kept = 0usize;
+    for (i, c) in s.char_indices() {
+        let piece = match c {
+            '\u{0}'..='\u{1f}' | '\u{7f}' => format!("\\x{:02x}", c as u32),
+            c if is_control(c) => format!("\\u{{{:04x}}}", c as u32),
+            c => c.to_string(),
+        };
+        let n = piece.chars().count();
+        if kept + n > keep {
             out.push_str(&format!("…(+{} bytes)", s.len() - i));
             break;
         }
-        match c {
-            '\u{0}'..='\u{1f}' | '\u{7f}' => out.push_str(&format!("\\x{:02x}", c as u32)),
-            c if is_control(c) => out.push_str(&format!("\\u{{{:04x}}}", c as u32)),
-            _ => out.push(c),
-        }
+        kept += n;
+        out.push_str(&piece);
     }
     out
 }
@@ -111,9 +116,11 @@ mod tests {
         let once = clean(format!("{} and \x07", esc("q\\\x1b")));
         assert_eq!(clean(once.clone()), once);
         assert_eq!(clean("plain \\ text".into()), "plain \\ text");
-        let long = clean("é".repeat(1_000_000));
-        assert!(long.chars().count() <= MAX_FIELD, "{}", long.chars().count());
-        assert_eq!(clean(long.clone()), long);
+        for big in ["é".repeat(1_000_000), "\x1b".repeat(1_000_000), "a\u{85}".repeat(100_000)] {
+            let long = clean(big);
+            assert!(long.chars().count() <= MAX_FIELD, "{}", long.chars().count());
+            assert_eq!(clean(long.clone()), long);
+        }
     }
 
     #[test]
