@@ -486,7 +486,10 @@ fn precreate_edits_or_refuses() {
     let cfg = cfg.to_str().unwrap();
     let gpu = br#"{"ociVersion":"1.0.2","process":{"env":["NVIDIA_VISIBLE_DEVICES=all"],"capabilities":{"bounding":["CAP_CHOWN","CAP_NET_RAW"]}},"zzz":{"keep":true}}"#;
     let gpu = with_nvidia_hook(std::str::from_utf8(gpu).unwrap());
-    let o = run(&["--config", cfg, "hook", "precreate"], Some(gpu.as_bytes()));
+    let o = run(
+        &["--config", cfg, "hook", "precreate"],
+        Some(gpu.as_bytes()),
+    );
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["process"]["noNewPrivileges"], true);
@@ -504,7 +507,10 @@ fn precreate_edits_or_refuses() {
     let bad =
         br#"{"process":{"env":["NVIDIA_VISIBLE_DEVICES=all","NVIDIA_REQUIRE_CUDA=cuda>=12.4"]}}"#;
     let bad = with_nvidia_hook(std::str::from_utf8(bad).unwrap());
-    let o = run(&["--config", cfg, "hook", "precreate"], Some(bad.as_bytes()));
+    let o = run(
+        &["--config", cfg, "hook", "precreate"],
+        Some(bad.as_bytes()),
+    );
     assert_eq!(o.status.code(), Some(1));
     assert!(o.stdout.is_empty());
     assert!(stderr(&o).contains("cuda>=12.4: driver 535.104.05 provides CUDA 12.2"));
@@ -513,7 +519,10 @@ fn precreate_edits_or_refuses() {
     // whose stderr podman shows; the policy edits still go in.
     let deferred = br#"{"process":{"env":["NVIDIA_VISIBLE_DEVICES=all","NVIDIA_REQUIRE_CUDA=cuda>=12.4"]},"hooks":{"prestart":[{"path":"/usr/bin/gpu-guard","args":["gpu-guard","hook","prestart"]}]}}"#;
     let deferred = with_nvidia_hook(std::str::from_utf8(deferred).unwrap());
-    let o = run(&["--config", cfg, "hook", "precreate"], Some(deferred.as_bytes()));
+    let o = run(
+        &["--config", cfg, "hook", "precreate"],
+        Some(deferred.as_bytes()),
+    );
     assert_eq!(o.status.code(), Some(0));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["process"]["noNewPrivileges"], true);

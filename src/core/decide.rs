@@ -116,7 +116,12 @@ fn unknown_key_findings(r: &Requirement) -> Vec<Finding> {
             .with_fix("write the requirement with the keys cuda, driver, arch and brand"),
         );
     } else if !r.dropped_terms.is_empty() {
-        let shown: Vec<String> = r.dropped_terms.iter().take(MAX_NAMED).map(|t| format!("`{}`", esc(t))).collect();
+        let shown: Vec<String> = r
+            .dropped_terms
+            .iter()
+            .take(MAX_NAMED)
+            .map(|t| format!("`{}`", esc(t)))
+            .collect();
         out.push(Finding::warning(
             Check::Requirement,
             format!(

@@ -45,8 +45,8 @@
 
 use crate::core::container::Container;
 use crate::core::facts::HostFacts;
-use std::collections::HashSet;
 use crate::core::policy::{DetectConfig, EnvRequests};
+use std::collections::HashSet;
 
 /// Where a request for GPUs, or what attaches them, came from, for messages.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -141,7 +141,8 @@ const NVIDIA_RUNTIMES: &[&str] = &[
 ];
 const CDI_PREFIXES: &[&str] = &["cdi.k8s.io/", "nvidia.cdi.k8s.io/"];
 /// CDI kinds that always name NVIDIA GPUs.
-pub const BUILTIN_CDI_KINDS: &[&str] = &["nvidia.com/gpu", "nvidia.com/mig", "runtime.nvidia.com/gpu"];
+pub const BUILTIN_CDI_KINDS: &[&str] =
+    &["nvidia.com/gpu", "nvidia.com/mig", "runtime.nvidia.com/gpu"];
 
 fn is_legacy_image(c: &Container) -> bool {
     let cuda = c.env.get("CUDA_VERSION").unwrap_or("");
@@ -483,7 +484,10 @@ pub fn resolve(req: &Request, facts: &HostFacts) -> (Vec<usize>, Vec<Unknown>) {
                 .gpus
                 .iter()
                 .position(|x| Some(x.index) == g && m.is_some_and(|m| m < x.mig_devices.len()))
-        } else if name.get(..4).is_some_and(|p| p.eq_ignore_ascii_case("MIG-")) {
+        } else if name
+            .get(..4)
+            .is_some_and(|p| p.eq_ignore_ascii_case("MIG-"))
+        {
             facts.gpus.iter().position(|g| {
                 g.mig_devices
                     .iter()

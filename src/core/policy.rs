@@ -458,7 +458,9 @@ fn valid_cdi_kind(s: &str) -> bool {
         return false;
     };
     let ok = |part: &str, extra: &[char]| {
-        part.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+        part.chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric())
             && part
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || extra.contains(&c))

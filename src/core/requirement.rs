@@ -610,6 +610,27 @@ mod tests {
     }
 
     #[test]
+    fn unknown_keys_are_dropped_as_nvidia_go_does() {
+        let r = Requirement::parse("N", "cuda>=11.6 foo=bar").unwrap();
+        assert_eq!(r.any_of.len(), 1);
+        assert_eq!(r.dropped_terms, ["foo=bar"]);
+        assert!(!r.imposes_nothing());
+        let r = Requirement::parse("N", "cuda>=12.4,foo=1").unwrap();
+        assert_eq!(r.any_of[0].factors.len(), 1);
+        assert!(r.dropped_terms.is_empty());
+        let r = Requirement::parse("N", "foo=bar cudnn>=8,X<1").unwrap();
+        assert!(r.any_of.is_empty() && r.imposes_nothing());
+        assert_eq!(r.unknown_keys.len(), 3);
+        assert!(!Requirement::parse("N", "").unwrap().imposes_nothing());
+        // `foo=bar` no longer satisfies it on its own
+        assert_eq!(
+            judge("cuda>=12.4 foo=bar", "535.104.05", "12.2", None),
+            Verdict::Fails
+        );
+        assert_eq!(judge("foo=bar", "535.104.05", "12.2", None), Verdict::Holds);
+    }
+
+    #[test]
     fn no_gpu_passes_arch_and_brand_only() {
         assert_eq!(
             judge("arch>=9.0", "535.104.05", "12.2", None),

@@ -112,13 +112,24 @@ mod tests {
 
     #[test]
     fn clean_escapes_controls_once() {
-        assert_eq!(clean("a\nb\x1b[31m\u{85}".into()), "a\\x0ab\\x1b[31m\\u{0085}");
+        assert_eq!(
+            clean("a\nb\x1b[31m\u{85}".into()),
+            "a\\x0ab\\x1b[31m\\u{0085}"
+        );
         let once = clean(format!("{} and \x07", esc("q\\\x1b")));
         assert_eq!(clean(once.clone()), once);
         assert_eq!(clean("plain \\ text".into()), "plain \\ text");
-        for big in ["é".repeat(1_000_000), "\x1b".repeat(1_000_000), "a\u{85}".repeat(100_000)] {
+        for big in [
+            "é".repeat(1_000_000),
+            "\x1b".repeat(1_000_000),
+            "a\u{85}".repeat(100_000),
+        ] {
             let long = clean(big);
-            assert!(long.chars().count() <= MAX_FIELD, "{}", long.chars().count());
+            assert!(
+                long.chars().count() <= MAX_FIELD,
+                "{}",
+                long.chars().count()
+            );
             assert_eq!(clean(long.clone()), long);
         }
     }
