@@ -88,6 +88,9 @@ make_rootfs() {
 # gg_config FILE PROFILE [extra TOML lines...]: the shipped config with host
 # facts read from tests/data/hosts/PROFILE.json and caches in FILE's directory.
 # GG_MODE overrides `mode`, GG_RUNTIME_PATH `runtime.path`. Extra lines are appended (give their [table]).
+# `detect.env_requests` is "always" (GG_ENV_REQUESTS overrides): the bundles here ask
+# for GPUs by NVIDIA_VISIBLE_DEVICES under plain runc/crun, with no NVIDIA hook or
+# runtime to attach them, which the shipped "when-attached" would skip.
 gg_config() {
     local file=$1 profile=$2
     shift 2
@@ -99,6 +102,7 @@ gg_config() {
         -e "s|^cache_dir = .*|cache_dir = \"$dir/scan-cache\"|" \
         -e "s|^syslog = .*|syslog = ${GG_SYSLOG:-true}|" \
         -e "s|^path = \"\"|path = \"${GG_RUNTIME_PATH:-}\"|" \
+        -e "s|^env_requests = .*|env_requests = \"${GG_ENV_REQUESTS:-always}\"|" \
         "$REPO_DIR/config/config.toml" > "$file"
     for l in "$@"; do echo "$l" >> "$file"; done
     grep -q "^facts_file = \"$HOSTS_DIR" "$file" || { echo "gg_config: shipped config has no facts_file line" >&2; return 1; }

@@ -76,6 +76,30 @@ fn assert_one_line_error(o: &Output, code: i32, what: &str) {
     assert_eq!(e.trim_end().lines().count(), 1, "{what}: {e}");
 }
 
+/// The hook `docker run --gpus` puts in a GPU container's spec (moby
+/// daemon/devices_nvidia_linux.go): what attaches the GPUs that
+/// NVIDIA_VISIBLE_DEVICES asks for. Without it (or another attach signal)
+/// an env request is not a GPU container (src/core/detect.rs).
+const NVIDIA_HOOK: &str = r#"{"path":"/usr/bin/nvidia-container-runtime-hook","args":["nvidia-container-runtime-hook","prestart"]}"#;
+
+/// `spec` with NVIDIA's prestart hook appended to its hooks.
+fn with_nvidia_hook(spec: &str) -> String {
+    let mut v: serde_json::Value = serde_json::from_str(spec).unwrap();
+    let hook: serde_json::Value = serde_json::from_str(NVIDIA_HOOK).unwrap();
+    let hooks = v
+        .as_object_mut()
+        .unwrap()
+        .entry("hooks")
+        .or_insert_with(|| serde_json::json!({}));
+    let pre = hooks
+        .as_object_mut()
+        .unwrap()
+        .entry("prestart")
+        .or_insert_with(|| serde_json::json!([]));
+    pre.as_array_mut().unwrap().push(hook);
+    v.to_string()
+}
+
 fn bundle(dir: &Path, spec: &str) -> PathBuf {
     let b = dir.join("bundle");
     std::fs::create_dir_all(b.join("rootfs")).unwrap();
@@ -202,7 +226,9 @@ fn check_combines_spec_and_env() {
     let cfg = config(&t.0, "a100");
     let b = bundle(
         &t.0,
-        r#"{"process":{"env":["NVIDIA_VISIBLE_DEVICES=all","NVIDIA_REQUIRE_CUDA=cuda>=12.4"]},"root":{"path":"rootfs"}}"#,
+        &with_nvidia_hook(
+            r#"{"process":{"env":["NVIDIA_VISIBLE_DEVICES=all","NVIDIA_REQUIRE_CUDA=cuda>=12.4"]},"root":{"path":"rootfs"}}"#,
+        ),
     );
     let host = data("hosts/a100.json");
     let base = [
@@ -396,7 +422,9 @@ fn prestart_refuses_with_diagnosis_and_runs_the_rest() {
     let cfg = cfg.to_str().unwrap();
     let b = bundle(
         &t.0,
-        r#"{"process":{"env":["NVIDIA_VISIBLE_DEVICES=all","NVIDIA_REQUIRE_CUDA=cuda>=12.4"],"noNewPrivileges":true,"capabilities":{"bounding":["CAP_CHOWN"]}},"root":{"path":"rootfs"}}"#,
+        &with_nvidia_hook(
+            r#"{"process":{"env":["NVIDIA_VISIBLE_DEVICES=all","NVIDIA_REQUIRE_CUDA=cuda>=12.4"],"noNewPrivileges":true,"capabilities":{"bounding":["CAP_CHOWN"]}},"root":{"path":"rootfs"}}"#,
+        ),
     );
     let o = run(&["--config", cfg, "hook", "prestart"], Some(&state(&b)));
     assert_eq!(o.status.code(), Some(1));
@@ -429,7 +457,7 @@ fn huge_inputs_are_decided_without_panic() {
         "brand=titan,driver>=1 ".repeat(50_000)
     ));
     let spec = serde_json::json!({"process": {"env": env, "noNewPrivileges": true}, "root": {"path": "rootfs"}});
-    let b = bundle(&t.0, &spec.to_string());
+    let b = bundle(&t.0, &with_nvidia_hook(&spec.to_string()));
     let o = run(&["--config", cfg, "hook", "prestart"], Some(&state(&b)));
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let o = run(
@@ -457,7 +485,11 @@ fn precreate_edits_or_refuses() {
     let cfg = config(&t.0, "a100");
     let cfg = cfg.to_str().unwrap();
     let gpu = br#"{"ociVersion":"1.0.2","process":{"env":["NVIDIA_VISIBLE_DEVICES=all"],"capabilities":{"bounding":["CAP_CHOWN","CAP_NET_RAW"]}},"zzz":{"keep":true}}"#;
-    let o = run(&["--config", cfg, "hook", "precreate"], Some(gpu));
+    let gpu = with_nvidia_hook(std::str::from_utf8(gpu).unwrap());
+    let o = run(
+        &["--config", cfg, "hook", "precreate"],
+        Some(gpu.as_bytes()),
+    );
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["process"]["noNewPrivileges"], true);
@@ -474,7 +506,11 @@ fn precreate_edits_or_refuses() {
     // refusal: non-zero, diagnosis on stderr, nothing on stdout
     let bad =
         br#"{"process":{"env":["NVIDIA_VISIBLE_DEVICES=all","NVIDIA_REQUIRE_CUDA=cuda>=12.4"]}}"#;
-    let o = run(&["--config", cfg, "hook", "precreate"], Some(bad));
+    let bad = with_nvidia_hook(std::str::from_utf8(bad).unwrap());
+    let o = run(
+        &["--config", cfg, "hook", "precreate"],
+        Some(bad.as_bytes()),
+    );
     assert_eq!(o.status.code(), Some(1));
     assert!(o.stdout.is_empty());
     assert!(stderr(&o).contains("cuda>=12.4: driver 535.104.05 provides CUDA 12.2"));
@@ -485,6 +521,7 @@ fn precreate_edits_or_refuses() {
     let deferred = format!(
         r#"{{"process":{{"env":["NVIDIA_VISIBLE_DEVICES=all","NVIDIA_REQUIRE_CUDA=cuda>=12.4"]}},"hooks":{{"prestart":[{{"path":"{BIN}","args":["gpu-guard","hook","prestart"]}}]}}}}"#
     );
+    let deferred = with_nvidia_hook(&deferred);
     let o = run(
         &["--config", cfg, "hook", "precreate"],
         Some(deferred.as_bytes()),
@@ -543,7 +580,7 @@ fn decisions_reach_syslog_as_one_escaped_line() {
         "NVIDIA_VISIBLE_DEVICES=all",
         "NVIDIA_REQUIRE_CUDA=cuda>=12.4\n<11>Jan  1 00:00:00 sshd[1]: forged",
     ], "noNewPrivileges": true}, "root": {"path": "rootfs"}});
-    let b = bundle(&t.0, &spec.to_string());
+    let b = bundle(&t.0, &with_nvidia_hook(&spec.to_string()));
     let st = format!(
         r#"{{"ociVersion":"1.0.2","id":"evil\u001b[2J\nid","status":"creating","pid":1,"bundle":"{}"}}"#,
         b.display()
@@ -566,7 +603,7 @@ fn decisions_reach_syslog_as_one_escaped_line() {
     // full facts; an unknown requirement key is a warning) logs at warning.
     let spec = serde_json::json!({"process": {"env": [
         "NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_REQUIRE_X=cudnn>=9"], "noNewPrivileges": true}, "root": {"path": "rootfs"}});
-    let b = bundle(&t.0, &spec.to_string());
+    let b = bundle(&t.0, &with_nvidia_hook(&spec.to_string()));
     let o = run(&["--config", cfg, "hook", "prestart"], Some(&state(&b)));
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let lines = recv();

@@ -55,6 +55,14 @@ fn precreate(cfg: &Path, stage: &str, hook_path: &Path) -> Output {
         "process": {"env": ["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_REQUIRE_CUDA=cuda>=12.4"]},
         "hooks": {stage: [{"path": hook_path, "args": ["gpu-guard", "hook", stage]}]}
     });
+    // NVIDIA's hook attaches the GPUs (docker --gpus, podman's hooks.d),
+    // which makes the env request count (issue 10 A2).
+    let mut spec = spec;
+    let nvidia = serde_json::json!({"path": "/usr/bin/nvidia-container-runtime-hook", "args": ["nvidia-container-runtime-hook", "prestart"]});
+    match spec["hooks"]["prestart"].as_array_mut() {
+        Some(list) => list.push(nvidia),
+        None => spec["hooks"]["prestart"] = serde_json::json!([nvidia]),
+    }
     let mut child = Command::new(BIN)
         .args(["--config", cfg.to_str().unwrap(), "hook", "precreate"])
         .env_remove("GPU_GUARD_CONFIG")

@@ -77,8 +77,19 @@ fn bundle(
         .unwrap_or_default();
     penv.extend(env.iter().map(|e| json!(e)));
     spec["process"]["env"] = json!(penv);
+    // A stand-in for NVIDIA's prestart hook, which `docker run --gpus` adds
+    // and which attaches the GPUs NVIDIA_VISIBLE_DEVICES asks for: without
+    // an attach signal an env request is not a GPU container
+    // (src/core/detect.rs). It runs /bin/true under NVIDIA's hook name.
+    let nvidia_hook = host.dir.join("nvidia-container-runtime-hook");
+    if !nvidia_hook.exists() {
+        std::os::unix::fs::symlink("/bin/true", &nvidia_hook).unwrap();
+    }
     spec["hooks"] = json!({
         "prestart": [{
+            "path": nvidia_hook,
+            "args": ["nvidia-container-runtime-hook", "prestart"]
+        }, {
             "path": gpu_guard(),
             "args": ["gpu-guard", "--config", config, "hook", "prestart"],
             "env": hook_env,

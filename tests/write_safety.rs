@@ -14,8 +14,6 @@
 //! runs them as root; anywhere else they FAIL with "run as root" rather than
 //! pass without having tested anything.
 
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -115,96 +113,67 @@ fn assert_victim_intact(v: &Path, content: &[u8], when: &str) {
     );
 }
 
-/// The attacker's loop, in a forked child that has dropped to nobody. After
-/// fork only async-signal-safe calls (raw syscalls, no allocation), since the
-/// test harness is multi-threaded. Over and over it:
+/// The attacker's loop, run as nobody in its own process (Command::uid
+/// drops root's groups, gid and uid before exec). Over and over it:
 /// - plants its own file, mode 04777, at the target (the mode the old writer
 ///   copied), then swaps the target for a symlink to the victim;
 /// - replaces every dot-file in the directory (root's temp files) with a
 ///   symlink to the victim, so a chmod by path would land there.
 ///
-/// Stops after `secs` seconds or when killed.
-fn attacker(dir: &CString, victim: &CString, secs: i64, temps_only: bool) -> ! {
-    // SAFETY: plain syscalls on valid NUL-terminated strings and a stack
-    // buffer; nothing here allocates or takes a lock.
-    unsafe {
-        if libc::setgroups(0, std::ptr::null()) != 0
-            || libc::setgid(NOBODY) != 0
-            || libc::setuid(NOBODY) != 0
-            || libc::geteuid() != NOBODY
-        {
-            libc::_exit(3);
-        }
-        let dfd = libc::open(dir.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY);
-        if dfd < 0 {
-            libc::_exit(4);
-        }
-        let target = c"host-facts.json".as_ptr();
-        let plant = c"plant".as_ptr();
-        let link = c"link".as_ptr();
-        let mut start = std::mem::zeroed::<libc::timespec>();
-        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut start);
-        let mut buf = [0u8; 8192];
-        loop {
-            let mut now = std::mem::zeroed::<libc::timespec>();
-            libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now);
-            if now.tv_sec - start.tv_sec > secs {
-                libc::_exit(0);
-            }
-            if temps_only {
-                swap_temps(dfd, victim, &mut buf);
-                continue;
-            }
-            // A planted setuid file of ours at the target.
-            let fd = libc::openat(
-                dfd,
-                plant,
-                libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW,
-                0o600,
-            );
-            if fd >= 0 {
-                libc::fchmod(fd, 0o4777);
-                libc::close(fd);
-                libc::renameat(dfd, plant, dfd, target);
-            }
-            // The target swapped for a symlink to the victim.
-            libc::unlinkat(dfd, link, 0);
-            if libc::symlinkat(victim.as_ptr(), dfd, link) == 0 {
-                libc::renameat(dfd, link, dfd, target);
-            }
-            swap_temps(dfd, victim, &mut buf);
-        }
-    }
-}
+/// Exits 3 if it is not nobody, 4 if it cannot open the directory; else it
+/// runs until `secs` pass or it is killed.
+const ATTACKER: &str = r#"
+import os, sys, time
+d, victim, secs, temps_only = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4] == "1"
+if os.geteuid() != 65534:
+    sys.exit(3)
+try:
+    dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+except OSError:
+    sys.exit(4)
+def swap_temps():
+    for name in os.listdir(dfd):
+        if name.startswith(".") and name not in (".", ".."):
+            try:
+                os.unlink(name, dir_fd=dfd)
+                os.symlink(victim, name, dir_fd=dfd)
+            except OSError:
+                pass
+end = time.monotonic() + secs
+while time.monotonic() < end:
+    if not temps_only:
+        try:
+            fd = os.open("plant", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600, dir_fd=dfd)
+            os.fchmod(fd, 0o4777)
+            os.close(fd)
+            os.rename("plant", "host-facts.json", src_dir_fd=dfd, dst_dir_fd=dfd)
+        except OSError:
+            pass
+        try:
+            try:
+                os.unlink("link", dir_fd=dfd)
+            except OSError:
+                pass
+            os.symlink(victim, "link", dir_fd=dfd)
+            os.rename("link", "host-facts.json", src_dir_fd=dfd, dst_dir_fd=dfd)
+        except OSError:
+            pass
+    swap_temps()
+"#;
 
-/// Replaces every dot-file in `dfd` (root's temp files) with a symlink to
-/// the victim, so a chmod by path would land there. Async-signal-safe.
-///
-/// # Safety
-/// `dfd` is an open directory fd.
-unsafe fn swap_temps(dfd: libc::c_int, victim: &CString, buf: &mut [u8; 8192]) {
-    libc::lseek(dfd, 0, libc::SEEK_SET);
-    let n = libc::syscall(
-        libc::SYS_getdents64,
-        dfd,
-        buf.as_mut_ptr(),
-        buf.len() as libc::c_uint,
-    );
-    let mut off = 0usize;
-    while n > 0 && off + 20 < n as usize {
-        let reclen = u16::from_ne_bytes([buf[off + 16], buf[off + 17]]) as usize;
-        let name = buf.as_ptr().add(off + 19) as *const libc::c_char;
-        let (first, second) = (buf[off + 19], buf[off + 20]);
-        let dot_or_dotdot = first == b'.' && (second == 0 || second == b'.');
-        if first == b'.' && !dot_or_dotdot {
-            libc::unlinkat(dfd, name, 0);
-            libc::symlinkat(victim.as_ptr(), dfd, name);
-        }
-        if reclen == 0 {
-            break;
-        }
-        off += reclen;
-    }
+fn attacker(dir: &Path, victim: &Path, secs: u32, temps_only: bool) -> std::process::Child {
+    use std::os::unix::process::CommandExt;
+    std::process::Command::new("python3")
+        .arg("-c")
+        .arg(ATTACKER)
+        .arg(dir)
+        .arg(victim)
+        .arg(secs.to_string())
+        .arg(if temps_only { "1" } else { "0" })
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .spawn()
+        .expect("python3 runs the attacker (integration/setup.sh installs it)")
 }
 
 #[test]
@@ -217,22 +186,15 @@ fn root_writes_never_touch_a_symlinked_victim_under_race() {
     mkdir(&dir, 0o755);
     chown(&dir, NOBODY);
     let target = dir.join("host-facts.json");
-    let dir_c = CString::new(dir.as_os_str().as_bytes()).unwrap();
-    let victim_c = CString::new(victim.as_os_str().as_bytes()).unwrap();
 
     // Two attackers (one on the temp files alone), so the swaps keep up with
     // root's writes.
-    let children: Vec<_> = [false, true]
+    let mut children: Vec<_> = [false, true]
         .into_iter()
-        .map(|temps_only| {
-            // SAFETY: the child runs only `attacker`, which is
-            // async-signal-safe.
-            match unsafe { nix::unistd::fork() }.unwrap() {
-                nix::unistd::ForkResult::Child => attacker(&dir_c, &victim_c, 60, temps_only),
-                nix::unistd::ForkResult::Parent { child } => child,
-            }
-        })
+        .map(|temps_only| attacker(&dir, &victim, 60, temps_only))
         .collect();
+    // Give the interpreters time to start racing.
+    std::thread::sleep(Duration::from_millis(300));
     let start = Instant::now();
     let (mut writes, mut swaps_seen) = (0u32, 0u32);
     let mut failure = None;
@@ -266,10 +228,14 @@ fn root_writes_never_touch_a_symlinked_victim_under_race() {
         }
     }
     let statuses: Vec<_> = children
-        .iter()
-        .map(|&child| {
-            let _ = nix::sys::signal::kill(child, nix::sys::signal::Signal::SIGKILL);
-            nix::sys::wait::waitpid(child, None).unwrap()
+        .iter_mut()
+        .map(|child| {
+            // Still running means it raced the whole time; an exit before
+            // the kill is a failed attacker (3: not nobody, 4: no dir).
+            let early = child.try_wait().unwrap();
+            let _ = child.kill();
+            let _ = child.wait();
+            early
         })
         .collect();
     if let Some(e) = failure {
@@ -277,8 +243,8 @@ fn root_writes_never_touch_a_symlinked_victim_under_race() {
     }
     for status in statuses {
         assert!(
-            matches!(status, nix::sys::wait::WaitStatus::Signaled(..)),
-            "an attacker child did not run to the end (exit 3: cannot become nobody, 4: cannot open the dir): {status:?}"
+            status.is_none(),
+            "an attacker stopped before the end (exit 3: cannot become nobody, 4: cannot open the dir): {status:?}"
         );
     }
     assert!(

@@ -38,7 +38,9 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
             Ok(s) => s.container,
             Err(e) => return usage(e),
         },
-        (None, None) => Container::default(),
+        // No spec: the container is its environment alone, judged as run
+        // with GPUs attached (as `docker run --gpus` would attach them).
+        (None, None) => Container::from_env(Default::default()),
     };
     for raw in &args.env {
         let entry = raw.to_string_lossy();

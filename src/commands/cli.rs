@@ -46,13 +46,18 @@ pub enum Command {
 }
 
 #[derive(Debug, Args)]
-#[command(
-    after_help = "Exit status: 0 the container would start (on every host given; with --any, on \
+#[command(after_help = "\
+A GPU request in the environment (NVIDIA_VISIBLE_DEVICES, a legacy image's CUDA_VERSION) \
+makes a GPU container only when something attaches GPUs: NVIDIA's hook in the spec, NVIDIA's \
+runtime, CDI devices or /dev/nvidia* nodes (config detect.env_requests). With --bundle or --spec \
+that is read from the spec. With --env alone there is no spec, and the container is judged as \
+if run with GPUs attached, as `docker run --gpus` would.
+
+Exit status: 0 the container would start (on every host given; with --any, on \
 at least one); 1 it is refused (on some host); 2 bad usage or unreadable input. Nodes of --nodes \
 without GPU Feature Discovery labels are listed as \"no GPU facts\" and neither allowed nor \
 refused; a run where no host could be judged exits 1. --affinity exits 0 when the affinity \
-admits at least one node."
-)]
+admits at least one node.")]
 pub struct CheckArgs {
     /// Bundle directory; reads DIR/config.json
     #[arg(long, value_name = "DIR")]
@@ -60,7 +65,8 @@ pub struct CheckArgs {
     /// An OCI config.json
     #[arg(long, value_name = "FILE")]
     pub spec: Option<PathBuf>,
-    /// Container environment entry; repeatable; adds to or overrides the spec's env
+    /// Container environment entry; repeatable; adds to or overrides the spec's env.
+    /// Without a spec, the container is judged as run with GPUs attached
     #[arg(long = "env", value_name = "KEY=VALUE")]
     pub env: Vec<OsString>,
     /// Host facts JSON file (default: probe this host); repeatable: one decision per host

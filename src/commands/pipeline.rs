@@ -8,7 +8,7 @@ use crate::core::decide::{self, Inputs};
 use crate::core::decision::Decision;
 use crate::core::detect;
 use crate::core::facts::{HostReport, HostSource};
-use crate::core::policy::{Config, KernelImageSeverity, Mode};
+use crate::core::policy::{Config, DetectConfig, KernelImageSeverity, Mode};
 use crate::core::security::Stage;
 use crate::core::version::Version;
 use crate::host::facts_file::FactsFile;
@@ -37,7 +37,9 @@ pub fn assess(
     stage: Stage,
     host: HostChoice,
 ) -> Decision {
-    let detection = detect::classify(container);
+    let default_detect = DetectConfig::default();
+    let detect_cfg = config.as_ref().map_or(&default_detect, |c| &c.detect);
+    let detection = detect::classify_with(container, detect_cfg);
     let cfg = match config {
         Ok(c) => c,
         Err(e) => return decide::config_error(&e.to_string(), &e.path, container, &detection),

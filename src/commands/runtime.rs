@@ -112,6 +112,8 @@ fn guard_create(
         }
     };
     spec.container.id = inv.id.clone();
+    // NVIDIA's runtime behind us acts on the env's GPU requests (detect.rs).
+    spec.container.chained_runtime = Some(real.to_string_lossy().into_owned());
     let decision = pipeline::assess(cfg, &spec.container, Stage::Edit, HostChoice::FromConfig);
     logging::record(&decision, &pipeline::syslog_target(cfg), log_fallback(inv));
     if decision.verdict == Verdict::Refuse {
@@ -155,14 +157,18 @@ fn guard_exec(
         return exec_real(real, args);
     };
     c.id = inv.id.clone();
+    c.chained_runtime = Some(real.to_string_lossy().into_owned());
     // Whether the container is a GPU container is in its bundle's config.json
     // (docker --gpus puts NVIDIA_VISIBLE_DEVICES in the OCI spec, not in the
     // env it gives exec'd processes).
     let gpu = container_bundle(real, inv)
         .and_then(|b| spec_file::load(&b.join("config.json"), Some(&b)).ok())
-        .map(|s| crate::core::detect::classify(&s.container).gpu)
+        .map(|mut s| {
+            s.container.chained_runtime = c.chained_runtime.clone();
+            crate::core::detect::classify_with(&s.container, &cfg.detect).gpu
+        })
         .unwrap_or(false)
-        || crate::core::detect::classify(&c).gpu;
+        || crate::core::detect::classify_with(&c, &cfg.detect).gpu;
     if !gpu && cfg.security.apply_to != crate::core::policy::ApplyTo::All {
         return exec_real(real, args);
     }

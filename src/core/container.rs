@@ -108,6 +108,20 @@ impl Capabilities {
     }
 }
 
+/// One hook of the spec, any stage.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Hook {
+    pub path: String,
+    pub args: Vec<String>,
+}
+
+/// One entry of `mounts`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Mount {
+    pub source: String,
+    pub destination: String,
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct Container {
     pub id: Option<String>,
@@ -115,21 +129,31 @@ pub struct Container {
     pub annotations: BTreeMap<String, String>,
     /// `linux.devices[].path`.
     pub devices: Vec<String>,
-    /// Paths of every hook in the spec (all stages).
-    pub hook_paths: Vec<String>,
-    /// `mounts[].destination`.
-    pub mount_destinations: Vec<String>,
+    /// Every hook in the spec (all stages), path and args.
+    pub hooks: Vec<Hook>,
+    /// `mounts[]`: source and destination.
+    pub mounts: Vec<Mount>,
     pub capabilities: Capabilities,
     pub no_new_privileges: bool,
     /// Absolute path of the root filesystem, when known.
     pub rootfs: Option<PathBuf>,
+    /// The OCI runtime the runtime wrapper execs for this container, when
+    /// known: NVIDIA's runtime there acts on the env's GPU requests.
+    pub chained_runtime: Option<String>,
+    /// The caller judges the container as run with GPUs attached (`check
+    /// --env` with no spec, like `docker run --gpus`): env requests count
+    /// without an attach signal in a spec.
+    pub assume_attached: bool,
 }
 
 impl Container {
-    /// A container described by its environment alone (`check --env`).
+    /// A container described by its environment alone (`check --env`):
+    /// there is no spec to say what attaches GPUs, so it is judged as run
+    /// with GPUs attached (`docker run --gpus` would).
     pub fn from_env(env: Env) -> Container {
         Container {
             env,
+            assume_attached: true,
             ..Default::default()
         }
     }

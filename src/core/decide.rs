@@ -40,16 +40,7 @@ pub fn requirements(c: &Container) -> (Vec<Requirement>, Vec<Finding>) {
         }
         match Requirement::parse(name, value) {
             Ok(r) => {
-                for k in &r.unknown_keys {
-                    findings.push(Finding::warning(
-                        Check::Requirement,
-                        format!(
-                            "{}: `{}` uses a key NVIDIA does not define (cuda, driver, arch, brand); it is ignored",
-                            esc(name),
-                            esc(k)
-                        ),
-                    ));
-                }
+                findings.extend(unknown_key_findings(&r));
                 reqs.push(r);
             }
             Err(e) => findings.push(
@@ -86,6 +77,62 @@ pub fn requirements(c: &Container) -> (Vec<Requirement>, Vec<Finding>) {
         }
     }
     (reqs, findings)
+}
+
+/// Warnings for what unknown keys dropped from a requirement, as NVIDIA's
+/// Go checker drops it (requirement.rs): the factors, the alternatives
+/// left empty, and the whole variable when nothing is left. Bounded: an
+/// image with thousands of unknown factors gets a count, not thousands of lines.
+fn unknown_key_findings(r: &Requirement) -> Vec<Finding> {
+    const MAX_NAMED: usize = 8;
+    let name = esc(&r.source);
+    let mut out = Vec::new();
+    for k in r.unknown_keys.iter().take(MAX_NAMED) {
+        out.push(Finding::warning(
+            Check::Requirement,
+            format!(
+                "{name}: `{}` uses a key NVIDIA does not define (cuda, driver, arch, brand); it is dropped",
+                esc(k)
+            ),
+        ));
+    }
+    if r.unknown_keys.len() > MAX_NAMED {
+        out.push(Finding::warning(
+            Check::Requirement,
+            format!(
+                "{name}: {} more factors use keys NVIDIA does not define; they are dropped",
+                r.unknown_keys.len() - MAX_NAMED
+            ),
+        ));
+    }
+    if r.imposes_nothing() {
+        out.push(
+            Finding::warning(
+                Check::Requirement,
+                format!(
+                    "{name} imposes nothing: every alternative uses only keys NVIDIA does not define, so all are dropped"
+                ),
+            )
+            .with_fix("write the requirement with the keys cuda, driver, arch and brand"),
+        );
+    } else if !r.dropped_terms.is_empty() {
+        let shown: Vec<String> = r
+            .dropped_terms
+            .iter()
+            .take(MAX_NAMED)
+            .map(|t| format!("`{}`", esc(t)))
+            .collect();
+        out.push(Finding::warning(
+            Check::Requirement,
+            format!(
+                "{name}: alternative{} {} {} only keys NVIDIA does not define and cannot satisfy it; the other alternatives must hold",
+                if r.dropped_terms.len() == 1 { "" } else { "s" },
+                shown.join(", "),
+                if r.dropped_terms.len() == 1 { "has" } else { "have" },
+            ),
+        ));
+    }
+    out
 }
 
 /// Judges the requirements on every visible GPU (once with no GPU when none
@@ -247,13 +294,19 @@ fn cannot_judge_finding(
 
 fn device_findings(det: &Detection, facts: &HostFacts, out: &mut Vec<Finding>) -> Vec<usize> {
     let (visible, unknown) = detect::resolve(&det.request, facts);
-    for u in unknown {
-        let name = u
-            .device
-            .name
-            .strip_prefix("minor:")
-            .map(|m| format!("/dev/nvidia{m}"));
-        let shown = name.unwrap_or_else(|| u.device.name.clone());
+    // A list of thousands of unknown names gets a count, not thousands of findings.
+    const MAX_REPORTED: usize = 8;
+    if unknown.len() > MAX_REPORTED {
+        out.push(Finding::error(
+            Check::Device,
+            format!(
+                "{} more requested GPUs are not on this host",
+                unknown.len() - MAX_REPORTED
+            ),
+        ));
+    }
+    for u in unknown.into_iter().take(MAX_REPORTED) {
+        let shown = u.device.shown();
         out.push(
             Finding::error(
                 Check::Device,
@@ -379,7 +432,10 @@ pub fn decide(inp: &Inputs) -> Decision {
     let allow = cfg.capability_allowlist();
     if !det.gpu {
         if cfg.security.apply_to == ApplyTo::All {
-            return security_only(c, false, cfg, inp.stage);
+            d = security_only(c, false, cfg, inp.stage);
+        }
+        if let Some(what) = &det.unattached_env {
+            d.findings.push(unattached_finding(what));
         }
         return d;
     }
@@ -400,6 +456,19 @@ pub fn decide(inp: &Inputs) -> Decision {
     d.findings = findings;
     finish(&mut d, cfg);
     d
+}
+
+/// The note on a container whose env asks for GPUs that nothing attaches
+/// (detect.rs: env requests count only when attached).
+fn unattached_finding(what: &str) -> Finding {
+    Finding::info(
+        Check::Device,
+        format!(
+            "{} asks for GPUs by env, but no NVIDIA hook, runtime or device will attach them; not judged as a GPU container",
+            esc(what)
+        ),
+    )
+    .with_fix("to give it GPUs, run it with NVIDIA's runtime or hook (docker --gpus, --runtime=nvidia, CDI devices); to judge such containers anyway, set detect.env_requests = \"always\"")
 }
 
 /// The decision when only the security policy applies: a non-GPU container

@@ -1,6 +1,7 @@
 //! The decision JSON of design.md: a verdict, findings a person can act on,
 //! and the edits to make. A refusal is a value, never an error.
 
+use crate::core::sanitize::clean;
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,12 +64,17 @@ pub struct Finding {
     pub headline: Option<String>,
 }
 
+/// Every text of a finding passes through [`clean`] here, the one place,
+/// so container-supplied strings (env names and values, annotation keys,
+/// device names) cannot put control characters on the hook's stderr, the
+/// `--log` file or a terminal, whatever the call site quoted. [`clean`]
+/// leaves text quoted with `esc` unchanged, so nothing is escaped twice.
 impl Finding {
     pub fn new(check: Check, severity: Severity, message: impl Into<String>) -> Finding {
         Finding {
             check,
             severity,
-            message: message.into(),
+            message: clean(message.into()),
             fix: None,
             details: Vec::new(),
             headline: None,
@@ -88,17 +94,17 @@ impl Finding {
     }
 
     pub fn with_fix(mut self, fix: impl Into<String>) -> Finding {
-        self.fix = Some(fix.into());
+        self.fix = Some(clean(fix.into()));
         self
     }
 
     pub fn with_details(mut self, details: Vec<String>) -> Finding {
-        self.details = details;
+        self.details = details.into_iter().map(clean).collect();
         self
     }
 
     pub fn with_headline(mut self, headline: impl Into<String>) -> Finding {
-        self.headline = Some(headline.into());
+        self.headline = Some(clean(headline.into()));
         self
     }
 

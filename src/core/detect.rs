@@ -1,33 +1,65 @@
 //! Is this a GPU container, and which GPUs does it ask for?
 //!
-//! Signals, after NVIDIA's toolkit (shared/research/nvidia-requirements.md):
+//! A container asks for GPUs in one of two ways (shared/research/nvidia-requirements.md):
+//!
+//! Requests that something else must act on ("env requests"):
 //! - `NVIDIA_VISIBLE_DEVICES`: `all`, `none` (a GPU container without
-//!   devices), a comma list of indices, GPU UUIDs, MIG UUIDs or `gpu:mig`
-//!   pairs; `void`, empty or unset mean no GPU; a legacy image (`CUDA_VERSION`
-//!   set, `NVIDIA_REQUIRE_CUDA` not) with it unset means `all`. The value
-//!   `/var/run/nvidia-container-devices` selects the volume-mounts strategy:
-//!   the devices are the names of mounts under that directory.
-//! - CDI requests for `nvidia.com/gpu=...` in `cdi.k8s.io/*` annotations
-//!   (and the device plugin's `nvidia.cdi.k8s.io/*`).
-//! - `/dev/nvidia*` nodes in `linux.devices` (what CDI injection and
-//!   `--device` leave in the spec).
-//! - NVIDIA's hook in the spec's hooks. On its own it does not make a GPU
-//!   container: nvidia-container-runtime in its standard mode adds that hook
-//!   to every container it creates and the hook acts only when devices are
-//!   requested (nvidia-container-toolkit cmd/nvidia-container-runtime/README.md),
-//!   so treating it as a request would lock down every container on such hosts.
+//!   devices), a comma list of indices, GPU UUIDs, MIG UUIDs, `gpu:mig`
+//!   pairs or fully qualified CDI names (`nvidia.com/gpu=0`,
+//!   `runtime.nvidia.com/gpu=all`), mixed freely; `void`, empty or unset
+//!   mean no GPU; a legacy image (`CUDA_VERSION` set, `NVIDIA_REQUIRE_CUDA`
+//!   not) with it unset means `all` (nvidia-container-toolkit
+//!   internal/config/image/cuda_image.go devicesFromEnvvars).
+//! - `/dev/null` bind mounts under `/var/run/nvidia-container-devices/`
+//!   (the device plugin's volume-mounts strategy), by name or as
+//!   `cdi/<vendor>/<class>/<device>` (cuda_image.go visibleDevicesFromMounts,
+//!   cdiDeviceMountRequest).
+//!
+//! Under plain runc such a request attaches nothing: the container gets no
+//! GPU, so judging it against the driver would refuse CPU-only jobs in CUDA
+//! images. It counts only when something will attach GPUs (or with
+//! `detect.env_requests = "always"`, or when the caller assumes GPUs
+//! attached, as `check --env` does):
+//! - NVIDIA's hook in the spec: `nvidia-container-runtime-hook` (legacy
+//!   mode, docker `--gpus`), `nvidia-cdi-hook`, or `nvidia-ctk` run as `hook`
+//!   (CDI specs; internal/discover/hooks.go getFixedArgsForCDIHookCLI);
+//! - NVIDIA's runtime as the wrapper's real runtime
+//!   (`nvidia-container-runtime`, `.cdi`, `.legacy`): it turns the env into
+//!   CDI edits or its hook (internal/modifier/cdi.go);
+//! - either of the attached forms below.
+//!
+//! Attached forms, GPU containers by themselves:
+//! - CDI requests of an NVIDIA kind in `cdi.k8s.io/*` annotations (and the
+//!   device plugin's `nvidia.cdi.k8s.io/*`);
+//! - `/dev/nvidia*` nodes in `linux.devices` or bind-mounted (what CDI
+//!   injection, `--device` and `-v /dev/nvidia0:/dev/nvidia0` leave).
+//!
+//! NVIDIA's hook alone is not a request: nvidia-container-runtime in its
+//! standard mode adds it to every container and it acts only when devices
+//! are requested (cmd/nvidia-container-runtime/README.md).
+//!
+//! CDI kinds that name NVIDIA GPUs: `nvidia.com/gpu` (nvidia-ctk cdi
+//! generate), `nvidia.com/mig`, `runtime.nvidia.com/gpu` (the runtime's
+//! just-in-time CDI, internal/modifier/cdi.go automaticDeviceKind), plus
+//! `detect.cdi_kinds`. A device of another kind is not an NVIDIA GPU request.
 
 use crate::core::container::Container;
 use crate::core::facts::HostFacts;
+use crate::core::policy::{DetectConfig, EnvRequests};
+use std::collections::HashSet;
 
-/// Where a request for GPUs came from, for messages.
+/// Where a request for GPUs, or what attaches them, came from, for messages.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Signal {
     Env(String),
     LegacyImage,
     Cdi(String),
     DeviceNode(String),
+    /// A `/dev/nvidia*` bind mount (its destination, else its source).
+    DeviceMount(String),
     NvidiaHook(String),
+    /// The runtime wrapper chains to NVIDIA's runtime (its path).
+    NvidiaRuntime(String),
     VolumeMounts,
 }
 
@@ -40,7 +72,9 @@ impl Signal {
             }
             Signal::Cdi(k) => format!("CDI annotation {k}"),
             Signal::DeviceNode(p) => format!("device {p}"),
+            Signal::DeviceMount(p) => format!("bind mount {p}"),
             Signal::NvidiaHook(p) => format!("NVIDIA hook {p}"),
+            Signal::NvidiaRuntime(p) => format!("NVIDIA runtime {p}"),
             Signal::VolumeMounts => "NVIDIA volume-mounts device list".into(),
         }
     }
@@ -49,9 +83,25 @@ impl Signal {
 /// One requested device, as the container named it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceRef {
+    /// The name resolved against the host: an index, `gpu:mig` pair, UUID,
+    /// MIG UUID or `minor:N` (a CDI name's kind is stripped).
     pub name: String,
     /// Which signal named it (`NVIDIA_VISIBLE_DEVICES`, an annotation key, `linux.devices`).
     pub via: String,
+    /// How the container wrote it, when that differs from `name`
+    /// (`nvidia.com/gpu=gpu1`), for messages.
+    pub written: Option<String>,
+}
+
+impl DeviceRef {
+    /// The device as the container wrote it.
+    pub fn shown(&self) -> String {
+        match (&self.written, self.name.strip_prefix("minor:")) {
+            (Some(w), _) => w.clone(),
+            (None, Some(m)) => format!("/dev/nvidia{m}"),
+            (None, None) => self.name.clone(),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -65,12 +115,34 @@ pub struct Detection {
     pub gpu: bool,
     pub signals: Vec<Signal>,
     pub request: Request,
+    /// The env request that nothing will attach (`detect.env_requests =
+    /// "when-attached"`), described; the container is then not a GPU container.
+    pub unattached_env: Option<String>,
+    /// Names in `request.devices`: a list of 100,000 names must not cost
+    /// 100,000² comparisons.
+    named: HashSet<String>,
 }
 
 const VOLUME_MOUNTS_DIR: &str = "/var/run/nvidia-container-devices";
-const NVIDIA_HOOKS: &[&str] = &["nvidia-container-runtime-hook", "nvidia-container-toolkit"];
+/// Hook binaries: the legacy hook (and its old name), the CDI hook.
+const NVIDIA_HOOKS: &[&str] = &[
+    "nvidia-container-runtime-hook",
+    "nvidia-container-toolkit",
+    "nvidia-cdi-hook",
+];
+/// nvidia-ctk runs CDI hooks as `nvidia-ctk hook ...`.
+const NVIDIA_CTK: &str = "nvidia-ctk";
+/// NVIDIA's runtime and its mode-specific names (nvidia-container-toolkit
+/// cmd/nvidia-container-runtime.cdi, cmd/nvidia-container-runtime.legacy).
+const NVIDIA_RUNTIMES: &[&str] = &[
+    "nvidia-container-runtime",
+    "nvidia-container-runtime.cdi",
+    "nvidia-container-runtime.legacy",
+];
 const CDI_PREFIXES: &[&str] = &["cdi.k8s.io/", "nvidia.cdi.k8s.io/"];
-const CDI_KIND: &str = "nvidia.com/gpu=";
+/// CDI kinds that always name NVIDIA GPUs.
+pub const BUILTIN_CDI_KINDS: &[&str] =
+    &["nvidia.com/gpu", "nvidia.com/mig", "runtime.nvidia.com/gpu"];
 
 fn is_legacy_image(c: &Container) -> bool {
     let cuda = c.env.get("CUDA_VERSION").unwrap_or("");
@@ -78,37 +150,140 @@ fn is_legacy_image(c: &Container) -> bool {
     !cuda.is_empty() && req.is_empty()
 }
 
+/// The last path component (a hook path or runtime path may be bare).
+fn basename(p: &str) -> &str {
+    p.rsplit('/').next().unwrap_or(p)
+}
+
+/// One entry of a device list.
+enum Entry<'a> {
+    /// A plain name (index, UUID, MIG UUID, `gpu:mig`, `all`).
+    Plain(&'a str),
+    /// A fully qualified CDI name of an NVIDIA kind: its device part.
+    Nvidia(&'a str),
+    /// A fully qualified CDI name of another vendor's kind.
+    Other,
+}
+
+/// Reads one entry: `vendor/class=device` is a CDI name (as the CDI
+/// parser's IsQualifiedName splits it: kind before the first `=`, with a
+/// `/` in it), anything else a plain name.
+fn entry<'a>(name: &'a str, kinds: &[&str]) -> Entry<'a> {
+    match name.split_once('=') {
+        Some((kind, dev)) if kind.contains('/') => {
+            if kinds.contains(&kind) {
+                Entry::Nvidia(dev)
+            } else {
+                Entry::Other
+            }
+        }
+        _ => Entry::Plain(name),
+    }
+}
+
+/// A CDI device name as a plain one: nvidia-ctk's `type-index` naming
+/// strategy calls GPU 0 `gpu0` and MIG device 1 of GPU 0 `mig0:1`
+/// (pkg/nvcdi/namer.go); the `index` and `uuid` strategies use the plain
+/// forms already.
+fn cdi_device(dev: &str) -> String {
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if let Some(n) = dev.strip_prefix("gpu").filter(|n| digits(n)) {
+        return n.to_string();
+    }
+    if let Some((g, m)) = dev.strip_prefix("mig").and_then(|r| r.split_once(':')) {
+        if digits(g) && digits(m) {
+            return format!("{g}:{m}");
+        }
+    }
+    dev.to_string()
+}
+
 impl Detection {
     /// Records a requested device (`all` sets the whole-host flag), once
     /// per name, remembering the first signal that named it.
-    fn add(&mut self, name: &str, via: &str) {
+    fn add(&mut self, name: &str, via: &str, written: Option<&str>) {
         if name == "all" {
             self.request.all = true;
-        } else if !self.request.devices.iter().any(|r| r.name == name) {
+        } else if self.named.insert(name.to_string()) {
             self.request.devices.push(DeviceRef {
                 name: name.to_string(),
                 via: via.to_string(),
+                written: written.filter(|w| *w != name).map(String::from),
             });
+        }
+    }
+
+    /// Records one list entry (plain or CDI); false when it is another
+    /// vendor's CDI device, which asks for no NVIDIA GPU.
+    fn add_entry(&mut self, raw: &str, via: &str, kinds: &[&str]) -> bool {
+        match entry(raw, kinds) {
+            Entry::Plain(name) => self.add(name, via, None),
+            Entry::Nvidia(dev) => match dev {
+                // `none` asks for no device, as the plain form does.
+                "" | "none" => {}
+                _ => self.add(&cdi_device(dev), via, Some(raw)),
+            },
+            Entry::Other => return false,
+        }
+        true
+    }
+
+    fn merge(&mut self, other: Detection) {
+        self.gpu |= other.gpu;
+        self.signals.extend(other.signals);
+        self.request.all |= other.request.all;
+        for d in other.request.devices {
+            if self.named.insert(d.name.clone()) {
+                self.request.devices.push(d);
+            }
         }
     }
 }
 
-/// Classifies a container. Pure: reads only the spec. Each signal is read
-/// by its own helper, in this order (the order of `signals` and of first
-/// naming a device).
+/// Classifies a container under the default detection policy.
 pub fn classify(c: &Container) -> Detection {
+    classify_with(c, &DetectConfig::default())
+}
+
+/// Classifies a container. Pure: reads only the container view and the
+/// policy. Signals are read in this order (the order of `signals` and of
+/// first naming a device): env requests, CDI annotations, device nodes and
+/// mounts, then what attaches GPUs.
+pub fn classify_with(c: &Container, cfg: &DetectConfig) -> Detection {
+    let mut kinds: Vec<&str> = BUILTIN_CDI_KINDS.to_vec();
+    kinds.extend(cfg.cdi_kinds.iter().map(String::as_str));
+
+    let mut env = Detection::default();
+    env_request_signals(c, &kinds, &mut env);
+    let mut attached = Detection::default();
+    cdi_signals(c, &kinds, &mut attached);
+    device_node_signals(c, &mut attached);
+    device_mount_signals(c, &mut attached);
+    let attachers = attach_signals(c);
+
+    let counts = attached.gpu
+        || !attachers.is_empty()
+        || c.assume_attached
+        || cfg.env_requests == EnvRequests::Always;
     let mut d = Detection::default();
-    visible_devices_signal(c, &mut d);
-    cdi_signals(c, &mut d);
-    device_node_signals(c, &mut d);
-    hook_signals(c, &mut d);
+    if env.gpu && !counts {
+        let what: Vec<String> = env.signals.iter().map(Signal::describe).collect();
+        d.unattached_env = Some(what.join(", "));
+        d.signals = env.signals;
+    } else {
+        d.merge(env);
+    }
+    d.merge(attached);
+    d.signals.extend(attachers);
     d
 }
 
-/// `NVIDIA_VISIBLE_DEVICES` (or, unset, the legacy-image rule): `none`, the
-/// volume-mounts directory, or a device list. Its own helper because it is
-/// the one signal with several forms.
-fn visible_devices_signal(c: &Container, d: &mut Detection) {
+/// `NVIDIA_VISIBLE_DEVICES` (or, unset, the legacy-image rule) and the
+/// volume-mounts device list: the requests NVIDIA's runtime or hook acts on.
+fn env_request_signals(c: &Container, kinds: &[&str], d: &mut Detection) {
+    if volume_mount_signals(c, kinds, d) {
+        return;
+    }
     let Some(v) = c.env.get("NVIDIA_VISIBLE_DEVICES") else {
         if is_legacy_image(c) {
             d.gpu = true;
@@ -124,42 +299,85 @@ fn visible_devices_signal(c: &Container, d: &mut Detection) {
             d.gpu = true;
             d.signals.push(Signal::Env(v.to_string()));
         }
+        // The device plugin's marker for the volume-mounts strategy with no
+        // device mounted: a GPU request naming no device.
         VOLUME_MOUNTS_DIR => {
             d.gpu = true;
             d.signals.push(Signal::VolumeMounts);
-            let prefix = format!("{VOLUME_MOUNTS_DIR}/");
-            for m in &c.mount_destinations {
-                if let Some(name) = m.strip_prefix(&prefix) {
-                    if !name.is_empty() && !name.contains('/') {
-                        d.add(name, "NVIDIA_VISIBLE_DEVICES (volume mounts)");
-                    }
-                }
-            }
         }
         list => {
-            d.gpu = true;
-            d.signals.push(Signal::Env(list.to_string()));
+            let mut nvidia = false;
             for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-                d.add(name, "NVIDIA_VISIBLE_DEVICES");
+                nvidia |= d.add_entry(name, "NVIDIA_VISIBLE_DEVICES", kinds);
+            }
+            if nvidia {
+                d.gpu = true;
+                d.signals.push(Signal::Env(list.to_string()));
             }
         }
     }
 }
 
-/// CDI requests for `nvidia.com/gpu=...` in the CDI annotations: each
-/// annotation that names one is a signal.
-fn cdi_signals(c: &Container, d: &mut Detection) {
+/// `/dev/null` mounted at `/var/run/nvidia-container-devices/<device>` or
+/// `.../cdi/<vendor>/<class>/<device>` (or `.../cdi/<vendor>/<class>=<device>`);
+/// `imex/` channels name no GPU. True when any names an NVIDIA device:
+/// NVIDIA then takes the list from the mounts, not the env
+/// (cuda_image.go VisibleDevices).
+fn volume_mount_signals(c: &Container, kinds: &[&str], d: &mut Detection) -> bool {
+    let via = "NVIDIA_VISIBLE_DEVICES (volume mounts)";
+    let mut found = false;
+    for m in &c.mounts {
+        if m.source.trim_end_matches('/') != "/dev/null" {
+            continue;
+        }
+        let Some(rest) = m.destination.strip_prefix(VOLUME_MOUNTS_DIR) else {
+            continue;
+        };
+        if !rest.starts_with('/') {
+            continue;
+        }
+        let dev = rest.trim_matches('/');
+        if dev.is_empty() || dev.starts_with("imex/") {
+            continue;
+        }
+        let named = match dev.strip_prefix("cdi/") {
+            Some(cdi) => {
+                let qualified = if cdi.contains('=') {
+                    cdi.to_string()
+                } else {
+                    match cdi.splitn(3, '/').collect::<Vec<_>>()[..] {
+                        [vendor, class, name] => format!("{vendor}/{class}={name}"),
+                        _ => continue,
+                    }
+                };
+                d.add_entry(&qualified, via, kinds)
+            }
+            None => {
+                d.add(dev, via, None);
+                true
+            }
+        };
+        found |= named;
+    }
+    if found {
+        d.gpu = true;
+        d.signals.push(Signal::VolumeMounts);
+    }
+    found
+}
+
+/// CDI requests of an NVIDIA kind in the CDI annotations: each annotation
+/// that names one is a signal.
+fn cdi_signals(c: &Container, kinds: &[&str], d: &mut Detection) {
     for (key, value) in &c.annotations {
         if !CDI_PREFIXES.iter().any(|p| key.starts_with(p)) {
             continue;
         }
         let mut found = false;
         for dev in value.split(',').map(str::trim) {
-            if let Some(name) = dev.strip_prefix(CDI_KIND) {
+            if let Entry::Nvidia(_) = entry(dev, kinds) {
                 found = true;
-                if !name.is_empty() {
-                    d.add(name, key);
-                }
+                d.add_entry(dev, key, kinds);
             }
         }
         if found {
@@ -169,32 +387,63 @@ fn cdi_signals(c: &Container, d: &mut Detection) {
     }
 }
 
-/// `/dev/nvidia*` nodes in `linux.devices`: any makes a GPU container; the
-/// numbered ones name a GPU by minor number.
-fn device_node_signals(c: &Container, d: &mut Detection) {
-    for path in &c.devices {
-        let Some(node) = path.strip_prefix("/dev/nvidia") else {
-            continue;
-        };
-        d.gpu = true;
-        d.signals.push(Signal::DeviceNode(path.clone()));
-        // /dev/nvidiaN is the GPU with minor number N; nvidiactl, nvidia-uvm,
-        // nvidia-caps/* are shared control nodes that name no GPU.
-        if !node.is_empty() && node.bytes().all(|b| b.is_ascii_digit()) {
-            d.add(&format!("minor:{node}"), "linux.devices");
-        }
+/// `/dev/nvidiaN` names the GPU with minor number N; nvidiactl,
+/// nvidia-uvm, nvidia-caps/* are shared control nodes that name no GPU.
+fn add_minor(d: &mut Detection, path: &str, via: &str) {
+    let Some(node) = path.strip_prefix("/dev/nvidia") else {
+        return;
+    };
+    if !node.is_empty() && node.bytes().all(|b| b.is_ascii_digit()) {
+        d.add(&format!("minor:{node}"), via, None);
     }
 }
 
-/// NVIDIA's hook in the spec: recorded as a signal only, never making a
-/// GPU container on its own (see the module comment).
-fn hook_signals(c: &Container, d: &mut Detection) {
-    for p in &c.hook_paths {
-        let base = p.rsplit('/').next().unwrap_or(p);
-        if NVIDIA_HOOKS.contains(&base) {
-            d.signals.push(Signal::NvidiaHook(p.clone()));
+/// `/dev/nvidia*` nodes in `linux.devices`: any makes a GPU container.
+fn device_node_signals(c: &Container, d: &mut Detection) {
+    for path in &c.devices {
+        if !path.starts_with("/dev/nvidia") {
+            continue;
+        }
+        d.gpu = true;
+        d.signals.push(Signal::DeviceNode(path.clone()));
+        add_minor(d, path, "linux.devices");
+    }
+}
+
+/// `/dev/nvidia*` bind-mounted (`-v /dev/nvidia0:/dev/nvidia0`): the
+/// container has the node as surely as through `linux.devices`.
+fn device_mount_signals(c: &Container, d: &mut Detection) {
+    for m in &c.mounts {
+        let path = if m.destination.starts_with("/dev/nvidia") {
+            &m.destination
+        } else if m.source.starts_with("/dev/nvidia") {
+            &m.source
+        } else {
+            continue;
+        };
+        d.gpu = true;
+        d.signals.push(Signal::DeviceMount(path.clone()));
+        add_minor(d, path, "mounts");
+    }
+}
+
+/// What will act on env requests: NVIDIA's hook in the spec, NVIDIA's
+/// runtime behind the wrapper. Neither is a request by itself.
+fn attach_signals(c: &Container) -> Vec<Signal> {
+    let mut out = Vec::new();
+    for h in &c.hooks {
+        let base = basename(&h.path);
+        let ctk_hook = base == NVIDIA_CTK && h.args.iter().skip(1).any(|a| a == "hook");
+        if NVIDIA_HOOKS.contains(&base) || ctk_hook {
+            out.push(Signal::NvidiaHook(h.path.clone()));
         }
     }
+    if let Some(rt) = &c.chained_runtime {
+        if NVIDIA_RUNTIMES.contains(&basename(rt)) {
+            out.push(Signal::NvidiaRuntime(rt.clone()));
+        }
+    }
+    out
 }
 
 /// A device the host does not have.
@@ -235,7 +484,10 @@ pub fn resolve(req: &Request, facts: &HostFacts) -> (Vec<usize>, Vec<Unknown>) {
                 .gpus
                 .iter()
                 .position(|x| Some(x.index) == g && m.is_some_and(|m| m < x.mig_devices.len()))
-        } else if name.len() > 4 && name[..4].eq_ignore_ascii_case("MIG-") {
+        } else if name
+            .get(..4)
+            .is_some_and(|p| p.eq_ignore_ascii_case("MIG-"))
+        {
             facts.gpus.iter().position(|g| {
                 g.mig_devices
                     .iter()
@@ -262,7 +514,7 @@ pub fn resolve(req: &Request, facts: &HostFacts) -> (Vec<usize>, Vec<Unknown>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::container::Env;
+    use crate::core::container::{Env, Hook, Mount};
     use crate::core::facts::{Gpu, MigDevice};
 
     fn env(vars: &[&str]) -> Container {
@@ -358,13 +610,17 @@ mod tests {
             d.request.devices,
             vec![DeviceRef {
                 name: "minor:1".into(),
-                via: "linux.devices".into()
+                via: "linux.devices".into(),
+                written: None,
             }]
         );
 
         // NVIDIA's hook alone (standard-mode runtime adds it everywhere) is not a request.
         let c = Container {
-            hook_paths: vec!["/usr/bin/nvidia-container-runtime-hook".into()],
+            hooks: vec![Hook {
+                path: "/usr/bin/nvidia-container-runtime-hook".into(),
+                args: vec![],
+            }],
             ..Default::default()
         };
         let d = classify(&c);
@@ -375,9 +631,15 @@ mod tests {
     #[test]
     fn volume_mounts_strategy() {
         let mut c = env(&["NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices"]);
-        c.mount_destinations = vec![
-            "/var/run/nvidia-container-devices/GPU-bbb".into(),
-            "/proc".into(),
+        c.mounts = vec![
+            Mount {
+                source: "/dev/null".into(),
+                destination: "/var/run/nvidia-container-devices/GPU-bbb".into(),
+            },
+            Mount {
+                source: "proc".into(),
+                destination: "/proc".into(),
+            },
         ];
         let d = classify(&c);
         assert!(d.gpu);

@@ -46,11 +46,44 @@ pub enum KernelImageSeverity {
     Enforce,
 }
 
+/// When an env request for GPUs (`NVIDIA_VISIBLE_DEVICES`, a legacy
+/// `CUDA_VERSION`, device-list volume mounts) makes a GPU container.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EnvRequests {
+    /// Only when something will attach GPUs: NVIDIA's hook, NVIDIA's
+    /// runtime chained by the wrapper, CDI devices or `/dev/nvidia*` nodes.
+    WhenAttached,
+    /// Always, as if NVIDIA's runtime ran every container.
+    Always,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DetectConfig {
+    pub env_requests: EnvRequests,
+    /// CDI kinds (`vendor/class`) that name NVIDIA GPUs, besides the
+    /// built-in `nvidia.com/gpu`, `nvidia.com/mig` and `runtime.nvidia.com/gpu`.
+    pub cdi_kinds: Vec<String>,
+}
+
+impl Default for DetectConfig {
+    fn default() -> Self {
+        DetectConfig {
+            env_requests: EnvRequests::WhenAttached,
+            // The k8s device plugin's cdi-annotations / cdi-cri strategies
+            // (NVIDIA/k8s-device-plugin: cdi.WithVendor("k8s.device-plugin.nvidia.com")).
+            cdi_kinds: vec!["k8s.device-plugin.nvidia.com/gpu".into()],
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     pub mode: Mode,
     pub host: HostConfig,
+    pub detect: DetectConfig,
     pub requirements: RequirementsConfig,
     pub tuning: TuningConfig,
     pub security: SecurityConfig,
@@ -206,6 +239,7 @@ impl Default for Config {
         Config {
             mode: Mode::Enforce,
             host: HostConfig::default(),
+            detect: DetectConfig::default(),
             requirements: RequirementsConfig::default(),
             tuning: TuningConfig::default(),
             security: SecurityConfig::default(),
@@ -381,6 +415,13 @@ impl Config {
                 })?;
             }
         }
+        for (i, kind) in self.detect.cdi_kinds.iter().enumerate() {
+            if !valid_cdi_kind(kind) {
+                return Err(format!(
+                    "key `detect.cdi_kinds[{i}]`: `{kind}` is not a CDI kind (vendor/class, e.g. nvidia.com/gpu)"
+                ));
+            }
+        }
         if self.host.probe_timeout_ms == 0 {
             return Err("key `host.probe_timeout_ms`: must be at least 1".into());
         }
@@ -406,6 +447,25 @@ impl Config {
         caps.dedup();
         caps
     }
+}
+
+/// A CDI kind `vendor/class` as the CDI parser accepts it
+/// (tags.cncf.io/container-device-interface pkg/parser ValidateVendorName,
+/// ValidateClassName): vendor a dotted name of letters, digits, `-`, `_`,
+/// `.`; class letters, digits, `-`, `_`; both start with a letter or digit.
+fn valid_cdi_kind(s: &str) -> bool {
+    let Some((vendor, class)) = s.split_once('/') else {
+        return false;
+    };
+    let ok = |part: &str, extra: &[char]| {
+        part.chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric())
+            && part
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || extra.contains(&c))
+    };
+    ok(vendor, &['.']) && ok(class, &[])
 }
 
 fn valid_env_name(s: &str) -> bool {

@@ -12,8 +12,13 @@
 //!   case-insensitive string with `=`/`!=` only.
 //!
 //! Where the two NVIDIA implementations differ we follow the Go toolkit
-//! (internal/requirements): an unknown key is skipped rather than failing the
-//! whole requirement, and we report it as a warning.
+//! (internal/requirements/constraints/factory.go
+//! newConstraintFromRequirement): a factor with an unknown key is dropped
+//! rather than failing the whole requirement; an alternative left with no
+//! factor is dropped; a variable left with no alternative imposes nothing
+//! (an empty OR is no constraint there). So `cuda>=11.6 foo=bar` means
+//! `cuda>=11.6`, not "anything": `foo=bar` alone never satisfies it. Each
+//! drop is reported as a warning.
 
 use crate::core::facts::Gpu;
 use crate::core::version::Version;
@@ -120,8 +125,19 @@ pub struct Requirement {
     pub source: String,
     pub text: String,
     pub any_of: Vec<AllOf>,
-    /// Factors with a key NVIDIA does not define (`cudnn>=8`), ignored.
+    /// Factors with a key NVIDIA does not define (`cudnn>=8`), dropped.
     pub unknown_keys: Vec<String>,
+    /// Alternatives made only of such factors, dropped (they cannot
+    /// satisfy the requirement on their own).
+    pub dropped_terms: Vec<String>,
+}
+
+impl Requirement {
+    /// True when unknown keys left the variable with no alternative: it
+    /// imposes nothing, as in NVIDIA's Go checker.
+    pub fn imposes_nothing(&self) -> bool {
+        self.any_of.is_empty() && !self.dropped_terms.is_empty()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -146,8 +162,8 @@ fn parse_factor(text: &str) -> Result<Factor, SyntaxError> {
     let start = text
         .find(OP_CHARS)
         .ok_or_else(|| SyntaxError::MissingOperator(text.to_string()))?;
-    let name = &text[..start];
-    let rest = &text[start..];
+    // `start` is the byte offset of an ASCII operator, a char boundary.
+    let (name, rest) = text.split_at(start);
     let op_len = rest
         .find(|c: char| !OP_CHARS.contains(&c))
         .unwrap_or(rest.len());
@@ -193,20 +209,26 @@ impl Requirement {
     pub fn parse(source: &str, text: &str) -> Result<Requirement, SyntaxError> {
         let mut any_of = Vec::new();
         let mut unknown_keys = Vec::new();
+        let mut dropped_terms = Vec::new();
         for term in text.split(' ').filter(|t| !t.is_empty()) {
             let mut factors = Vec::new();
+            let mut dropped = false;
             for f in term.split(',').filter(|f| !f.is_empty()) {
                 let factor = parse_factor(f)?;
                 if factor.key.is_none() {
-                    unknown_keys.push(factor.text.clone());
+                    unknown_keys.push(factor.text);
+                    dropped = true;
+                } else {
+                    factors.push(factor);
                 }
-                factors.push(factor);
             }
             if !factors.is_empty() {
                 any_of.push(AllOf {
                     factors,
                     text: term.to_string(),
                 });
+            } else if dropped {
+                dropped_terms.push(term.to_string());
             }
         }
         Ok(Requirement {
@@ -214,6 +236,7 @@ impl Requirement {
             text: text.to_string(),
             any_of,
             unknown_keys,
+            dropped_terms,
         })
     }
 }
@@ -241,6 +264,7 @@ pub enum Outcome {
 impl Factor {
     /// Judges one factor; a failure says why with the host value.
     pub fn eval(&self, ctx: &Context) -> Outcome {
+        // Unknown keys are dropped at parse time; none reaches here.
         let key = match self.key {
             Some(k) => k,
             None => return Outcome::Pass,
@@ -590,6 +614,27 @@ mod tests {
             judge("cudnn>=99", "535.104.05", "12.2", Some(&t)),
             Verdict::Holds
         );
+    }
+
+    #[test]
+    fn unknown_keys_are_dropped_as_nvidia_go_does() {
+        let r = Requirement::parse("N", "cuda>=11.6 foo=bar").unwrap();
+        assert_eq!(r.any_of.len(), 1);
+        assert_eq!(r.dropped_terms, ["foo=bar"]);
+        assert!(!r.imposes_nothing());
+        let r = Requirement::parse("N", "cuda>=12.4,foo=1").unwrap();
+        assert_eq!(r.any_of[0].factors.len(), 1);
+        assert!(r.dropped_terms.is_empty());
+        let r = Requirement::parse("N", "foo=bar cudnn>=8,X<1").unwrap();
+        assert!(r.any_of.is_empty() && r.imposes_nothing());
+        assert_eq!(r.unknown_keys.len(), 3);
+        assert!(!Requirement::parse("N", "").unwrap().imposes_nothing());
+        // `foo=bar` no longer satisfies it on its own
+        assert_eq!(
+            judge("cuda>=12.4 foo=bar", "535.104.05", "12.2", None),
+            Verdict::Fails
+        );
+        assert_eq!(judge("foo=bar", "535.104.05", "12.2", None), Verdict::Holds);
     }
 
     #[test]

@@ -31,6 +31,47 @@ pub fn esc_bounded(s: &str, max_chars: usize) -> String {
     out
 }
 
+/// Longest text of one finding field (message, fix, detail line). Quotes
+/// are bounded by [`esc`] already; this bounds what a caller forgot to quote.
+pub const MAX_FIELD: usize = 16 * 1024;
+
+fn is_control(c: char) -> bool {
+    matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}' | '\u{80}'..='\u{9f}' | '\u{2028}' | '\u{2029}')
+}
+
+/// The one pass every finding field goes through ([`crate::core::decision::Finding`]'s
+/// constructors): control characters become `\xNN` / `\u{NNNN}` as in
+/// [`esc`], and the text is cut to [`MAX_FIELD`] characters. Backslashes
+/// are left alone, so text already passed through [`esc`] comes out
+/// unchanged: applying it twice changes nothing.
+pub fn clean(s: String) -> String {
+    let long = s.len() > MAX_FIELD && s.chars().count() > MAX_FIELD;
+    if !long && !s.chars().any(is_control) {
+        return s;
+    }
+    // Output characters kept, leaving room for the "…(+N bytes)" tail, so
+    // the result is within MAX_FIELD characters and a second pass leaves
+    // it as it is.
+    let keep = MAX_FIELD - 32;
+    let mut out = String::with_capacity(s.len().min(MAX_FIELD + 8));
+    let mut kept = 0usize;
+    for (i, c) in s.char_indices() {
+        let piece = match c {
+            '\u{0}'..='\u{1f}' | '\u{7f}' => format!("\\x{:02x}", c as u32),
+            c if is_control(c) => format!("\\u{{{:04x}}}", c as u32),
+            c => c.to_string(),
+        };
+        let n = piece.chars().count();
+        if kept + n > keep {
+            out.push_str(&format!("…(+{} bytes)", s.len() - i));
+            break;
+        }
+        kept += n;
+        out.push_str(&piece);
+    }
+    out
+}
+
 /// Makes any text one line (for syslog and `--log` JSON): our own newlines
 /// become ` | `, every other control character is escaped.
 pub fn one_line(s: &str) -> String {
@@ -67,6 +108,30 @@ mod tests {
         let e = esc(&long);
         assert!(e.len() < 300, "{}", e.len());
         assert!(e.ends_with("bytes)"));
+    }
+
+    #[test]
+    fn clean_escapes_controls_once() {
+        assert_eq!(
+            clean("a\nb\x1b[31m\u{85}".into()),
+            "a\\x0ab\\x1b[31m\\u{0085}"
+        );
+        let once = clean(format!("{} and \x07", esc("q\\\x1b")));
+        assert_eq!(clean(once.clone()), once);
+        assert_eq!(clean("plain \\ text".into()), "plain \\ text");
+        for big in [
+            "é".repeat(1_000_000),
+            "\x1b".repeat(1_000_000),
+            "a\u{85}".repeat(100_000),
+        ] {
+            let long = clean(big);
+            assert!(
+                long.chars().count() <= MAX_FIELD,
+                "{}",
+                long.chars().count()
+            );
+            assert_eq!(clean(long.clone()), long);
+        }
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! (shared/research/oci-integration.md), and a spec runc accepts must never be
 //! one we choke on.
 
-use crate::core::container::{Capabilities, Container, Env};
+use crate::core::container::{Capabilities, Container, Env, Hook, Mount};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -58,15 +58,51 @@ fn field_of_each(list: Option<&Value>, field: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Paths of every hook, all stages.
-fn hook_paths(obj: &Map<String, Value>) -> Vec<String> {
-    match obj.get("hooks") {
-        Some(Value::Object(stages)) => stages
-            .values()
-            .flat_map(|hooks| field_of_each(Some(hooks), "path"))
-            .collect(),
-        _ => Vec::new(),
-    }
+/// The string items of an array, others skipped.
+fn str_items(v: Option<&Value>) -> Vec<String> {
+    v.and_then(|a| a.as_array())
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Every hook with a path, all stages, in stage-name order (its args tell
+/// `nvidia-ctk hook ...` from other nvidia-ctk uses).
+fn hooks(obj: &Map<String, Value>) -> Vec<Hook> {
+    let Some(Value::Object(stages)) = obj.get("hooks") else {
+        return Vec::new();
+    };
+    stages
+        .values()
+        .filter_map(|list| list.as_array())
+        .flatten()
+        .filter_map(|h| {
+            let path = h.get("path")?.as_str()?.to_string();
+            Some(Hook {
+                path,
+                args: str_items(h.get("args")),
+            })
+        })
+        .collect()
+}
+
+/// `mounts[]`, source and destination (either may be absent: empty).
+fn mounts(obj: &Map<String, Value>) -> Vec<Mount> {
+    let text = |m: &Value, f: &str| m.get(f).and_then(|v| v.as_str()).unwrap_or("").to_string();
+    obj.get("mounts")
+        .and_then(|l| l.as_array())
+        .map(|a| {
+            a.iter()
+                .map(|m| Mount {
+                    source: text(m, "source"),
+                    destination: text(m, "destination"),
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// `process.capabilities`, each set kept apart (absent is not empty).
@@ -125,11 +161,13 @@ impl Container {
             env: Env::from_entries(env_list),
             annotations: annotations(obj)?,
             devices: field_of_each(obj.get("linux").and_then(|l| l.get("devices")), "path"),
-            hook_paths: hook_paths(obj),
-            mount_destinations: field_of_each(obj.get("mounts"), "destination"),
+            hooks: hooks(obj),
+            mounts: mounts(obj),
             capabilities: capabilities(process)?,
             no_new_privileges,
             rootfs: rootfs(obj, bundle),
+            chained_runtime: None,
+            assume_attached: false,
         })
     }
 }
@@ -164,9 +202,10 @@ mod tests {
             },
             "root": { "path": "rootfs" },
             "annotations": { "cdi.k8s.io/x": "nvidia.com/gpu=0", "n": 5 },
-            "hooks": { "prestart": [ { "path": "/usr/bin/nvidia-container-runtime-hook" } ] },
+            "hooks": { "prestart": [ { "path": "/usr/bin/nvidia-container-runtime-hook", "args": ["nvidia-container-runtime-hook", "prestart"] } ],
+                       "createContainer": [ { "args": ["no-path"] } ] },
             "linux": { "devices": [ { "path": "/dev/nvidia0", "type": "c" } ] },
-            "mounts": [ { "destination": "/proc" } ],
+            "mounts": [ { "destination": "/proc" }, { "source": "/dev/nvidia0", "destination": "/dev/nvidia0" } ],
             "unknownField": { "kept": true }
         });
         let c = Container::from_spec(&spec, Some(Path::new("/b"))).unwrap();
@@ -174,7 +213,17 @@ mod tests {
         assert_eq!(c.env.get("BROKEN"), None);
         assert_eq!(c.annotations.len(), 1);
         assert_eq!(c.devices, vec!["/dev/nvidia0"]);
-        assert_eq!(c.hook_paths, vec!["/usr/bin/nvidia-container-runtime-hook"]);
+        assert_eq!(
+            c.hooks,
+            vec![Hook {
+                path: "/usr/bin/nvidia-container-runtime-hook".into(),
+                args: vec!["nvidia-container-runtime-hook".into(), "prestart".into()],
+            }]
+        );
+        assert_eq!(c.mounts.len(), 2);
+        assert_eq!(c.mounts[0].source, "");
+        assert_eq!(c.mounts[1].source, "/dev/nvidia0");
+        assert!(!c.assume_attached);
         assert_eq!(c.rootfs.as_deref(), Some(Path::new("/b/rootfs")));
         assert!(c.no_new_privileges);
         assert_eq!(c.capabilities.union(), vec!["CAP_CHOWN", "CAP_NET_RAW"]);
