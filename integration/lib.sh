@@ -88,9 +88,8 @@ make_rootfs() {
 # gg_config FILE PROFILE [extra TOML lines...]: the shipped config with host
 # facts read from tests/data/hosts/PROFILE.json and caches in FILE's directory.
 # GG_MODE overrides `mode`, GG_RUNTIME_PATH `runtime.path`. Extra lines are appended (give their [table]).
-# `detect.env_requests` is "always" (GG_ENV_REQUESTS overrides): the bundles here ask
-# for GPUs by NVIDIA_VISIBLE_DEVICES under plain runc/crun, with no NVIDIA hook or
-# runtime to attach them, which the shipped "when-attached" would skip.
+# `detect.env_requests` stays the shipped "when-attached" (GG_ENV_REQUESTS
+# overrides): GPU bundles carry NVIDIA's (stand-in) hook, see make_bundle.
 gg_config() {
     local file=$1 profile=$2
     shift 2
@@ -102,7 +101,7 @@ gg_config() {
         -e "s|^cache_dir = .*|cache_dir = \"$dir/scan-cache\"|" \
         -e "s|^syslog = .*|syslog = ${GG_SYSLOG:-true}|" \
         -e "s|^path = \"\"|path = \"${GG_RUNTIME_PATH:-}\"|" \
-        -e "s|^env_requests = .*|env_requests = \"${GG_ENV_REQUESTS:-always}\"|" \
+        -e "s|^env_requests = .*|env_requests = \"${GG_ENV_REQUESTS:-when-attached}\"|" \
         "$REPO_DIR/config/config.toml" > "$file"
     for l in "$@"; do echo "$l" >> "$file"; done
     grep -q "^facts_file = \"$HOSTS_DIR" "$file" || { echo "gg_config: shipped config has no facts_file line" >&2; return 1; }
@@ -111,6 +110,11 @@ gg_config() {
 # make_bundle DIR ARGS_JSON ENV... : a runc bundle over DIR/rootfs running
 # ARGS_JSON (a JSON array), with the given KEY=VALUE env entries, Docker's
 # default capability set, and noNewPrivileges unset (as docker leaves it).
+# A bundle whose env asks for GPUs (NVIDIA_VISIBLE_DEVICES, CUDA_VERSION)
+# gets NVIDIA's prestart hook, as `docker run --gpus` gives it (a stand-in
+# that attaches nothing), so the request counts under gpu-guard's default
+# rule; GG_NO_NVIDIA_HOOK=1 leaves it out (a CPU-only job in a CUDA image).
+NVIDIA_HOOK_STAND_IN="$INTEGRATION_DIR/stand-in/nvidia-container-runtime-hook"
 make_bundle() {
     local dir=$1 args=$2
     shift 2
@@ -130,13 +134,19 @@ make_bundle() {
         | .hostname = "gpu-guard-test"
         | .annotations = {"org.example.keep": "me"}' "$dir/config.json" > "$dir/config.json.new"
     mv "$dir/config.json.new" "$dir/config.json"
+    if [ "${GG_NO_NVIDIA_HOOK:-0}" != 1 ] && printf '%s\n' "$@" | grep -qE '^(NVIDIA_VISIBLE_DEVICES|CUDA_VERSION)='; then
+        jq --arg h "$NVIDIA_HOOK_STAND_IN" '
+            .hooks.prestart = ((.hooks.prestart // []) + [{path: $h, args: ["nvidia-container-runtime-hook", "prestart"]}])' \
+            "$dir/config.json" > "$dir/config.json.new"
+        mv "$dir/config.json.new" "$dir/config.json"
+    fi
 }
 
 # add_prestart_hook DIR CONFIG: run `gpu-guard --config CONFIG hook prestart`.
 add_prestart_hook() {
     local dir=$1 cfg=$2
     jq --arg gg "$GG" --arg cfg "$cfg" '
-        .hooks.prestart = [{path: $gg, args: ["gpu-guard", "--config", $cfg, "hook", "prestart"]}]' \
+        .hooks.prestart = ((.hooks.prestart // []) + [{path: $gg, args: ["gpu-guard", "--config", $cfg, "hook", "prestart"]}])' \
         "$dir/config.json" > "$dir/config.json.new"
     mv "$dir/config.json.new" "$dir/config.json"
 }

@@ -18,12 +18,24 @@ new_scratch
 PODMAN=(podman --runtime runc)
 RUNOPTS=(--rm --ulimit nofile=10000:10000 --ulimit nproc=1000:1000)
 
+# NVIDIA's toolkit gives podman GPUs through its hooks.d file
+# (oci-nvidia-hook.json: nvidia-container-toolkit prestart, always): a
+# stand-in of it here, so the images' GPU requests count as they do on a
+# GPU host. podman adds hooks.d prestart hooks before it runs precreate.
+mkdir -p "$T/nvidia-hooks.d"
+jq -n --arg h "$INTEGRATION_DIR/stand-in/nvidia-container-toolkit" '{
+    version: "1.0.0",
+    hook: {path: $h, args: ["nvidia-container-toolkit", "prestart"]},
+    when: {always: true},
+    stages: ["prestart"]}' > "$T/nvidia-hooks.d/oci-nvidia-hook.json"
 if [ "${GG_INSTALLED:-0}" = 1 ]; then
     SYSCFG=/etc/gpu-guard/config.toml
     cp -p "$SYSCFG" "$T/config.toml.orig"
     gg_config "$T/cfg.toml" geforce-545
     cp "$T/cfg.toml" "$SYSCFG"
     ls /etc/containers/oci/hooks.d/ /usr/share/containers/oci/hooks.d/ 2>/dev/null
+    # --hooks-dir replaces podman's list: name the system directories too.
+    PODMAN+=(--hooks-dir /usr/share/containers/oci/hooks.d --hooks-dir /etc/containers/oci/hooks.d)
 else
     gg_config "$T/cfg.toml" geforce-545
     mkdir -p "$T/hooks.d"
@@ -36,6 +48,7 @@ else
     done
     PODMAN+=(--hooks-dir "$T/hooks.d")
 fi
+PODMAN+=(--hooks-dir "$T/nvidia-hooks.d")
 
 make_rootfs "$T/rootfs"
 TAG=gg-it-$$

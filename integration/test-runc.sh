@@ -138,6 +138,29 @@ check_eq "wrapper: non-GPU runs" "$RC" 0
 check_contains "wrapper: non-GPU ran" "$OUT" "RAN"
 check_eq "wrapper: non-GPU config.json byte-identical" "$(sha256sum < "$T/w3/config.json")" "$BEFORE"
 
+# A CPU-only job in a CUDA image (a build step, a test) under plain runc:
+# it asks for GPUs by env, but no NVIDIA hook, runtime or device attaches
+# them, so it gets none. The default rule (detect.env_requests =
+# "when-attached") leaves it alone instead of refusing it for a driver it
+# never uses; "always" judges it as before.
+export GPU_GUARD_CONFIG="$T/geforce.toml"
+GG_NO_NVIDIA_HOOK=1 make_bundle "$T/w4" '["sh","-c","echo RAN"]' NVIDIA_VISIBLE_DEVICES=all "NVIDIA_REQUIRE_CUDA=$CUDA_12_4_REQUIRE" CUDA_VERSION=12.4.1
+BEFORE=$(sha256sum < "$T/w4/config.json")
+OUT=$(timeout 60 "$WRAP" --root "$T/runc-root" run -b "$T/w4" gg-w4 2>&1)
+RC=$?
+runc --root "$T/runc-root" delete -f gg-w4 >/dev/null 2>&1
+check_eq "wrapper: env request with nothing attaching GPUs runs" "$RC" 0
+check_contains "wrapper: the CPU-only job ran" "$OUT" "RAN"
+check_eq "wrapper: its config.json is byte-identical" "$(sha256sum < "$T/w4/config.json")" "$BEFORE"
+OUT=$("$GG" check --bundle "$T/w4" 2>&1)
+check_contains "check: says why it is not a GPU container" "$OUT" "no NVIDIA hook, runtime or device will attach them"
+GG_ENV_REQUESTS=always gg_config "$T/always.toml" geforce-545
+OUT=$(GPU_GUARD_CONFIG="$T/always.toml" timeout 60 "$WRAP" --root "$T/runc-root" run -b "$T/w4" gg-w4b 2>&1)
+RC=$?
+runc --root "$T/runc-root" delete -f gg-w4b >/dev/null 2>&1
+check_eq "wrapper: env_requests = always refuses it as before" "$RC" 1
+check_not_contains "wrapper: refused under always never ran" "$OUT" "RAN"
+
 # Pass-through: a recording stand-in runtime proves argv is byte-identical.
 cat > "$T/bin/recorder" <<EOF
 #!/usr/bin/env python3
