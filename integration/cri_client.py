@@ -198,7 +198,7 @@ def cmd_bench(a):
     for i in range(a.warmup + a.rounds):
         order = handlers if i % 2 == 0 else list(reversed(handlers))
         for h in order:
-            res, t = start_pod(grpc, pb, rt, "bench-%s-%d" % (h, i), h, a.image, a.cmd)
+            res, t = start_pod(grpc, pb, rt, "bench-%s-%d" % (h, i), h, a.image, a.cmd, kv(a.env))
             if res["sandbox"]:
                 remove_pod(pb, rt, res["sandbox"])
             if not res["ok"]:
@@ -250,6 +250,7 @@ def main():
     s.add_argument("--rounds", type=int, default=20)
     s.add_argument("--warmup", type=int, default=2)
     s.add_argument("--handlers", default="gpu-guard,runc")
+    s.add_argument("--env", action="append")
     s.add_argument("--image", required=True)
     s.add_argument("cmd", nargs="+")
     s.set_defaults(fn=cmd_bench)
