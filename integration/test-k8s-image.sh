@@ -7,6 +7,7 @@
 # that records the runtime restart instead of entering PID 1. Checks the node is
 # registered and restarted once, and that a second run changes nothing.
 . "$(dirname "$0")/lib.sh"
+. "$INTEGRATION_DIR/cri_lib.sh"
 
 need_root
 need_cmd jq python3 cargo
@@ -21,6 +22,8 @@ else
     skip_or_fail "needs podman or a running docker to build and run the image"
 fi
 new_scratch
+CUR=
+trap '[ -n "$CUR" ] && cri_stop "$CUR"; [ "${KEEP_SCRATCH:-0}" = 1 ] || rm -rf "$T"' EXIT
 
 IMAGE=$("$REPO_DIR/packaging/kubernetes/build-image.sh" --engine "$ENGINE" --save "$T/image.tar" 2>"$T/build.log" | tail -1)
 [ -n "$IMAGE" ] || { cat "$T/build.log"; fail "image build"; finish; }
@@ -132,6 +135,28 @@ check_eq "failed restart: the retry restarts" "$(wc -l < "$T/record/restarts" 2>
 check_not_contains "failed restart: the retry does not claim nothing to do" "$OUT" "already registered"
 run_init >/dev/null
 check_eq "failed restart: then nothing more" "$(wc -l < "$T/record/restarts" 2>/dev/null)" 1
+
+# The saved archive is what a node without a registry would load:
+# `ctr -n k8s.io images import`, then run by containerd.
+if command -v containerd >/dev/null 2>&1 && command -v ctr >/dev/null 2>&1; then
+    mkdir -p "$T/ctrd"
+    cri_base_config "$T/ctrd/containerd.toml" 2 "$T/ctrd"
+    if cri_start "$T/ctrd" "$T/ctrd/containerd.toml" /dev/null; then
+        CUR="$T/ctrd"
+        C=(ctr -a "$CRI_SOCK" -n k8s.io)
+        "${C[@]}" images import "$T/image.tar" >/dev/null 2>&1
+        check_contains "containerd: image.tar imports as the manifest's reference" "$("${C[@]}" images ls -q)" "$IMAGE"
+        check_eq "containerd: runs the image's gpu-guard" \
+            "$(timeout 60 "${C[@]}" run --rm "$IMAGE" gg-image-version /usr/bin/gpu-guard --version 2>&1)" \
+            "$("$BIN" --version)"
+        cri_stop "$CUR"
+        CUR=
+    else
+        fail "containerd: private instance did not start"
+    fi
+else
+    skip_or_fail "containerd/ctr not installed"
+fi
 
 # An admin's own config survives a re-install.
 echo '# admin edit' >> "$H/etc/gpu-guard/config.toml"
