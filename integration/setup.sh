@@ -10,6 +10,8 @@ need() { command -v "$1" >/dev/null 2>&1 || want_apt+=("$2"); }
 need runc runc
 need podman podman
 need dockerd docker.io
+need containerd containerd
+need ctr containerd
 need jq jq
 need rpm rpm
 need hyperfine hyperfine
@@ -18,6 +20,8 @@ need python3 python3
 command -v file >/dev/null 2>&1 || want_apt+=(file)
 [ -x /usr/bin/time ] || want_apt+=(time)
 command -v gcc >/dev/null 2>&1 || want_apt+=(build-essential)
+# The kernel's capability numbering, read by test-cri.sh to decode CapEff.
+[ -f /usr/include/linux/capability.h ] || want_apt+=(linux-libc-dev)
 
 if [ ${#want_apt[@]} -gt 0 ]; then
     if [ "$(id -u)" != 0 ]; then
@@ -34,10 +38,16 @@ if [ "${1:-}" = --demo ]; then
     exit 0
 fi
 
-# NVIDIA's own tools (reference peers for the fatbin scanner) and the
-# offline Kubernetes schema validator.
+# NVIDIA's own tools (reference peers for the fatbin scanner), the
+# offline Kubernetes schema validator (it brings PyYAML, which
+# test-k8s-image.sh reads the DaemonSet with), and gRPC for the CRI client of
+# test-cri.sh / bench-cri.sh (grpcio-tools generates its stubs at test time).
 pip_want=()
-python3 -c 'import importlib.util,sys; sys.exit(0 if importlib.util.find_spec("kubernetes_validate") else 1)' 2>/dev/null || pip_want+=(kubernetes-validate)
+has_py() { python3 -c 'import importlib.util,sys; sys.exit(0 if importlib.util.find_spec(sys.argv[1]) else 1)' "$1" 2>/dev/null; }
+has_py kubernetes_validate || pip_want+=(kubernetes-validate)
+has_py grpc || pip_want+=(grpcio)
+has_py grpc_tools || pip_want+=(grpcio-tools)
+has_py yaml || pip_want+=(PyYAML)
 for p in nvidia-cuda-nvcc nvidia-cuda-cuobjdump nvidia-curand; do
     python3 -m pip show -q "$p" >/dev/null 2>&1 || pip_want+=("$p")
 done

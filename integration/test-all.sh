@@ -35,6 +35,8 @@ step "cargo test" cargo test --workspace --features test-hooks --locked
 step "runc" integration/test-runc.sh
 step "podman" integration/test-podman.sh
 step "docker" integration/test-docker.sh
+step "containerd CRI" integration/test-cri.sh
+step "kubernetes image" integration/test-k8s-image.sh
 step "kubernetes manifests" integration/validate-k8s.sh
 step "packages (.deb install/purge, .rpm)" integration/package-test.sh
 

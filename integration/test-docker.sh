@@ -102,6 +102,12 @@ check_contains "docker: privileged GPU container refused" "$OUT" "the container 
 "${D[@]}" run -d --name gg-exec "${RUNTIME_FLAG[@]}" --gpus all gg-allow:1 sleep 120 >/dev/null 2>&1
 OUT=$(timeout 60 "${D[@]}" exec gg-exec sh -c 'echo EXEC-OK; grep -E "^(CapEff|NoNewPrivs)" /proc/self/status' 2>&1)
 check_contains "docker: exec works" "$OUT" "EXEC-OK"
+OUT2=$(timeout 60 "${D[@]}" exec gg-exec env 2>&1)
+check_contains "docker: exec'd process gets the tuning env" "$OUT2" "CUDA_DEVICE_ORDER=PCI_BUS_ID"
+check_contains "docker: exec keeps the image's value" "$OUT2" "CUDA_DEVICE_MAX_CONNECTIONS=8"
+OUT3=$(timeout 60 "${D[@]}" exec -e CUDA_DEVICE_ORDER=FASTEST_FIRST gg-exec env 2>&1)
+check_contains "docker: exec -e value kept" "$OUT3" "CUDA_DEVICE_ORDER=FASTEST_FIRST"
+check_not_contains "docker: exec -e value not overridden" "$OUT3" "PCI_BUS_ID"
 check_contains "docker: exec'd process has no_new_privileges too" "$OUT" "NoNewPrivs:	1"
 check_caps "docker: exec'd process is held to the allowlist too" "$OUT" CapEff
 OUT=$(timeout 60 "${D[@]}" exec --privileged gg-exec true 2>&1)

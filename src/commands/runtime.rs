@@ -131,8 +131,18 @@ fn guard_create(
 /// docker's default capabilities and its own noNewPrivileges (moby
 /// daemon/exec_linux.go), and runc applies them as given, so without this an
 /// exec'd shell in a GPU container would get back what the policy dropped.
-/// The argv stays byte-identical; the process file is edited in place. Only
-/// the security policy applies here (the container was already admitted).
+/// The argv stays byte-identical; the process file is edited in place. The
+/// container was already admitted, so no requirement is checked again: the
+/// security policy applies, and the tuning variables the main process got.
+///
+/// containerd (CRI ExecSync, pkg/cri/server/container_execsync.go: the
+/// container's stored `spec.Process` with new args) and docker (moby
+/// daemon/exec.go: the container's Config.Env plus `exec -e`) build the
+/// exec process from their own copy of the spec, not from the bundle this
+/// wrapper edited at create, so the exec'd process would miss the tuning
+/// variables. The bundle's config.json holds what the main process got:
+/// each tuning variable set there and not set in the exec process is added
+/// with the bundle's value. A variable the exec process sets keeps its value.
 fn guard_exec(
     cfg: &Result<Config, ConfigError>,
     inv: &Invocation,
@@ -161,18 +171,26 @@ fn guard_exec(
     // Whether the container is a GPU container is in its bundle's config.json
     // (docker --gpus puts NVIDIA_VISIBLE_DEVICES in the OCI spec, not in the
     // env it gives exec'd processes).
-    let gpu = container_bundle(real, inv)
-        .and_then(|b| spec_file::load(&b.join("config.json"), Some(&b)).ok())
-        .map(|mut s| {
-            s.container.chained_runtime = c.chained_runtime.clone();
-            crate::core::detect::classify_with(&s.container, &cfg.detect).gpu
+    let bundle = container_bundle(real, inv)
+        .and_then(|b| spec_file::load(&b.join("config.json"), Some(&b)).ok());
+    let gpu = bundle
+        .as_ref()
+        .map(|s| {
+            let mut main = s.container.clone();
+            main.chained_runtime = c.chained_runtime.clone();
+            crate::core::detect::classify_with(&main, &cfg.detect).gpu
         })
         .unwrap_or(false)
         || crate::core::detect::classify_with(&c, &cfg.detect).gpu;
     if !gpu && cfg.security.apply_to != crate::core::policy::ApplyTo::All {
         return exec_real(real, args);
     }
-    let decision = crate::core::decide::security_only(&c, gpu, cfg, Stage::Edit);
+    let mut decision = crate::core::decide::security_only(&c, gpu, cfg, Stage::Edit);
+    if gpu && decision.verdict != Verdict::Refuse {
+        if let Some(b) = &bundle {
+            decision.edits.env = tuning_from_bundle(&b.container.env, &c.env, cfg);
+        }
+    }
     logging::record(&decision, &cfg.log.target(), log_fallback(inv));
     if decision.verdict == Verdict::Refuse {
         return refuse(inv, &decision);
@@ -184,4 +202,70 @@ fn guard_exec(
         }
     }
     exec_real(real, args)
+}
+
+/// The tuning variables of the main process (`bundle`, the container's
+/// config.json as edited at create) that the exec process (`process`) lacks.
+/// Only names of the policy's tuning rules are considered; a rule whose
+/// `unless_env` the exec process sets is skipped, as it was at create.
+fn tuning_from_bundle(
+    bundle: &crate::core::container::Env,
+    process: &crate::core::container::Env,
+    cfg: &Config,
+) -> serde_json::Map<String, serde_json::Value> {
+    let mut add = serde_json::Map::new();
+    if !cfg.tuning.enabled {
+        return add;
+    }
+    for rule in &cfg.tuning.env {
+        if process.contains(&rule.name) || rule.unless_env.iter().any(|u| process.contains(u)) {
+            continue;
+        }
+        if let Some(v) = bundle.get(&rule.name) {
+            add.insert(rule.name.clone(), serde_json::Value::String(v.to_string()));
+        }
+    }
+    add
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tuning_from_bundle;
+    use crate::core::container::Env;
+    use crate::core::policy::Config;
+
+    #[test]
+    fn exec_gets_the_main_process_tuning_but_keeps_its_own_values() {
+        let cfg = Config::default();
+        let bundle = Env::from_entries([
+            "PATH=/bin",
+            "CUDA_DEVICE_ORDER=PCI_BUS_ID",
+            "CUDA_DEVICE_MAX_CONNECTIONS=8",
+            "TF_GPU_ALLOCATOR=cuda_malloc_async",
+            "NOT_A_TUNING_VAR=x",
+        ]);
+        let process = Env::from_entries(["PATH=/bin", "TF_GPU_ALLOCATOR=cuda_malloc"]);
+        let add = tuning_from_bundle(&bundle, &process, &cfg);
+        let got: Vec<(&str, &str)> = add
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str().unwrap_or_default()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),
+                ("CUDA_DEVICE_MAX_CONNECTIONS", "8"),
+            ]
+        );
+    }
+
+    #[test]
+    fn exec_tuning_respects_unless_env_and_tuning_off() {
+        let mut cfg = Config::default();
+        let bundle = Env::from_entries(["PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"]);
+        let process = Env::from_entries(["PYTORCH_ALLOC_CONF=x"]);
+        assert!(tuning_from_bundle(&bundle, &process, &cfg).is_empty());
+        cfg.tuning.enabled = false;
+        assert!(tuning_from_bundle(&bundle, &Env::default(), &cfg).is_empty());
+    }
 }

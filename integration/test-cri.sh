@@ -1,0 +1,212 @@
+#!/usr/bin/env bash
+# gpu-guard under containerd's CRI, driven like kubelet drives it, without a
+# cluster: a private containerd (own root, state and socket under a scratch
+# dir, no systemd, stopped on exit) on a config that `gpu-guard install
+# containerd` edited, pods started with RunPodSandbox(runtime_handler =
+# "gpu-guard", host network) + CreateContainer + StartContainer from a
+# Python client whose stubs are generated now from the k8s-cri crate's
+# api.proto. gpu-guard chains to a stand-in nvidia-container-runtime that
+# logs its argv and execs runc, as NVIDIA's runtime sits behind it on a node.
+#
+# Checks:
+#   install: config versions 1 and 2 (what containerd 1.6 reads) load the
+#     handler (CRI Status lists it with its BinaryName) and a pod runs on it;
+#   a. the pause container passes untouched (the chained runtime sees two
+#      creates per pod; the pause's config.json gets no edits);
+#   b. a GPU pod whose image needs CUDA 13.0 on a 535/12.2 host fails at
+#      StartContainer with gpu-guard's diagnosis in the gRPC error;
+#   c. an allowed GPU pod gets the tuning env, the capability allowlist and
+#      NoNewPrivs, in its main process and in ExecSync'd processes, and a
+#      `runc exec --process` process keeps its own value of a tuning variable;
+#   d. a non-GPU pod keeps containerd's defaults (same as handler runc);
+#   e. a GPU pod asking for less (drop ALL, no_new_privs) keeps asking for less;
+#   f. a pod with a CDI annotation nvidia.com/gpu=0 is a GPU pod.
+. "$(dirname "$0")/lib.sh"
+. "$INTEGRATION_DIR/cri_lib.sh"
+
+cri_need
+new_scratch
+CUR=
+cleanup() {
+    [ -n "$CUR" ] && cri_stop "$CUR"
+    [ "${KEEP_SCRATCH:-0}" = 1 ] || rm -rf "$T"
+}
+trap cleanup EXIT
+
+cri_stubs "$T/stubs"
+cri_images "$T/img" || skip_or_fail "cannot build the test images"
+
+# The binaries as a node has them, and the stand-in NVIDIA runtime.
+mkdir -p "$T/bin"
+ln -sf "$GG" "$T/bin/gpu-guard"
+ln -sf gpu-guard "$T/bin/gpu-guard-runtime"
+ARGV_LOG="$T/nvidia-runtime.argv"
+cat > "$T/bin/nvidia-container-runtime" <<EOF
+#!/bin/sh
+echo "\$*" >> "$ARGV_LOG"
+exec runc "\$@"
+EOF
+chmod +x "$T/bin/nvidia-container-runtime"
+GG_SYSLOG=false GG_RUNTIME_PATH="$T/bin/nvidia-container-runtime" gg_config "$T/gg.toml" tesla-535
+
+# Capability names of a /proc/PID/status mask, numbered as the kernel
+# headers number them (linux-libc-dev), sorted, space-separated.
+capnames() {
+    python3 - "$1" <<'PY'
+import re, sys
+if not sys.argv[1]:
+    sys.exit(print("(no capability mask read)"))
+mask = int(sys.argv[1], 16)
+nums = {}
+for line in open("/usr/include/linux/capability.h"):
+    m = re.match(r"#define\s+(CAP_[A-Z_]+)\s+(\d+)\s*$", line)
+    if m:
+        nums[int(m.group(2))] = m.group(1)
+names = [nums.get(b, "CAP_%d" % b) for b in range(64) if mask >> b & 1]
+print(" ".join(sorted(names)))
+PY
+}
+ALLOW_SORTED=$(printf '%s\n' $ALLOWLIST_CAPS | sort | tr '\n' ' ' | sed 's/ $//')
+[ -f /usr/include/linux/capability.h ] || skip_or_fail "/usr/include/linux/capability.h missing (apt-get install linux-libc-dev)"
+
+field() { printf '%s\n' "$1" | sed -n "s/^$2:[[:space:]]*//p" | head -1; }
+cexec() { local c=$1; shift; cri exec "$c" -- "$@"; }
+jget() { printf '%s' "$1" | jq -r "$2"; }
+
+# start_instance VERSION: a private containerd on a version-VERSION config
+# with gpu-guard installed; sets CUR.
+start_instance() {
+    local v=$1 dir="$T/v$1"
+    mkdir -p "$dir"
+    cri_base_config "$dir/containerd.toml" "$v" "$dir"
+    cp "$dir/containerd.toml" "$dir/base.toml"
+    local out
+    out=$("$GG" --config "$T/gg.toml" install containerd --config-path "$dir/containerd.toml" \
+        --bin-dir "$T/bin" --state-dir "$dir/gg-state" 2>&1)
+    check_contains "install v$v: config updated" "$out" "updated $dir/containerd.toml"
+    CUR=$dir
+    if ! cri_start "$dir" "$dir/containerd.toml" "$T/gg.toml"; then
+        fail "install v$v: containerd does not start on the installed config"
+        finish
+    fi
+    cri_import "$T/img" || { fail "install v$v: image import"; finish; }
+    local st
+    st=$(cri status)
+    check_eq "install v$v: CRI runtime ready" "$(jget "$st" '.conditions.RuntimeReady')" true
+    check_eq "install v$v: CRI lists handler gpu-guard with its BinaryName" \
+        "$(jget "$st" '.info.config.containerd.runtimes["gpu-guard"].options.BinaryName')" "$T/bin/gpu-guard-runtime"
+    check_eq "install v$v: handler gpu-guard is runc.v2" \
+        "$(jget "$st" '.info.config.containerd.runtimes["gpu-guard"].runtimeType')" io.containerd.runc.v2
+}
+
+stop_instance() { cri_stop "$CUR"; CUR=; }
+
+# pause_pod_checks VERSION: (a) on this instance.
+pause_pod_checks() {
+    local v=$1 r sid cid
+    r=$(cri pod --name plain-v$v --handler gpu-guard --image localhost/gg-busybox:1 -- sleep 1000)
+    check_eq "v$v a: pod with handler gpu-guard starts" "$(jget "$r" .ok)" true
+    sid=$(jget "$r" .sandbox)
+    cid=$(jget "$r" .container)
+    check_eq "v$v a: the chained runtime saw the pause create" \
+        "$(grep -c " create .* $sid\$" "$ARGV_LOG")" 1
+    check_eq "v$v a: the chained runtime saw the workload create" \
+        "$(grep -c " create .* $cid\$" "$ARGV_LOG")" 1
+    local pcfg="$CUR/state/io.containerd.runtime.v2.task/k8s.io/$sid/config.json"
+    check_eq "v$v a: pause config.json has no tuning env" \
+        "$(jq -r '[.process.env[] | select(startswith("CUDA_"))] | length' "$pcfg" 2>/dev/null)" 0
+    check_not_contains "v$v a: no gpu-guard decision for the pause" \
+        "$(cat "$CUR/state/io.containerd.runtime.v2.task/k8s.io/$sid/log.json" 2>/dev/null)" "gpu-guard"
+}
+
+# ---- config version 1: install + handler loaded + (a)
+start_instance 1
+pause_pod_checks 1
+stop_instance
+
+# ---- config version 2: install + everything else
+start_instance 2
+pause_pod_checks 2
+
+# b. refused at StartContainer with the diagnosis.
+r=$(cri pod --name refuse --handler gpu-guard --image localhost/gg-cuda13:1 --env NVIDIA_VISIBLE_DEVICES=all -- sleep 1000)
+check_eq "b: GPU pod needing CUDA 13.0 is refused" "$(jget "$r" .ok)" false
+check_eq "b: refusal shows at StartContainer" "$(jget "$r" .stage)" StartContainer
+ERR=$(jget "$r" .error)
+check_contains "b: error is the runtime's create failure" "$ERR" "OCI runtime create failed: gpu-guard refused container"
+check_contains "b: error names the failed clause and host value" "$ERR" "cuda>=13.0"
+check_contains "b: error names the host driver" "$ERR" "535.104.05"
+check_eq "b: the chained runtime never created it" "$(grep -c " create .* $(jget "$r" .container)\$" "$ARGV_LOG")" 0
+printf '\n--- what kubelet gets from StartContainer (kubectl describe pod shows it):\n%s\n---\n\n' "$ERR"
+
+# c. allowed GPU pod: main process and exec'd processes.
+MAINCMD='tr "\0" "\n" < /proc/1/environ; grep -E "^(CapEff|CapBnd|NoNewPrivs)" /proc/1/status'
+SELFCMD='env; grep -E "^(CapEff|CapBnd|NoNewPrivs)" /proc/self/status'
+r=$(cri pod --name gpu --handler gpu-guard --image localhost/gg-busybox:1 \
+    --env NVIDIA_VISIBLE_DEVICES=all --env CUDA_DEVICE_MAX_CONNECTIONS=8 -- sleep 1000)
+check_eq "c: allowed GPU pod starts" "$(jget "$r" .ok)" true
+GPU_CID=$(jget "$r" .container)
+M=$(jget "$(cexec "$GPU_CID" sh -c "$MAINCMD")" .stdout)
+check_contains "c: main process got CUDA_DEVICE_ORDER" "$M" "CUDA_DEVICE_ORDER=PCI_BUS_ID"
+check_contains "c: main process got TF_GPU_ALLOCATOR" "$M" "TF_GPU_ALLOCATOR=cuda_malloc_async"
+check_contains "c: main process kept the pod's CUDA_DEVICE_MAX_CONNECTIONS" "$M" "CUDA_DEVICE_MAX_CONNECTIONS=8"
+check_not_contains "c: main process: pod's value not overridden" "$M" "CUDA_DEVICE_MAX_CONNECTIONS=32"
+check_eq "c: main CapEff is the allowlist" "$(capnames "$(field "$M" CapEff)")" "$ALLOW_SORTED"
+check_eq "c: main CapBnd is the allowlist" "$(capnames "$(field "$M" CapBnd)")" "$ALLOW_SORTED"
+check_eq "c: main NoNewPrivs" "$(field "$M" NoNewPrivs)" 1
+E=$(jget "$(cexec "$GPU_CID" sh -c "$SELFCMD")" .stdout)
+check_contains "c: ExecSync process got CUDA_DEVICE_ORDER" "$E" "CUDA_DEVICE_ORDER=PCI_BUS_ID"
+check_contains "c: ExecSync process got TF_GPU_ALLOCATOR" "$E" "TF_GPU_ALLOCATOR=cuda_malloc_async"
+check_contains "c: ExecSync process kept CUDA_DEVICE_MAX_CONNECTIONS=8" "$E" "CUDA_DEVICE_MAX_CONNECTIONS=8"
+check_not_contains "c: ExecSync process: not overridden" "$E" "CUDA_DEVICE_MAX_CONNECTIONS=32"
+check_eq "c: ExecSync CapEff is the allowlist" "$(capnames "$(field "$E" CapEff)")" "$ALLOW_SORTED"
+check_eq "c: ExecSync NoNewPrivs" "$(field "$E" NoNewPrivs)" 1
+# runc exec --process FILE (what docker exec and the shim run), straight at
+# the wrapper: a variable the exec process sets keeps its value.
+jq -n '{terminal: false, user: {uid: 0, gid: 0}, cwd: "/", args: ["sh", "-c", "env"],
+        env: ["PATH=/bin", "CUDA_DEVICE_ORDER=FASTEST_FIRST"],
+        capabilities: {bounding: ["CAP_CHOWN"], effective: ["CAP_CHOWN"], permitted: ["CAP_CHOWN"]}}' > "$T/process.json"
+X=$(GPU_GUARD_CONFIG="$T/gg.toml" timeout 30 "$T/bin/gpu-guard-runtime" --root /run/containerd/runc/k8s.io \
+    exec --process "$T/process.json" "$GPU_CID" 2>&1)
+check_contains "c: runc exec --process: own CUDA_DEVICE_ORDER kept" "$X" "CUDA_DEVICE_ORDER=FASTEST_FIRST"
+check_not_contains "c: runc exec --process: not overridden" "$X" "CUDA_DEVICE_ORDER=PCI_BUS_ID"
+check_contains "c: runc exec --process: other tuning added" "$X" "TF_GPU_ALLOCATOR=cuda_malloc_async"
+
+# d. non-GPU pod: containerd's defaults, the same as under handler runc.
+r=$(cri pod --name cpu --handler gpu-guard --image localhost/gg-busybox:1 -- sleep 1000)
+check_eq "d: non-GPU pod starts" "$(jget "$r" .ok)" true
+D=$(jget "$(cexec "$(jget "$r" .container)" sh -c "$MAINCMD")" .stdout)
+r=$(cri pod --name cpu-runc --handler runc --image localhost/gg-busybox:1 -- sleep 1000)
+check_eq "d: the same pod under handler runc starts" "$(jget "$r" .ok)" true
+DR=$(jget "$(cexec "$(jget "$r" .container)" sh -c "$MAINCMD")" .stdout)
+check_not_contains "d: non-GPU pod gets no tuning" "$D" "CUDA_DEVICE_ORDER"
+check_eq "d: non-GPU NoNewPrivs stays 0" "$(field "$D" NoNewPrivs)" 0
+check_eq "d: non-GPU CapEff is containerd's default (as under runc)" \
+    "$(capnames "$(field "$D" CapEff)")" "$(capnames "$(field "$DR" CapEff)")"
+check_contains "d: containerd's default keeps CAP_NET_RAW" "$(capnames "$(field "$D" CapEff)")" "CAP_NET_RAW"
+
+# e. a GPU pod that asks for less keeps asking for less.
+r=$(cri pod --name gpu-less --handler gpu-guard --image localhost/gg-busybox:1 \
+    --env NVIDIA_VISIBLE_DEVICES=all --drop-all --nnp -- sleep 1000)
+check_eq "e: GPU pod dropping ALL starts" "$(jget "$r" .ok)" true
+L=$(jget "$(cexec "$(jget "$r" .container)" sh -c "$MAINCMD")" .stdout)
+check_eq "e: CapEff stays empty" "$(capnames "$(field "$L" CapEff)")" ""
+check_eq "e: CapBnd stays empty" "$(capnames "$(field "$L" CapBnd)")" ""
+check_eq "e: NoNewPrivs stays 1" "$(field "$L" NoNewPrivs)" 1
+check_contains "e: still tuned" "$L" "CUDA_DEVICE_ORDER=PCI_BUS_ID"
+
+# f. CDI annotation (what the NVIDIA device plugin's cdi-annotations
+# strategy returns; kubelet puts it on the container).
+CDI='cdi.k8s.io/nvidia-device-plugin_main=nvidia.com/gpu=0'
+r=$(cri pod --name cdi --handler gpu-guard --image localhost/gg-busybox:1 --annotation "$CDI" -- sleep 1000)
+check_eq "f: CDI GPU pod starts" "$(jget "$r" .ok)" true
+F=$(jget "$(cexec "$(jget "$r" .container)" sh -c "$MAINCMD")" .stdout)
+check_contains "f: CDI pod is tuned as a GPU pod" "$F" "CUDA_DEVICE_ORDER=PCI_BUS_ID"
+check_eq "f: CDI pod gets NoNewPrivs" "$(field "$F" NoNewPrivs)" 1
+check_eq "f: CDI pod CapEff is the allowlist" "$(capnames "$(field "$F" CapEff)")" "$ALLOW_SORTED"
+r=$(cri pod --name cdi-refuse --handler gpu-guard --image localhost/gg-cuda13:1 --annotation "$CDI" -- sleep 1000)
+check_eq "f: CDI pod needing CUDA 13.0 refused at StartContainer" "$(jget "$r" .ok)/$(jget "$r" .stage)" false/StartContainer
+check_contains "f: CDI refusal is gpu-guard's" "$(jget "$r" .error)" "gpu-guard refused container"
+
+stop_instance
+finish

@@ -1,0 +1,61 @@
+#!/bin/sh
+# gpu-guard's node installer: the DaemonSet's init container command
+# (/usr/bin/gpu-guard-node-install in the image built by build-image.sh).
+#
+# With the host's directories mounted under $HOST_ROOT (default /host), it
+# copies the binary to the host ($BIN_DIR, default /opt/gpu-guard/bin),
+# puts the default config in /etc/gpu-guard unless one is there, and runs
+# `gpu-guard install $ENGINE` against the host's files (--bin-dir is the
+# host path the runtime will run). Only when that changes something does it
+# restart the runtime, through the host's PID 1 (hostPID: true; running
+# containers survive a containerd restart, their shims keep them). A second
+# run on a registered node changes nothing and restarts nothing.
+#
+# Environment: ENGINE (containerd | crio, default containerd), SET_DEFAULT
+# (true: make gpu-guard the default runtime), RESTART_RUNTIME (false: leave
+# the restart to the admin).
+set -eu
+
+ENGINE=${ENGINE:-containerd}
+SET_DEFAULT=${SET_DEFAULT:-false}
+RESTART_RUNTIME=${RESTART_RUNTIME:-true}
+HOST_ROOT=${HOST_ROOT:-/host}
+BIN_DIR=${BIN_DIR:-/opt/gpu-guard/bin}
+
+host_bin="$HOST_ROOT$BIN_DIR"
+mkdir -p "$host_bin"
+# Replace by rename: a running gpu-guard keeps its old inode. Skip the copy
+# when the host already has this very binary, so a re-run writes nothing.
+if ! cmp -s /usr/bin/gpu-guard "$host_bin/gpu-guard"; then
+    cp /usr/bin/gpu-guard "$host_bin/gpu-guard.new"
+    chmod 0755 "$host_bin/gpu-guard.new"
+    mv -f "$host_bin/gpu-guard.new" "$host_bin/gpu-guard"
+    echo "gpu-guard: installed $BIN_DIR/gpu-guard"
+fi
+[ "$(readlink "$host_bin/gpu-guard-runtime" 2>/dev/null)" = gpu-guard ] || ln -sfn gpu-guard "$host_bin/gpu-guard-runtime"
+mkdir -p "$HOST_ROOT/etc/gpu-guard"
+[ -e "$HOST_ROOT/etc/gpu-guard/config.toml" ] || cp /etc/gpu-guard/config.toml "$HOST_ROOT/etc/gpu-guard/config.toml"
+
+set -- --host-root "$HOST_ROOT" --bin-dir "$BIN_DIR"
+[ "$SET_DEFAULT" = true ] && set -- "$@" --set-default
+# A restart owed by an earlier run that changed the config but failed to
+# restart (the init container is retried, and would otherwise find nothing
+# to change and never restart). Kept in the host's gpu-guard state dir.
+pending="$HOST_ROOT/var/lib/gpu-guard/restart-pending-$ENGINE"
+if gpu-guard install "$ENGINE" "$@" --dry-run | grep -q '^+++ '; then
+    mkdir -p "$(dirname "$pending")"
+    : > "$pending"
+    gpu-guard install "$ENGINE" "$@"
+elif [ ! -e "$pending" ]; then
+    echo "gpu-guard is already registered with $ENGINE"
+    exit 0
+fi
+if [ "$RESTART_RUNTIME" = true ]; then
+    # NSENTER: only for tests (busybox sh runs its own applet for a bare
+    # `nsenter`, whatever PATH says).
+    ${NSENTER:-nsenter} --target 1 --mount --uts --ipc --net --pid -- systemctl restart "$ENGINE"
+    echo "gpu-guard: restarted $ENGINE"
+else
+    echo "gpu-guard: restart $ENGINE on this node to apply"
+fi
+rm -f "$pending"
