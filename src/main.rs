@@ -31,6 +31,7 @@ fn main() -> ExitCode {
         Command::Scan(a) => gpu_guard::commands::scan::main(config, a),
         Command::Install(a) => gpu_guard::commands::install::command(config, a, false),
         Command::Uninstall(a) => gpu_guard::commands::install::command(config, a, true),
+        Command::Probe(a) => gpu_guard::commands::host::probe_child(a),
         Command::Man => match gpu_guard::commands::cli::man_page() {
             Ok(page) => {
                 use std::io::Write;

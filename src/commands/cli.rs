@@ -43,6 +43,34 @@ pub enum Command {
     /// Print the gpu-guard(1) man page (roff)
     #[command(hide = true)]
     Man,
+    /// INTERNAL: the uncached NVML probe, run by gpu-guard itself in a child
+    /// process (src/host/child.rs); prints one JSON answer line
+    #[command(name = "__probe", hide = true)]
+    Probe(ProbeChildArgs),
+}
+
+/// The parent's `host.nvml_library` and probe paths, passed explicitly: the
+/// probe child reads no config and no environment overrides.
+#[derive(Debug, Args)]
+pub struct ProbeChildArgs {
+    /// host.nvml_library as configured ("" for libnvidia-ml.so.1)
+    #[arg(long, value_name = "LIB", default_value = "")]
+    pub nvml_library: String,
+    /// /proc/driver/nvidia
+    #[arg(long, value_name = "DIR")]
+    pub proc_nvidia: PathBuf,
+    /// /dev
+    #[arg(long, value_name = "DIR")]
+    pub dev: PathBuf,
+    /// The boot id file (default: the kernel's)
+    #[arg(long, value_name = "FILE")]
+    pub boot_id: Option<PathBuf>,
+    /// /proc/modules stand-in
+    #[arg(long, value_name = "FILE")]
+    pub modules: Option<PathBuf>,
+    /// /proc/devices stand-in
+    #[arg(long, value_name = "FILE")]
+    pub devices: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -1,6 +1,6 @@
 //! `gpu-guard host [--json]`: what the probe sees on this host.
 
-use crate::commands::cli::HostArgs;
+use crate::commands::cli::{HostArgs, ProbeChildArgs};
 use crate::core::facts::{HostProblem, HostProblemKind, HostReport};
 use crate::host::probe;
 use std::fmt::Write as _;
@@ -40,6 +40,20 @@ pub fn main(config: Option<&Path>, args: &HostArgs) -> i32 {
             EXIT_NO_FACTS
         }
     }
+}
+
+/// `gpu-guard __probe ...` (hidden): the probe child of
+/// [`crate::host::child`], with the parent's paths from its arguments.
+pub fn probe_child(args: &ProbeChildArgs) -> i32 {
+    let paths = crate::host::ProbePaths {
+        proc_nvidia: args.proc_nvidia.clone(),
+        dev: args.dev.clone(),
+        boot_id: args.boot_id.clone(),
+        modules: args.modules.clone(),
+        devices: args.devices.clone(),
+        probe_exe: std::path::PathBuf::from(crate::host::SELF_EXE),
+    };
+    crate::host::child::serve(&args.nvml_library, &paths)
 }
 
 fn host_command_inner(config: Option<&Path>, args: &HostArgs) -> Result<i32, HostCommandError> {

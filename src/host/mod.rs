@@ -6,11 +6,17 @@
 //! a [`HostProblem`] a person can act on; nothing here panics or blocks past
 //! `host.probe_timeout_ms` (plus the few small /proc reads of the cache key).
 //!
+//! NVML (and the /proc fallback after it) runs in a child process, this
+//! binary again with a hidden subcommand ([`child`]): libnvidia-ml is never
+//! loaded into the process that serves a container start, so a GPU that
+//! hangs the driver in an uninterruptible ioctl cannot keep the hook from
+//! exiting or the runtime wrapper from exec'ing the real runtime.
+//!
 //! Call [`probe`] only for GPU containers: a non-GPU container must never
 //! wait for NVML.
 
 pub mod cache;
-pub mod deadline;
+pub mod child;
 pub mod facts_file;
 pub mod kernel;
 pub mod nvml;
@@ -39,7 +45,8 @@ pub const ENV_PROC_MODULES: &str = "GPU_GUARD_PROC_MODULES";
 #[cfg(feature = "test-hooks")]
 pub const ENV_PROC_DEVICES: &str = "GPU_GUARD_PROC_DEVICES";
 
-/// The host paths the probe reads; tests point them at fake trees.
+/// The host paths the probe reads, and the binary it runs NVML in; tests
+/// point them at fake trees and at the gpu-guard binary.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProbePaths {
     /// `/proc/driver/nvidia`
@@ -53,7 +60,15 @@ pub struct ProbePaths {
     pub modules: Option<PathBuf>,
     /// None: `/proc/devices`.
     pub devices: Option<PathBuf>,
+    /// The gpu-guard binary the uncached probe runs in ([`child`]):
+    /// [`SELF_EXE`] in gpu-guard itself. A program that links the library
+    /// (a test) names a gpu-guard binary here.
+    pub probe_exe: PathBuf,
 }
+
+/// This process's own binary, still the same file after an upgrade replaced
+/// it on disk.
+pub const SELF_EXE: &str = "/proc/self/exe";
 
 impl ProbePaths {
     /// The real host paths.
@@ -64,6 +79,7 @@ impl ProbePaths {
             boot_id: None,
             modules: None,
             devices: None,
+            probe_exe: PathBuf::from(SELF_EXE),
         }
     }
 
@@ -130,9 +146,14 @@ pub fn probe_with(cfg: &HostConfig, paths: &ProbePaths) -> HostReport {
         }
     }
 
-    let library = cfg.nvml_library.clone();
-    let paths2 = paths.clone();
-    let outcome = deadline::run(cfg.probe_timeout_ms, move || uncached(&library, &paths2));
+    // The only place NVML is reached from the serving process: through a
+    // child, cut at the deadline (child.rs).
+    let outcome = child::run(
+        &paths.probe_exe,
+        &cfg.nvml_library,
+        paths,
+        cfg.probe_timeout_ms,
+    );
     let mut report = match outcome {
         Ok(u) => {
             if let (true, Some((path, key)), Some(facts)) = (u.cacheable, &cache, &u.report.facts) {
@@ -186,10 +207,10 @@ fn cache_setup(
     ))
 }
 
-/// A probe that did not finish (timeout, or the thread died).
+/// A probe that did not finish (timeout, or the probe process failed).
 fn deadline_failure(
     cfg: &HostConfig,
-    e: &deadline::DeadlineError,
+    e: &child::ChildError,
     version_text: Option<&str>,
 ) -> HostReport {
     let lib = library_label(&cfg.nvml_library);
@@ -198,7 +219,7 @@ fn deadline_failure(
         .map(|v| format!(" (kernel module {v} is loaded)"))
         .unwrap_or_default();
     let message = match e {
-        deadline::DeadlineError::TimedOut(ms) => format!(
+        child::ChildError::TimedOut(ms) => format!(
             "NVML did not answer within {ms} ms: {lib} hung{module}; a GPU or the driver is not responding"
         ),
         other => format!("NVML probe failed: {other}"),
@@ -224,13 +245,10 @@ fn library_label(configured: &str) -> String {
     }
 }
 
-/// An uncached probe's report, and whether it may be cached: only a clean
-/// NVML answer is (never a failure, a lost GPU or the /proc fallback).
-struct Uncached {
-    report: HostReport,
-    cacheable: bool,
-}
+use child::Uncached;
 
+/// The uncached probe: NVML, else /proc. Runs only in the probe child
+/// ([`child::serve`]); the serving process never calls it.
 fn uncached(configured_lib: &str, paths: &ProbePaths) -> Uncached {
     let lib = library_label(configured_lib);
     let lib_path = (!configured_lib.is_empty()).then(|| Path::new(configured_lib));

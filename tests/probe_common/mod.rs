@@ -234,6 +234,9 @@ impl FakeHost {
             boot_id: Some(self.boot_id()),
             modules: Some(self.modules()),
             devices: Some(self.devices()),
+            // The library runs NVML in this binary (`gpu-guard __probe`),
+            // not in the test executable.
+            probe_exe: gpu_guard(),
         }
     }
 

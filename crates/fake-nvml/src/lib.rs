@@ -16,7 +16,13 @@
 //! - `FAKE_NVML_FAIL=F[,F...]` with F one of `init` (NVML_ERROR_UNKNOWN),
 //!   `init:CODE` (any nvmlReturn_t), `lib_rm_version_mismatch`
 //!   (NVML_ERROR_LIB_RM_VERSION_MISMATCH from `nvmlInit*`), `driver_not_loaded`,
-//!   `gpu_lost:INDEX` (NVML_ERROR_GPU_IS_LOST for that GPU's handle).
+//!   `gpu_lost:INDEX` (NVML_ERROR_GPU_IS_LOST for that GPU's handle),
+//!   `hang` (`nvmlInit*` ignores SIGTERM and never returns: a GPU that
+//!   fell off the bus and holds the driver in an uninterruptible ioctl.
+//!   Only SIGKILL ends the process, which is what gpu-guard must send).
+//! - `FAKE_NVML_LOAD_LOG=FILE`: when the library is loaded, and at each
+//!   `nvmlInit*`, appends `load pid=P ppid=Q` / `init pid=P ppid=Q` to FILE,
+//!   so tests can tell which process loaded NVML.
 //!
 //! The C signatures and codes follow nvml.h (as bound by nvml-wrapper-sys
 //! 0.10, src/bindings.rs). Every exported function runs its body under
@@ -126,6 +132,7 @@ struct Host {
 struct Faults {
     init: Option<NvmlReturn>,
     lost: Vec<u32>,
+    hang: bool,
 }
 
 struct State {
@@ -140,6 +147,7 @@ static STATE: Mutex<State> = Mutex::new(State {
     faults: Faults {
         init: None,
         lost: Vec::new(),
+        hang: false,
     },
 });
 
@@ -169,6 +177,7 @@ fn parse_faults(spec: &str) -> Result<Faults, String> {
             "init" => faults.init = Some(NVML_ERROR_UNKNOWN),
             "lib_rm_version_mismatch" => faults.init = Some(NVML_ERROR_LIB_RM_VERSION_MISMATCH),
             "driver_not_loaded" => faults.init = Some(NVML_ERROR_DRIVER_NOT_LOADED),
+            "hang" => faults.hang = true,
             _ => {
                 if let Some(code) = item.strip_prefix("init:") {
                     let code = code
@@ -302,6 +311,7 @@ fn init() -> NvmlReturn {
         {
             std::thread::sleep(Duration::from_millis(ms));
         }
+        record("init");
         let faults = match parse_faults(&std::env::var("FAKE_NVML_FAIL").unwrap_or_default()) {
             Ok(f) => f,
             Err(e) => {
@@ -309,6 +319,9 @@ fn init() -> NvmlReturn {
                 return NVML_ERROR_UNKNOWN;
             }
         };
+        if faults.hang {
+            hang_forever();
+        }
         if let Some(code) = faults.init {
             return code;
         }
@@ -332,6 +345,58 @@ fn init() -> NvmlReturn {
         NVML_SUCCESS
     })
 }
+
+extern "C" {
+    // signal(2) from the C library every process here links: the fake has
+    // no libc crate dependency, and needs only this one call.
+    fn signal(signum: c_int, handler: usize) -> usize;
+}
+const SIGTERM: c_int = 15;
+const SIG_IGN: usize = 1;
+
+/// FAKE_NVML_FAIL=hang: as close as user space gets to a thread stuck in an
+/// uninterruptible NVIDIA ioctl: SIGTERM is ignored and the call never
+/// returns; SIGKILL still ends the process.
+fn hang_forever() -> ! {
+    // SAFETY: installs SIG_IGN for SIGTERM; no handler code runs.
+    unsafe {
+        signal(SIGTERM, SIG_IGN);
+    }
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+/// Appends `what pid=P ppid=Q` to FAKE_NVML_LOAD_LOG, if set. One short
+/// `write` per line in append mode: lines from several processes do not mix.
+fn record(what: &str) {
+    use std::io::Write;
+    let Some(path) = std::env::var_os("FAKE_NVML_LOAD_LOG").filter(|p| !p.is_empty()) else {
+        return;
+    };
+    let line = format!(
+        "{what} pid={} ppid={}\n",
+        std::process::id(),
+        std::os::unix::process::parent_id()
+    );
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        let _ = f.write_all(line.as_bytes());
+    }
+}
+
+/// Runs when the library is loaded (dlopen), before any NVML call: records
+/// the loading process even when nothing calls nvmlInit.
+extern "C" fn on_load() {
+    let _ = catch_unwind(|| record("load"));
+}
+
+#[used]
+#[link_section = ".init_array"]
+static ON_LOAD: extern "C" fn() = on_load;
 
 /// nvml.h nvmlInit_v2: reference-counted; each success needs one nvmlShutdown.
 #[no_mangle]
@@ -813,6 +878,7 @@ mod tests {
         assert_eq!(parse_faults("init:4").unwrap().init, Some(4));
         assert!(parse_faults("gpu_lost:x").is_err());
         assert!(parse_faults("explode").is_err());
+        assert!(parse_faults("hang").unwrap().hang);
     }
 
     #[test]
