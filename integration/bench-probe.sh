@@ -65,11 +65,13 @@ facts_file = \"$profile\""
 
 # A GPU container the profile satisfies and that already meets the security
 # policy (as the runtime wrapper leaves it), so every variant allows it.
+# NVIDIA's prestart hook in the spec attaches the GPUs (docker --gpus).
 mkdir -p "$tmp/bundle/rootfs"
 cat >"$tmp/bundle/config.json" <<JSON
 {"ociVersion":"1.0.2","process":{"args":["/bin/true"],"cwd":"/",
  "env":["PATH=/bin","NVIDIA_VISIBLE_DEVICES=all","NVIDIA_REQUIRE_CUDA=cuda>=12.0"],
  "noNewPrivileges":true,"capabilities":{"bounding":["CAP_CHOWN"],"effective":["CAP_CHOWN"],"permitted":["CAP_CHOWN"]}},
+ "hooks":{"prestart":[{"path":"/usr/bin/nvidia-container-runtime-hook","args":["nvidia-container-runtime-hook","prestart"]}]},
  "root":{"path":"rootfs"}}
 JSON
 printf '{"ociVersion":"1.0.2","id":"bench","status":"creating","pid":1,"bundle":"%s"}\n' "$tmp/bundle" >"$tmp/state.json"

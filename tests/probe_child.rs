@@ -20,7 +20,8 @@ const TIMEOUT_MS: u64 = 500;
 const SLACK: Duration = Duration::from_millis(1500);
 
 /// A GPU container bundle already within the security policy, so that only
-/// the probe decides.
+/// the probe decides. NVIDIA's prestart hook attaches the GPUs, as
+/// `docker run --gpus` adds it (gpu-guard counts env requests only then).
 fn bundle(host: &FakeHost) -> PathBuf {
     let b = host.dir.join("bundle");
     std::fs::create_dir_all(b.join("rootfs")).unwrap();
@@ -29,6 +30,7 @@ fn bundle(host: &FakeHost) -> PathBuf {
         r#"{"ociVersion":"1.0.2","process":{"args":["/bin/true"],"cwd":"/",
  "env":["PATH=/bin","NVIDIA_VISIBLE_DEVICES=all","NVIDIA_REQUIRE_CUDA=cuda>=12.0"],
  "noNewPrivileges":true,"capabilities":{"bounding":["CAP_CHOWN"],"effective":["CAP_CHOWN"],"permitted":["CAP_CHOWN"]}},
+ "hooks":{"prestart":[{"path":"/usr/bin/nvidia-container-runtime-hook","args":["nvidia-container-runtime-hook","prestart"]}]},
  "root":{"path":"rootfs"}}"#,
     )
     .unwrap();

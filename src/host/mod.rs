@@ -155,13 +155,25 @@ pub fn probe_with(cfg: &HostConfig, paths: &ProbePaths) -> HostReport {
         cfg.probe_timeout_ms,
     );
     let mut report = match outcome {
-        Ok(u) => {
+        Ok(mut u) => {
             if let (true, Some((path, key)), Some(facts)) = (u.cacheable, &cache, &u.report.facts) {
-                if let Err(e) =
-                    cache::store(path, key, facts, &u.report.source, cache::now_unix_ms())
-                {
+                match cache::store(path, key, facts, &u.report.source, cache::now_unix_ms()) {
+                    Ok(()) => {}
+                    // A directory others can write is a finding a person
+                    // must see: every start pays for NVML until it is fixed.
+                    Err(e @ cache::CacheError::UnsafeDir(_)) => {
+                        log::warn!("host facts not cached: {e}");
+                        u.report.problems.push(HostProblem {
+                            kind: HostProblemKind::Degraded,
+                            message: format!("host facts not cached: {e}"),
+                            fix: Some(format!(
+                                "make the directory of host.cache_file ({}) owned by root and not writable by group or others, or point host.cache_file elsewhere",
+                                path.display()
+                            )),
+                        });
+                    }
                     // An unwritable cache costs speed, not correctness.
-                    log::debug!("host facts not cached: {e}");
+                    Err(e) => log::debug!("host facts not cached: {e}"),
                 }
             }
             u.report
