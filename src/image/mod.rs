@@ -38,9 +38,9 @@ mod digest;
 mod error;
 mod layer;
 mod readat;
+pub mod scan;
 mod source;
 mod tree;
-pub mod scan;
 
 pub use digest::Digest;
 pub use error::ImageError;

@@ -294,7 +294,10 @@ pub fn scan(img: &Image, cfg: &KernelImageConfig) -> Result<ImageScan, ImageErro
         let stop = if files > cfg.max_files {
             Some(format!("more than {} libraries matched", cfg.max_files))
         } else if bytes > cfg.max_bytes {
-            Some(format!("the matched libraries exceed {} bytes", cfg.max_bytes))
+            Some(format!(
+                "the matched libraries exceed {} bytes",
+                cfg.max_bytes
+            ))
         } else {
             None
         };

@@ -260,15 +260,11 @@ fn match_parts(comps: &[Component], parts: &[&str], depth: usize) -> bool {
             parts.first().is_some_and(|p| p == l) && match_parts(rest, &parts[1..], depth)
         }
         Component::Wild(w) => {
-            parts
-                .first()
-                .is_some_and(|p| match_name(w, p.as_bytes()))
+            parts.first().is_some_and(|p| match_name(w, p.as_bytes()))
                 && match_parts(rest, &parts[1..], depth)
         }
-        Component::AnyDepth => {
-            (0..parts.len().min(24 - depth.min(24)) + 1)
-                .any(|skip| match_parts(rest, &parts[skip..], depth + skip))
-        }
+        Component::AnyDepth => (0..parts.len().min(24 - depth.min(24)) + 1)
+            .any(|skip| match_parts(rest, &parts[skip..], depth + skip)),
     }
 }
 
@@ -355,8 +351,14 @@ mod tests {
     #[test]
     fn whole_paths_match() {
         let m = |g: &str, p: &str| parse(g).unwrap().iter().any(|x| match_path(x, p));
-        assert!(m("usr/local/cuda*/{lib64,targets/*/lib}/lib{cublas,cudnn}*.so.*", "usr/local/cuda-12.4/targets/x86_64-linux/lib/libcublasLt.so.12"));
-        assert!(!m("usr/local/cuda*/lib64/libcublas*.so.*", "usr/local/cuda-12.4/lib64/sub/libcublas.so.12"));
+        assert!(m(
+            "usr/local/cuda*/{lib64,targets/*/lib}/lib{cublas,cudnn}*.so.*",
+            "usr/local/cuda-12.4/targets/x86_64-linux/lib/libcublasLt.so.12"
+        ));
+        assert!(!m(
+            "usr/local/cuda*/lib64/libcublas*.so.*",
+            "usr/local/cuda-12.4/lib64/sub/libcublas.so.12"
+        ));
         assert!(m("opt/**/lib*.so", "opt/a/b/c/libx.so"));
         assert!(m("opt/**/lib*.so", "opt/libx.so"));
         assert!(!m("opt/**/lib*.so", "usr/libx.so"));
