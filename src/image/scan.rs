@@ -56,11 +56,15 @@ pub struct ScanStats {
     pub layers_read_again: usize,
 }
 
+/// A library's distinct images, its fatbin entry count, and whether its
+/// section names were known (see [`stream_fatbin::StreamScan`]).
+type CodeScan = Result<(Vec<Code>, u64, bool), Failure>;
+
 /// One file's result, by where its content is.
 #[derive(Clone, Debug)]
 struct FileResult {
     /// Distinct images and the number of fatbin entries, or why not.
-    code: Option<Result<(Vec<Code>, u64, bool), Failure>>,
+    code: Option<CodeScan>,
     note: Option<Result<crate::core::compat::CompatNote, String>>,
 }
 
