@@ -26,6 +26,9 @@ fn usage(msg: impl std::fmt::Display) -> i32 {
 }
 
 pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
+    if args.image.is_some() {
+        return crate::commands::image_check::main(config_flag, args);
+    }
     if args.bundle.is_none() && args.spec.is_none() && args.env.is_empty() {
         return usage("describe a container with --bundle DIR, --spec FILE or --env KEY=VALUE");
     }

@@ -93,8 +93,14 @@ pub struct CheckArgs {
     /// An OCI config.json
     #[arg(long, value_name = "FILE")]
     pub spec: Option<PathBuf>,
-    /// Container environment entry; repeatable; adds to or overrides the spec's env.
-    /// Without a spec, the container is judged as run with GPUs attached
+    /// A container image to judge, read without unpacking: an OCI image layout directory, a docker-archive tar (`docker save`) or an OCI archive tar. Judged as started with all GPUs (`--gpus all`) unless --env NVIDIA_VISIBLE_DEVICES=... (or the image) says otherwise
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["bundle", "spec"])]
+    pub image: Option<PathBuf>,
+    /// With --image: the platform to pick from a multi-platform index (default linux/amd64)
+    #[arg(long, value_name = "OS/ARCH[/VARIANT]", requires = "image")]
+    pub platform: Option<String>,
+    /// Container environment entry; repeatable; adds to or overrides the spec's (or image's) env.
+    /// Without a spec or image, the container is judged as run with GPUs attached
     #[arg(long = "env", value_name = "KEY=VALUE")]
     pub env: Vec<OsString>,
     /// Host facts JSON file (default: probe this host); repeatable: one decision per host

@@ -64,6 +64,32 @@ fn gather(args: &CheckArgs) -> Result<(Vec<Host>, Vec<NodeLabels>), String> {
 
 /// Runs the multi-host check. `cfg` is the loaded, valid config.
 pub fn main(cfg: &Config, container: &Container, stage: Stage, args: &CheckArgs) -> i32 {
+    // The image's GPU code is scanned once, whatever the number of hosts.
+    let scanned = container
+        .rootfs
+        .as_ref()
+        .filter(|_| cfg.kernel_image.severity != KernelImageSeverity::Off)
+        .map(|r| crate::scan::libraries::scan_rootfs(r, &cfg.kernel_image));
+    main_with(cfg, container, stage, args, scanned, None)
+}
+
+/// What was read of an image (`check --image`), for the fleet output: a
+/// JSON object merged into the `image` object, and a line for people.
+pub struct ImageReport {
+    pub json: serde_json::Map<String, serde_json::Value>,
+    pub line: String,
+}
+
+/// [`main`] with the libraries already scanned (`check --image` reads the
+/// image once) and what was read of the image.
+pub fn main_with(
+    cfg: &Config,
+    container: &Container,
+    stage: Stage,
+    args: &CheckArgs,
+    scanned: Option<crate::core::kernel_image::Scanned>,
+    image: Option<&ImageReport>,
+) -> i32 {
     let (hosts, node_list) = match gather(args) {
         Ok(h) => h,
         Err(e) => return usage(e),
@@ -71,12 +97,6 @@ pub fn main(cfg: &Config, container: &Container, stage: Stage, args: &CheckArgs)
     if hosts.is_empty() && !args.affinity {
         return usage("no hosts: --hosts DIR holds no *.json file and --nodes lists no node");
     }
-    // The image's GPU code is scanned once, whatever the number of hosts.
-    let scanned = container
-        .rootfs
-        .as_ref()
-        .filter(|_| cfg.kernel_image.severity != KernelImageSeverity::Off)
-        .map(|r| crate::scan::libraries::scan_rootfs(r, &cfg.kernel_image));
     let subject = Subject::new(container, cfg, stage, scanned);
     let results = subject.judge_all(&hosts);
     if args.affinity {
@@ -94,18 +114,50 @@ pub fn main(cfg: &Config, container: &Container, stage: Stage, args: &CheckArgs)
             return crate::commands::check::print_decision(d, args.json);
         }
     }
-    print_fleet(&subject, args, &hosts, &results)
+    print_fleet(&subject, args, &hosts, &results, image)
 }
 
-fn print_fleet(subject: &Subject, args: &CheckArgs, hosts: &[Host], results: &[HostResult]) -> i32 {
+fn print_fleet(
+    subject: &Subject,
+    args: &CheckArgs,
+    hosts: &[Host],
+    results: &[HostResult],
+    image: Option<&ImageReport>,
+) -> i32 {
     let counts = summary::counts(results);
     if args.json {
-        let image = ImageInfo::from_container(subject.container);
-        match serde_json::to_string_pretty(&summary::to_json(&image, results)) {
+        let mut info = ImageInfo::from_container(subject.container);
+        if let Some(d) = image
+            .and_then(|i| i.json.get("digest"))
+            .and_then(|d| d.as_str())
+        {
+            info.digest = Some(d.to_string());
+        }
+        if let Some(r) = image
+            .and_then(|i| i.json.get("reference"))
+            .and_then(|d| d.as_str())
+        {
+            info.reference = Some(r.to_string());
+        }
+        let mut v = match serde_json::to_value(summary::to_json(&info, results)) {
+            Ok(v) => v,
+            Err(e) => return usage(format!("cannot print the results: {e}")),
+        };
+        if let (Some(extra), Some(obj)) =
+            (image, v.get_mut("image").and_then(|i| i.as_object_mut()))
+        {
+            for (k, x) in &extra.json {
+                obj.entry(k.clone()).or_insert_with(|| x.clone());
+            }
+        }
+        match serde_json::to_string_pretty(&v) {
             Ok(s) => println!("{s}"),
             Err(e) => return usage(format!("cannot print the results: {e}")),
         }
     } else {
+        if let Some(i) = image {
+            println!("{}", i.line);
+        }
         let facts: Vec<Option<&Facts>> = hosts
             .iter()
             .map(|h| match &h.facts {

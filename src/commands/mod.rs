@@ -7,6 +7,7 @@ pub mod cli;
 pub mod fleet_report;
 pub mod hook;
 pub mod host;
+pub mod image_check;
 pub mod install;
 pub mod pipeline;
 pub mod runtime;

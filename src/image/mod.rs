@@ -38,6 +38,7 @@ mod digest;
 mod error;
 mod layer;
 mod readat;
+pub mod scan;
 mod source;
 mod tree;
 
@@ -535,6 +536,49 @@ impl Image {
             let mut entries = Vec::new();
             layer::stream(n, l, raw.reader, &budget, &mut |e, i| {
                 entries.push(layer::raw_entry(e, i, &what)?);
+                Ok(Flow::Continue)
+            })?;
+            tree.apply(n, &entries)?;
+        }
+        Ok(tree)
+    }
+
+    /// The header pass that also hands over, as they stream by, the regular
+    /// files whose own entry path `matcher` accepts, keyed by where their
+    /// content is ([`ContentRef`]). Speculative: a later layer may delete
+    /// or replace such a file, so the caller keeps only what the final
+    /// tree still points at, and reads the rest (hard links, files matched
+    /// only through a symlink) with [`Image::read_files`]. One
+    /// decompression of every layer instead of two for the layers holding
+    /// libraries.
+    pub fn index_with(
+        &self,
+        matcher: &dyn Fn(&str) -> bool,
+        visit: &mut dyn FnMut(ContentRef, &ImageFile, &mut dyn Read) -> io::Result<()>,
+    ) -> Result<Tree, ImageError> {
+        let budget = Budget::new(&self.limits);
+        let mut tree = Tree::default();
+        for (n, l) in self.layers.iter().enumerate() {
+            let what = format!("layer {n} ({})", l.path);
+            let raw = self.source.open(&l.path)?;
+            let mut entries = Vec::new();
+            layer::stream(n, l, raw.reader, &budget, &mut |e, i| {
+                let r = layer::raw_entry(e, i, &what)?;
+                if matches!(r.kind, tree::RawKind::File) && !r.path.is_empty() && matcher(&r.path) {
+                    let f = ImageFile {
+                        path: r.path.clone(),
+                        aliases: Vec::new(),
+                        size: r.size,
+                        mode: r.mode,
+                        layer: n,
+                    };
+                    let c = ContentRef { layer: n, entry: i };
+                    visit(c, &f, e).map_err(|source| ImageError::Corrupt {
+                        what: format!("{what}: {}", f.path),
+                        source,
+                    })?;
+                }
+                entries.push(r);
                 Ok(Flow::Continue)
             })?;
             tree.apply(n, &entries)?;

@@ -3,8 +3,10 @@
 //! a stream, so random access needs the whole file: only files up to a size
 //! bound (default [`MAX_READAT_BYTES`], 64 MiB) are held; larger ones are
 //! reported as not judged rather than buffered. Big CUDA libraries
-//! (libcublasLt, libcudnn_*: hundreds of MiB) fall over the bound; judging
-//! them needs a streaming fatbin scanner, which this module does not have.
+//! (libcublasLt, libcudnn_*: hundreds of MiB) fall over the bound; `check
+//! --image` reads libraries with the streaming scanner instead
+//! ([`crate::scan::stream_fatbin`], via [`super::scan`]), and uses this
+//! buffer only for compat libraries' notes.
 
 use crate::scan::fatbin::{self, FatbinError};
 use crate::scan::read::ReadAt;

@@ -257,7 +257,7 @@ fn walk_container<R: ReadAt + ?Sized>(
 /// Reads the entry header at `at` (container ends at `end`); returns the
 /// next entry's offset. Each entry advances by at least 64 bytes, so a
 /// hostile container cannot loop.
-fn walk_entry<R: ReadAt + ?Sized>(
+pub(crate) fn walk_entry<R: ReadAt + ?Sized>(
     r: &R,
     at: u64,
     end: u64,

@@ -242,6 +242,32 @@ pub fn match_name(pattern: &str, name: &[u8]) -> bool {
     pi == p.len()
 }
 
+/// Matches a whole normalized path (`usr/lib/x.so`, no leading `/`)
+/// against a pattern, for file lists that are not directories to walk
+/// (an image's file tree). `**` spans zero or more components, as the
+/// rootfs walker's does (which also stops at 24 levels).
+pub fn match_path(pattern: &Pattern, path: &str) -> bool {
+    let parts: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
+    match_parts(&pattern.components, &parts, 0)
+}
+
+fn match_parts(comps: &[Component], parts: &[&str], depth: usize) -> bool {
+    let Some((first, rest)) = comps.split_first() else {
+        return parts.is_empty();
+    };
+    match first {
+        Component::Literal(l) => {
+            parts.first().is_some_and(|p| p == l) && match_parts(rest, &parts[1..], depth)
+        }
+        Component::Wild(w) => {
+            parts.first().is_some_and(|p| match_name(w, p.as_bytes()))
+                && match_parts(rest, &parts[1..], depth)
+        }
+        Component::AnyDepth => (0..parts.len().min(24 - depth.min(24)) + 1)
+            .any(|skip| match_parts(rest, &parts[skip..], depth + skip)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -320,5 +346,22 @@ mod tests {
         // No exponential blow-up on adversarial names.
         let name = "a".repeat(10_000);
         assert!(!match_name("*a*a*a*a*a*a*a*a*b", name.as_bytes()));
+    }
+
+    #[test]
+    fn whole_paths_match() {
+        let m = |g: &str, p: &str| parse(g).unwrap().iter().any(|x| match_path(x, p));
+        assert!(m(
+            "usr/local/cuda*/{lib64,targets/*/lib}/lib{cublas,cudnn}*.so.*",
+            "usr/local/cuda-12.4/targets/x86_64-linux/lib/libcublasLt.so.12"
+        ));
+        assert!(!m(
+            "usr/local/cuda*/lib64/libcublas*.so.*",
+            "usr/local/cuda-12.4/lib64/sub/libcublas.so.12"
+        ));
+        assert!(m("opt/**/lib*.so", "opt/a/b/c/libx.so"));
+        assert!(m("opt/**/lib*.so", "opt/libx.so"));
+        assert!(!m("opt/**/lib*.so", "usr/libx.so"));
+        assert!(!m("usr/lib", "usr/lib/x"));
     }
 }

@@ -20,6 +20,7 @@ pub mod glob;
 pub mod libraries;
 pub mod read;
 pub mod rootfs;
+pub mod stream_fatbin;
 
 use crate::core::decision::Finding;
 use crate::core::facts::Gpu;

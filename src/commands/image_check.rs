@@ -1,0 +1,252 @@
+//! `gpu-guard check --image PATH`: judges a container image before it is
+//! scheduled (design.md, "`gpu-guard check` before scheduling"). The image
+//! is read without unpacking ([`crate::image`]); the container is built
+//! from its config and judged as `docker run --gpus all` would start it;
+//! its libraries are scanned once and judged on every host given.
+//!
+//! The container:
+//! - env: the image config's `Env`, then each `--env` (adds or overrides);
+//! - GPUs: `--gpus all`, which for the NVIDIA stack means
+//!   `NVIDIA_VISIBLE_DEVICES=all` and NVIDIA's hook in the spec. So the
+//!   variable is set to `all` when neither the image nor `--env` sets it,
+//!   except for a legacy CUDA image (`CUDA_VERSION` without
+//!   `NVIDIA_REQUIRE_CUDA`), which already means all GPUs and keeps its own
+//!   wording; an image or `--env` value (`void`, `none`, a list) is kept.
+//!   The hook path marks the GPUs as attached (an env request alone need
+//!   not be one).
+//!
+//! Exit status as `check`: 0 allowed (on every host), 1 refused, 2 bad
+//! usage or an image that cannot be read (one line on stderr, nothing
+//! written anywhere).
+
+use crate::commands::check::{print_decision, EXIT_USAGE};
+use crate::commands::cli::{CheckArgs, CheckStage};
+use crate::commands::fleet_report::{self, ImageReport};
+use crate::config;
+use crate::core::container::Container;
+use crate::core::decision::{Check, Finding};
+use crate::core::facts::{HostReport, HostSource};
+use crate::core::kernel_image::escape;
+use crate::core::policy::{Config, KernelImageSeverity};
+use crate::core::security::Stage;
+use crate::fleet::Subject;
+use crate::host::facts_file::FactsFile;
+use crate::image::scan::ImageScan;
+use crate::image::{Image, Limits, Options, Platform};
+use std::path::Path;
+
+
+fn usage(msg: impl std::fmt::Display) -> i32 {
+    eprintln!(
+        "gpu-guard check: {}",
+        crate::core::sanitize::one_line(&msg.to_string())
+    );
+    EXIT_USAGE
+}
+
+/// The container `docker run --gpus all IMAGE` with `env` (`KEY=VALUE`,
+/// applied after the image's) would be.
+pub fn container_for(image_env: &[String], env: &[(String, String)]) -> Container {
+    let mut c = Container::default();
+    for e in image_env {
+        c.env.push_entry(e);
+    }
+    for (k, v) in env {
+        c.env.set(k, v);
+    }
+    let legacy = !c.env.get("CUDA_VERSION").unwrap_or("").is_empty()
+        && c.env.get("NVIDIA_REQUIRE_CUDA").unwrap_or("").is_empty();
+    if !c.env.contains("NVIDIA_VISIBLE_DEVICES") && !legacy {
+        c.env.set("NVIDIA_VISIBLE_DEVICES", "all");
+    }
+    // Judged as `docker run --gpus all` would run it: GPUs attached.
+    c.assume_attached = true;
+    c
+}
+
+fn parse_env(args: &CheckArgs) -> Result<Vec<(String, String)>, String> {
+    args.env
+        .iter()
+        .map(|raw| {
+            let entry = raw.to_string_lossy();
+            match entry.split_once('=') {
+                Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+                _ => Err(format!(
+                    "--env wants KEY=VALUE, got `{}`",
+                    crate::core::sanitize::esc(&entry)
+                )),
+            }
+        })
+        .collect()
+}
+
+/// The `image` object of the fleet JSON and a line for people.
+fn report(img: &Image, container: &Container, scan: Option<&ImageScan>) -> ImageReport {
+    let info = img.info();
+    let mut json = serde_json::Map::new();
+    let digest = info
+        .manifest_digest
+        .clone()
+        .unwrap_or_else(|| info.config_digest.clone());
+    json.insert("path".into(), info.path.clone().into());
+    if let Some(r) = &info.reference {
+        json.insert("reference".into(), r.clone().into());
+    }
+    json.insert("digest".into(), digest.clone().into());
+    if let Ok(serde_json::Value::Object(m)) = serde_json::to_value(info) {
+        for (k, v) in m {
+            json.entry(k).or_insert(v);
+        }
+    }
+    let labels: std::collections::BTreeMap<String, String> = img.labels().into_iter().collect();
+    json.insert(
+        "labels".into(),
+        serde_json::to_value(labels).unwrap_or_default(),
+    );
+    json.insert(
+        "env_used".into(),
+        serde_json::to_value(container.env.vars()).unwrap_or_default(),
+    );
+    if let Some(s) = scan {
+        let libs: Vec<&str> = s
+            .scanned
+            .libraries
+            .iter()
+            .map(|l| l.path.as_str())
+            .collect();
+        json.insert(
+            "libraries".into(),
+            serde_json::to_value(libs).unwrap_or_default(),
+        );
+        let compat: Vec<serde_json::Value> = s
+            .compat
+            .libs
+            .iter()
+            .map(|l| serde_json::json!({ "path": l.path, "version": l.version, "note_readable": l.note.is_ok() }))
+            .collect();
+        json.insert("compat_libraries".into(), compat.into());
+        if !s.notes.is_empty() {
+            json.insert(
+                "notes".into(),
+                serde_json::to_value(&s.notes).unwrap_or_default(),
+            );
+        }
+    }
+    let line = format!(
+        "Image: {} ({}{}, {})",
+        escape(&info.path, 200),
+        info.reference
+            .as_deref()
+            .map(|r| format!("{}, ", escape(r, 200)))
+            .unwrap_or_default(),
+        digest,
+        info.platform
+    );
+    ImageReport { json, line }
+}
+
+/// The image reader's budgets. TEST ONLY (feature test-hooks):
+/// GPU_GUARD_IMAGE_MAX_BYTES and GPU_GUARD_IMAGE_MAX_SECS lower them, so
+/// the hostile-input tests run in seconds.
+fn limits() -> Limits {
+    #[allow(unused_mut)]
+    let mut l = Limits::default();
+    #[cfg(feature = "test-hooks")]
+    {
+        let num = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
+        if let Some(b) = num("GPU_GUARD_IMAGE_MAX_BYTES") {
+            l.max_uncompressed_bytes = b;
+        }
+        if let Some(s) = num("GPU_GUARD_IMAGE_MAX_SECS") {
+            l.max_time = std::time::Duration::from_secs(s);
+        }
+    }
+    l
+}
+
+pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
+    let Some(path) = &args.image else {
+        return usage("--image PATH is missing");
+    };
+    let platform = match args.platform.as_deref().map(Platform::parse).transpose() {
+        Ok(p) => p.unwrap_or_default(),
+        Err(e) => return usage(e),
+    };
+    let env = match parse_env(args) {
+        Ok(e) => e,
+        Err(e) => return usage(e),
+    };
+    if let (Some(host), false) = (args.host.first(), fleet_report::wanted(args)) {
+        if let Err(e) = crate::host::facts_file::read_facts_file(host) {
+            return usage(e);
+        }
+    }
+    let cfg = match config::load(config_flag) {
+        Ok(c) => c,
+        Err(e) => return usage(e),
+    };
+    let opts = Options {
+        platform,
+        reference: None,
+        limits: limits(),
+    };
+    let img = match Image::open(path, &opts) {
+        Ok(i) => i,
+        Err(e) => return usage(e),
+    };
+    let container = container_for(&img.env(), &env);
+    let scan = if cfg.kernel_image.severity == KernelImageSeverity::Off {
+        None
+    } else {
+        match crate::image::scan::scan(&img, &cfg.kernel_image) {
+            Ok(s) => Some(s),
+            Err(e) => return usage(e),
+        }
+    };
+    let stage = match args.stage {
+        CheckStage::Runtime => Stage::Edit,
+        CheckStage::Prestart => Stage::Verify,
+    };
+    let image = report(&img, &container, scan.as_ref());
+    if fleet_report::wanted(args) {
+        let scanned = scan.map(|s| s.scanned);
+        return fleet_report::main_with(&cfg, &container, stage, args, scanned, Some(&image));
+    }
+    let host: HostReport = match args.host.first() {
+        Some(p) => FactsFile(p.to_path_buf()).report(),
+        None => crate::host::probe(&cfg.host),
+    };
+    let notes = scan.as_ref().map(|s| s.notes.clone()).unwrap_or_default();
+    let d = decide_one(
+        &container,
+        &cfg,
+        stage,
+        scan.map(|s| s.scanned),
+        &host,
+        &notes,
+    );
+    if !args.json {
+        println!("{}", image.line);
+    }
+    print_decision(&d, args.json)
+}
+
+/// One host's decision; the scan notes become info findings.
+fn decide_one(
+    container: &Container,
+    cfg: &Config,
+    stage: Stage,
+    scanned: Option<crate::core::kernel_image::Scanned>,
+    host: &HostReport,
+    notes: &[String],
+) -> crate::core::decision::Decision {
+    let subject = Subject::new(container, cfg, stage, scanned);
+    let mut d = subject.decide(host);
+    if d.gpu_container {
+        for n in notes {
+            d.findings
+                .push(Finding::info(Check::KernelImage, n.clone()));
+        }
+    }
+    d
+}

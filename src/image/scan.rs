@@ -1,0 +1,372 @@
+//! The GPU code and the forward-compatibility libraries of an image, read
+//! from its layers without unpacking them (`gpu-guard check --image`).
+//!
+//! One pass over the layers ([`Image::index_with`]) builds the final tree
+//! and, as they stream by, scans every regular file whose entry path
+//! matches a `kernel_image.libraries` glob (or looks like a compat
+//! `libcuda.so.X.Y` under a `compat/` directory) with the streaming fatbin
+//! scanner ([`crate::scan::stream_fatbin`]: one sequential read, bounded
+//! memory, any size). Then only what the final tree still points at is
+//! kept; files the globs reach only through a symlink or a hard link, which
+//! the first pass could not know, are read in a second, targeted pass
+//! ([`Image::read_files`]: only the layers holding them, up to the last).
+//!
+//! The budgets of `[kernel_image]` apply to the final libraries as they do
+//! in a rootfs (files, bytes, fatbin entries, in path order); its time
+//! budget, sized for a container start, does not: reading an image is
+//! bounded by the image reader's own [`super::Limits`].
+
+use super::{ContentRef, Image, ImageError, ImageFile, Kind, ReadAtBuf, Tree, MAX_READAT_BYTES};
+use crate::core::kernel_image::{Image as Code, Library, Outcome, Scanned};
+use crate::core::policy::KernelImageConfig;
+use crate::scan::compat_lib::{self, CompatLib, CompatScan, COMPAT_DIR, MAX_LIBS};
+use crate::scan::fatbin::{self, Budget, FatbinError};
+use crate::scan::glob::{self, Pattern};
+use crate::scan::stream_fatbin;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::{self, Read};
+
+/// The most unscanned libraries named when a budget stops the scan.
+const MAX_NOT_SCANNED_LISTED: usize = 64;
+
+/// What reading the image's libraries gave.
+#[derive(Clone, Debug, Default)]
+pub struct ImageScan {
+    /// The kernel-image input, as [`crate::scan::libraries::scan_rootfs`]
+    /// builds it from a rootfs.
+    pub scanned: Scanned,
+    /// The compat libraries of `usr/local/cuda/compat` (resolved in the
+    /// image), as [`compat_lib::scan_root`] finds them in a rootfs.
+    pub compat: CompatScan,
+    /// Things worth saying about how the libraries were read (one line
+    /// each, no image bytes other than escaped paths).
+    pub notes: Vec<String>,
+    pub stats: ScanStats,
+}
+
+/// What the scan cost, for tests and the benchmark.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ScanStats {
+    /// Files scanned while the layers streamed (kept or not).
+    pub first_pass_files: usize,
+    /// Of those, files a later layer deleted or replaced.
+    pub discarded: usize,
+    /// Files read in the second pass, and the layers it streamed again.
+    pub second_pass_files: usize,
+    pub layers_read_again: usize,
+}
+
+/// A library's distinct images, its fatbin entry count, and whether its
+/// section names were known (see [`stream_fatbin::StreamScan`]).
+type CodeScan = Result<(Vec<Code>, u64, bool), Failure>;
+
+/// One file's result, by where its content is.
+#[derive(Clone, Debug)]
+struct FileResult {
+    /// Distinct images and the number of fatbin entries, or why not.
+    code: Option<CodeScan>,
+    note: Option<Result<crate::core::compat::CompatNote, String>>,
+}
+
+#[derive(Clone, Debug)]
+enum Failure {
+    /// The per-library entry budget ran out.
+    Budget,
+    Unreadable(String),
+}
+
+/// Remembers the error of the underlying stream, so a broken layer is an
+/// image error rather than one unreadable library.
+struct Tracking<'a> {
+    inner: &'a mut dyn Read,
+    failed: Option<(io::ErrorKind, String)>,
+}
+
+impl Read for Tracking<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.inner.read(buf).inspect_err(|e| {
+            self.failed = Some((e.kind(), e.to_string()));
+        })
+    }
+}
+
+fn is_compat_name(name: &str) -> bool {
+    name.strip_prefix("libcuda.so.")
+        .is_some_and(|rest| !rest.is_empty() && rest.contains('.'))
+}
+
+/// Could this path be a compat library once symlinks are resolved?
+fn maybe_compat(path: &str) -> bool {
+    match path.rsplit_once('/') {
+        Some((dir, name)) => (dir == "compat" || dir.ends_with("/compat")) && is_compat_name(name),
+        None => false,
+    }
+}
+
+/// Reads one file for what `want_code` / `want_note` ask.
+fn read_file(
+    f: &ImageFile,
+    r: &mut dyn Read,
+    want_code: bool,
+    want_note: bool,
+    max_entries: u64,
+) -> io::Result<FileResult> {
+    let mut t = Tracking {
+        inner: r,
+        failed: None,
+    };
+    let mut budget = Budget {
+        entries_left: max_entries,
+        deadline: None,
+    };
+    let mut out = FileResult {
+        code: None,
+        note: None,
+    };
+    let code_of = |r: Result<(Vec<fatbin::Entry>, bool), FatbinError>| match r {
+        Ok((entries, known)) => {
+            let n = entries.len() as u64;
+            let set: BTreeSet<Code> = entries
+                .into_iter()
+                .map(|e| Code {
+                    kind: e.kind,
+                    arch: e.arch,
+                    ptx_isa: e.ptx_isa,
+                })
+                .collect();
+            Ok((set.into_iter().collect(), n, known))
+        }
+        Err(e) if e.is_budget() => Err(Failure::Budget),
+        Err(e) => Err(Failure::Unreadable(e.to_string())),
+    };
+    if want_note {
+        // The note reader needs positioned reads: the file in memory, up
+        // to the bound (compat libcuda is 30-70 MiB).
+        match ReadAtBuf::read(&mut t, f.size, MAX_READAT_BYTES)? {
+            Some(buf) => {
+                out.note = Some(compat_lib::read_note(&buf));
+                if want_code {
+                    let mut v = Vec::new();
+                    let r = fatbin::scan_image(&buf, &mut budget, &mut |e| v.push(e));
+                    out.code = Some(code_of(r.map(|()| (v, true))));
+                }
+            }
+            None => {
+                let msg = format!(
+                    "the file is over {MAX_READAT_BYTES} bytes, too large to read from an image"
+                );
+                out.note = Some(Err(msg.clone()));
+                if want_code {
+                    out.code = Some(Err(Failure::Unreadable(msg)));
+                }
+            }
+        }
+    } else if want_code {
+        let r = stream_fatbin::scan_stream(&mut t, f.size, &mut budget);
+        out.code = Some(code_of(r.map(|s| (s.entries, s.sections_known))));
+    }
+    if let Some((kind, msg)) = t.failed {
+        return Err(io::Error::new(kind, msg));
+    }
+    Ok(out)
+}
+
+/// Where a final path's bytes are: its own content, or a symlink's target's.
+fn content_of(tree: &Tree, p: &str) -> Option<(String, ContentRef, u64)> {
+    let node = tree.get(p)?;
+    let (real, node) = match &node.kind {
+        Kind::File => (p.to_string(), node),
+        Kind::Symlink(_) => {
+            let r = tree.resolve(p).ok()?;
+            match tree.get(&r) {
+                Some(n) if n.kind == Kind::File => (r, n),
+                _ => return None,
+            }
+        }
+        _ => return None,
+    };
+    Some((real, node.content?, node.size))
+}
+
+/// Reads the configured libraries and the compat libraries of `img`.
+pub fn scan(img: &Image, cfg: &KernelImageConfig) -> Result<ImageScan, ImageError> {
+    let patterns: Vec<Pattern> = crate::scan::libraries::patterns(cfg);
+    let is_lib = |p: &str| patterns.iter().any(|g| glob::match_path(g, p));
+    let mut results: HashMap<ContentRef, FileResult> = HashMap::new();
+    let mut out = ImageScan::default();
+    let max_entries = cfg.max_entries;
+    let tree = img.index_with(&|p| is_lib(p) || maybe_compat(p), &mut |c, f, r| {
+        let res = read_file(f, r, is_lib(&f.path), maybe_compat(&f.path), max_entries)?;
+        out.stats.first_pass_files += 1;
+        results.insert(c, res);
+        Ok(())
+    })?;
+
+    // The final libraries, in path order, one per distinct content.
+    let mut libs: Vec<(String, ContentRef, u64)> = Vec::new();
+    let mut seen = BTreeSet::new();
+    for (p, _) in tree.iter() {
+        if !is_lib(p) {
+            continue;
+        }
+        if let Some((_, c, size)) = content_of(&tree, p) {
+            if seen.insert(c) {
+                libs.push((p.to_string(), c, size));
+            }
+        }
+    }
+    // The compat directory as the hook finds it: resolved, regular files
+    // named libcuda.so.X.Y directly in it.
+    let mut compat: Vec<(String, String, ContentRef, u64)> = Vec::new();
+    if let Ok(dir) = tree.resolve(COMPAT_DIR) {
+        if tree.get(&dir).is_some_and(|n| n.kind == Kind::Dir) {
+            let prefix = format!("{dir}/");
+            for (p, n) in tree.iter() {
+                let Some(name) = p.strip_prefix(&prefix) else {
+                    continue;
+                };
+                if name.contains('/') || !is_compat_name(name) || n.kind != Kind::File {
+                    continue;
+                }
+                if compat.len() >= MAX_LIBS {
+                    out.compat.truncated = true;
+                    break;
+                }
+                if let Some(c) = n.content {
+                    let version = name["libcuda.so.".len()..].to_string();
+                    compat.push((p.to_string(), version, c, n.size));
+                }
+            }
+        }
+    }
+
+    // What the first pass could not know: read it now.
+    let kept: BTreeSet<ContentRef> = libs
+        .iter()
+        .map(|l| l.1)
+        .chain(compat.iter().map(|c| c.2))
+        .collect();
+    out.stats.discarded = results.keys().filter(|c| !kept.contains(c)).count();
+    let compat_refs: BTreeSet<ContentRef> = compat.iter().map(|c| c.2).collect();
+    let lib_refs: BTreeSet<ContentRef> = libs.iter().map(|l| l.1).collect();
+    let missing = |c: &ContentRef, results: &HashMap<ContentRef, FileResult>| {
+        let r = results.get(c);
+        (lib_refs.contains(c) && !matches!(r, Some(x) if x.code.is_some()))
+            || (compat_refs.contains(c) && !matches!(r, Some(x) if x.note.is_some()))
+    };
+    let todo: BTreeSet<String> = libs
+        .iter()
+        .map(|l| (l.0.as_str(), l.1))
+        .chain(compat.iter().map(|c| (c.0.as_str(), c.2)))
+        .filter(|(_, c)| missing(c, &results))
+        .filter_map(|(p, _)| content_of(&tree, p).map(|x| x.0))
+        .collect();
+    if !todo.is_empty() {
+        let mut by_content: BTreeMap<String, ContentRef> = BTreeMap::new();
+        for p in &todo {
+            if let Some((_, c, _)) = content_of(&tree, p) {
+                by_content.insert(p.clone(), c);
+            }
+        }
+        let mut fresh: Vec<(ContentRef, FileResult)> = Vec::new();
+        let stats = img.read_files(&tree, &|p| todo.contains(p), &mut |f, r| {
+            let Some(c) = by_content.get(&f.path).copied() else {
+                return Ok(());
+            };
+            let res = read_file(
+                f,
+                r,
+                lib_refs.contains(&c),
+                compat_refs.contains(&c),
+                max_entries,
+            )?;
+            fresh.push((c, res));
+            Ok(())
+        })?;
+        out.stats.second_pass_files = stats.files;
+        out.stats.layers_read_again = stats.layers_read;
+        results.extend(fresh);
+    }
+
+    // Budgets over the final libraries, as the rootfs scan counts them.
+    let (mut files, mut bytes, mut entries) = (0u64, 0u64, 0u64);
+    let mut unknown_sections = Vec::new();
+    let mut rest = libs.into_iter();
+    for (path, c, size) in rest.by_ref() {
+        files += 1;
+        bytes = bytes.saturating_add(size);
+        let stop = if files > cfg.max_files {
+            Some(format!("more than {} libraries matched", cfg.max_files))
+        } else if bytes > cfg.max_bytes {
+            Some(format!(
+                "the matched libraries exceed {} bytes",
+                cfg.max_bytes
+            ))
+        } else {
+            None
+        };
+        let code = results.get(&c).and_then(|r| r.code.clone());
+        let outcome: Outcome = match (stop, code) {
+            (Some(reason), _) => {
+                out.scanned.incomplete = Some(reason);
+                out.scanned.not_scanned.push(path);
+                break;
+            }
+            (None, Some(Ok((images, n, known)))) => {
+                entries = entries.saturating_add(n);
+                if entries > cfg.max_entries {
+                    out.scanned.incomplete = Some(format!(
+                        "entry budget of {} fatbin entries used up",
+                        cfg.max_entries
+                    ));
+                    out.scanned.not_scanned.push(path);
+                    break;
+                }
+                if !known {
+                    unknown_sections.push(path.clone());
+                }
+                Ok(images)
+            }
+            (None, Some(Err(Failure::Budget))) => {
+                out.scanned.incomplete = Some(format!(
+                    "entry budget of {} fatbin entries used up",
+                    cfg.max_entries
+                ));
+                out.scanned.not_scanned.push(path);
+                break;
+            }
+            (None, Some(Err(Failure::Unreadable(e)))) => Err(e),
+            (None, None) => Err("the file could not be read from the image".to_string()),
+        };
+        out.scanned.libraries.push(Library { path, outcome });
+    }
+    if out.scanned.incomplete.is_some() {
+        out.scanned
+            .not_scanned
+            .extend(rest.take(MAX_NOT_SCANNED_LISTED).map(|l| l.0));
+    }
+    if !unknown_sections.is_empty() {
+        let shown: Vec<String> = unknown_sections
+            .iter()
+            .take(4)
+            .map(|p| crate::core::kernel_image::escape(p, 200))
+            .collect();
+        out.notes.push(format!(
+            "the section names of {} could not be kept while streaming; every fat binary \
+             container in the file was counted, in a fatbin section or not",
+            shown.join(", ")
+        ));
+    }
+    for (path, version, c, _) in compat {
+        let note = results
+            .get(&c)
+            .and_then(|r| r.note.clone())
+            .unwrap_or_else(|| Err("the file could not be read from the image".to_string()));
+        out.compat.libs.push(CompatLib {
+            path,
+            version,
+            note,
+        });
+    }
+    Ok(out)
+}
