@@ -103,8 +103,12 @@ cat > "$bundle/config.json" <<EOF
 { "ociVersion": "1.0.2", "root": { "path": "rootfs" },
   "process": { "args": ["python3"], "cwd": "/", "env": ["NVIDIA_VISIBLE_DEVICES=all", "PATH=/usr/bin"] } }
 EOF
-printf '[kernel_image]\nseverity = "warn"\ncache_dir = "%s"\n' "$tmp/cache" > "$tmp/on.toml"
-printf '[kernel_image]\nseverity = "off"\n' > "$tmp/off.toml"
+# The bundle asks for GPUs by env only; nothing attaches them here, so the
+# default detection (env_requests = "when-attached") would not call it a GPU
+# container and check --bundle would never scan. Judge it as NVIDIA's runtime
+# would.
+printf '[detect]\nenv_requests = "always"\n\n[kernel_image]\nseverity = "warn"\ncache_dir = "%s"\n' "$tmp/cache" > "$tmp/on.toml"
+printf '[detect]\nenv_requests = "always"\n\n[kernel_image]\nseverity = "off"\n' > "$tmp/off.toml"
 host="$here/tests/data/hosts/h100x8.json"
 
 measure() { # measure NAME CMD... (with {cfg} replaced by on/off config)

@@ -324,12 +324,20 @@ fn budgets_stop_the_scan_with_a_warning() {
         "{}",
         messages(&f)
     );
-    // Entries: each file has 8.
+    // Entries: each file has 8. The budget is shared fairly (an equal share
+    // of what is left to each library still to parse), so 12 entries for
+    // five libraries judge none of them, and all five are named; 40 judge
+    // all.
     let mut c = cfg(&["usr/lib/lib*.so"]);
     c.max_entries = 12;
     let s = scan(&root, Resolver::Openat2, &c);
-    assert_eq!(s.libraries.len(), 1);
+    assert_eq!(s.libraries.len(), 0, "{s:?}");
+    assert_eq!(s.not_scanned.len(), 5);
     assert!(s.incomplete.as_deref().unwrap().contains("entry budget"));
+    c.max_entries = 40;
+    let s = scan(&root, Resolver::Openat2, &c);
+    assert_eq!(s.libraries.len(), 5, "{s:?}");
+    assert!(s.incomplete.is_none(), "{s:?}");
     // Bytes.
     let mut c = cfg(&["usr/lib/lib*.so"]);
     c.max_bytes = 1;

@@ -8,7 +8,7 @@ use crate::core::arch::{
 };
 use crate::core::decision::{Check, Finding, Severity};
 use crate::core::facts::Gpu;
-use crate::core::policy::KernelImageSeverity;
+use crate::core::policy::{KernelImageSeverity, OnIncomplete};
 use crate::core::version::Version;
 use serde::{Deserialize, Serialize};
 
@@ -16,6 +16,9 @@ use serde::{Deserialize, Serialize};
 const MAX_QUOTE: usize = 200;
 /// The most architectures named in one message.
 const MAX_ARCHS_SHOWN: usize = 16;
+/// The most unjudged libraries named in the message of an incomplete scan
+/// (the finding's details name up to [`MAX_ARCHS_SHOWN`]).
+const MAX_UNJUDGED_NAMED: usize = 8;
 
 /// One distinct image kind of a library, what the judgement needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -43,8 +46,18 @@ pub struct Scanned {
     pub libraries: Vec<Library>,
     /// Why the scan stopped early (a budget), if it did.
     pub incomplete: Option<String>,
-    /// Libraries matched but not scanned because the scan stopped.
+    /// Libraries matched but not judged because a budget ran out, in scan
+    /// order (bounded: see `not_scanned_total`).
     pub not_scanned: Vec<String>,
+    /// How many matched libraries were not judged in all (0: as many as
+    /// `not_scanned` lists).
+    pub not_scanned_total: usize,
+    /// Bytes the scan read from the libraries (headers; what `max_bytes`
+    /// counts), retried attempts included.
+    pub bytes_read: u64,
+    /// `kernel_image.on_incomplete` of the config the scan ran under, so
+    /// whoever judges this scan applies the same policy to what it left.
+    pub on_incomplete: OnIncomplete,
     /// The rootfs could not be opened at all.
     pub rootfs_error: Option<String>,
 }
@@ -297,7 +310,7 @@ pub fn assess(
         out.extend(library_findings(lib, &judging));
     }
     if let Some(reason) = &scanned.incomplete {
-        out.push(incomplete_finding(reason, &scanned.not_scanned));
+        out.push(incomplete_finding(reason, scanned, severity));
     }
     out
 }
@@ -454,23 +467,51 @@ fn no_image_finding(
     .with_fix(fix_for_no_image(&lib.path, *cc, blocked))
 }
 
-/// The warning when the scan stopped on a budget, listing (bounded) the
-/// libraries left unchecked. Separate because it is about the scan, not
-/// about any library or GPU.
-fn incomplete_finding(reason: &str, not_scanned: &[String]) -> Finding {
-    let mut f = Finding::warning(
+/// The finding when the scan stopped on a budget, naming (bounded) the
+/// libraries left unjudged. Separate because it is about the scan, not
+/// about any library or GPU. A warning, unless `on_incomplete = "refuse"`
+/// under `severity = "enforce"`: then an error, as a library without code
+/// for a visible GPU is, since an unjudged library may be one.
+fn incomplete_finding(reason: &str, scanned: &Scanned, severity: KernelImageSeverity) -> Finding {
+    let listed = &scanned.not_scanned;
+    let total = scanned.not_scanned_total.max(listed.len());
+    let mut names: Vec<String> = listed
+        .iter()
+        .take(MAX_UNJUDGED_NAMED)
+        .map(|p| escape(p, MAX_QUOTE))
+        .collect();
+    let unnamed = total - names.len();
+    if unnamed > 0 {
+        names.push(format!("{unnamed} more"));
+    }
+    let which = match names.len() {
+        0 => String::new(),
+        _ => format!(": {}", names.join(", ")),
+    };
+    let refuse =
+        scanned.on_incomplete == OnIncomplete::Refuse && severity == KernelImageSeverity::Enforce;
+    let (level, fix) = if refuse {
+        (
+            Severity::Error,
+            "kernel_image.on_incomplete = \"refuse\" refuses a container whose libraries were not all judged: raise kernel_image budgets (max_files, max_bytes, max_file_bytes, max_entries, time_budget_ms) or narrow kernel_image.libraries; what was judged is cached, so the next start continues with the rest",
+        )
+    } else {
+        (
+            Severity::Warning,
+            "raise kernel_image budgets (max_files, max_bytes, max_file_bytes, max_entries, time_budget_ms) or narrow kernel_image.libraries; what was judged is cached, so the next start continues with the rest (kernel_image.on_incomplete = \"refuse\" refuses instead under enforce)",
+        )
+    };
+    let mut f = Finding::new(
         Check::KernelImage,
+        level,
         format!(
-            "the GPU code check stopped early ({}); {} matched librar{} not checked",
+            "the GPU code check stopped early ({}); {total} matched librar{} not checked{which}",
             escape(reason, MAX_QUOTE),
-            not_scanned.len(),
-            if not_scanned.len() == 1 { "y" } else { "ies" }
+            if total == 1 { "y" } else { "ies" }
         ),
     )
-    .with_fix(
-        "raise kernel_image budgets (max_files, max_bytes, max_entries, time_budget_ms) or narrow kernel_image.libraries; results are cached, so the next start goes further",
-    );
-    f.details = not_scanned
+    .with_fix(fix);
+    f.details = listed
         .iter()
         .take(MAX_ARCHS_SHOWN)
         .map(|p| escape(p, MAX_QUOTE))
@@ -719,6 +760,27 @@ mod tests {
         assert_eq!(f[0].severity, Severity::Warning);
         assert!(f[0].message.contains("2 matched libraries not checked"));
         assert_eq!(f[0].details, ["usr/lib/a.so", "usr/lib/b.so"]);
+        assert!(
+            f[0].message
+                .ends_with("not checked: usr/lib/a.so, usr/lib/b.so"),
+            "{}",
+            f[0].message
+        );
+        // on_incomplete = "refuse": an error under enforce, a warning under warn.
+        let mut r = s.clone();
+        r.on_incomplete = OnIncomplete::Refuse;
+        r.not_scanned_total = 12;
+        let f = assess(&r, &gpus, None, KernelImageSeverity::Enforce);
+        assert_eq!(f[0].severity, Severity::Error);
+        assert!(
+            f[0].message
+                .contains("12 matched libraries not checked: usr/lib/a.so, usr/lib/b.so, 10 more"),
+            "{}",
+            f[0].message
+        );
+        assert!(f[0].fix.as_deref().unwrap().contains("refuse"));
+        let f = assess(&r, &gpus, None, KernelImageSeverity::Warn);
+        assert_eq!(f[0].severity, Severity::Warning);
         let s = Scanned {
             rootfs_error: Some("cannot open the container rootfs /x: No such file".into()),
             ..Default::default()

@@ -46,6 +46,20 @@ pub enum KernelImageSeverity {
     Enforce,
 }
 
+/// What an unfinished `kernel_image` scan (a budget ran out before every
+/// matched library was judged) does under `severity = "enforce"`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnIncomplete {
+    /// A warning naming the libraries not judged; the container starts.
+    #[default]
+    Warn,
+    /// An error naming them: the container is refused, as for a library
+    /// without code for a visible GPU. Under `severity = "warn"` still a
+    /// warning.
+    Refuse,
+}
+
 /// When an env request for GPUs (`NVIDIA_VISIBLE_DEVICES`, a legacy
 /// `CUDA_VERSION`, device-list volume mounts) makes a GPU container.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -173,13 +187,18 @@ pub struct KernelImageConfig {
     pub libraries: Vec<String>,
     /// Empty: no cache.
     pub cache_dir: String,
-    /// Distinct library files examined per container.
+    /// Distinct library files parsed per container (cache hits are free).
     pub max_files: u64,
-    /// Total size of the library files examined per container.
+    /// Bytes read from the libraries (ELF and fatbin headers) per
+    /// container, not their sizes: a sparse 1 TiB file costs what is read.
     pub max_bytes: u64,
+    /// Bytes read from any one library: past this it is not judged.
+    pub max_file_bytes: u64,
     /// Fatbin entry headers read per container.
     pub max_entries: u64,
     pub time_budget_ms: u64,
+    /// What a scan that could not judge every matched library does.
+    pub on_incomplete: OnIncomplete,
 }
 
 /// Where Python packages live in images: distro Python (dist-packages on
@@ -348,9 +367,11 @@ impl Default for KernelImageConfig {
             libraries: default_kernel_image_libraries(),
             cache_dir: "/run/gpu-guard/scan".into(),
             max_files: 64,
-            max_bytes: 16 << 30,
+            max_bytes: 256 << 20,
+            max_file_bytes: 64 << 20,
             max_entries: 1_000_000,
             time_budget_ms: 2000,
+            on_incomplete: OnIncomplete::Warn,
         }
     }
 }

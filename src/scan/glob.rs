@@ -39,6 +39,27 @@ pub struct Pattern {
     pub components: Vec<Component>,
 }
 
+impl Pattern {
+    /// How loosely the pattern names files, lower first: `**` anywhere,
+    /// then a wildcard in the file name, then the number of wildcard
+    /// directories. Of one config glob's `{a,b}` expansions, the paths that
+    /// name a library outright are scanned before those a wildcard finds.
+    pub fn looseness(&self) -> (usize, bool, usize) {
+        let any = self
+            .components
+            .iter()
+            .filter(|c| matches!(c, Component::AnyDepth))
+            .count();
+        let wild_name = !matches!(self.components.last(), Some(Component::Literal(_)));
+        let wild = self
+            .components
+            .iter()
+            .filter(|c| matches!(c, Component::Wild(_)))
+            .count();
+        (any, wild_name, wild)
+    }
+}
+
 /// A glob as error messages quote it: one line, control characters escaped.
 fn shown(s: &str) -> String {
     s.escape_debug().to_string()
@@ -295,6 +316,15 @@ mod tests {
         }
         let bomb = "{a,b}".repeat(11);
         assert!(matches!(expand_braces(&bomb), Err(GlobError::TooMany(_))));
+    }
+
+    #[test]
+    fn looseness_orders_literal_names_first() {
+        let l = |g: &str| compile(g).unwrap().looseness();
+        assert!(l("usr/lib/libcublasLt.so.13") < l("usr/lib/libcublas*.so.*"));
+        assert!(l("usr/*/lib/libx.so") < l("usr/lib/lib*.so"));
+        assert!(l("usr/lib/lib*.so") < l("usr/*/lib/lib*.so"));
+        assert!(l("usr/*/*/lib/lib*.so") < l("**/libx.so"));
     }
 
     #[test]

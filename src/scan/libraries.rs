@@ -1,15 +1,45 @@
 //! Finds the configured libraries inside a container's rootfs and scans
 //! them within the container's budgets, through the cache.
+//!
+//! How the budgets are spent (issue 10 C2: one hostile file must not decide
+//! whether the libraries that matter are judged):
+//!
+//! - Order: candidates are taken in the order of the config's globs; of one
+//!   glob's `{a,b}` expansions, literal file names before wildcard matches
+//!   ([`Pattern::looseness`]); then in directory (name) order.
+//! - What counts: `max_bytes` and `max_file_bytes` count the bytes the
+//!   positioned reads return (ELF and fatbin headers), never file sizes, so
+//!   a sparse 1 TiB file costs the few bytes read of it. `max_files` counts
+//!   the files parsed: results from the cache are free, so a start after an
+//!   unfinished one goes on with the rest.
+//! - Fair shares: the libraries to parse are tried in rounds. In a round,
+//!   each gets an equal share of what is left of each budget (bytes read,
+//!   capped at `max_file_bytes`; entry headers; wall-clock time): left over
+//!   / libraries still to try in the round, so what one leaves unused goes
+//!   to the next. One that needs more than its share is stopped (nothing of
+//!   it is kept) and retried in the next round with what the finished ones
+//!   left. So with n libraries, each is judged if it needs at most 1/n of
+//!   every budget, whatever the others hold; a library that needs more than
+//!   `max_file_bytes` is not judged at all. The price: a retried library
+//!   reads its headers twice (the second time from the page cache), and a
+//!   budget too small for everything may judge fewer libraries than one
+//!   scanning in order would. Rounds end when all are judged, the time is
+//!   up, or a round judges nothing (the shares only shrink from there).
+//! - What is left: every library not judged is named in `Scanned`
+//!   (bounded), with the budgets that ran out; `kernel_image.on_incomplete`
+//!   says whether that refuses the container under enforce.
 
 use super::cache::Cache;
 use super::fatbin::{self, Budget, FatbinError};
 use super::glob::{self, Component, Pattern};
-use super::read::SizedFile;
+use super::read::{ReadAt, SizedFile};
 use super::rootfs::{self, DirEntry, EntriesTap, Found, Root, RootfsError};
 use crate::core::kernel_image::{Image, Library, Outcome, Scanned};
 use crate::core::policy::KernelImageConfig;
 use nix::errno::Errno;
+use std::cell::Cell;
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::io;
 use std::path::Path;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -22,11 +52,16 @@ const MAX_ANY_DEPTH: usize = 24;
 /// The most unscanned libraries named when a budget stops the scan.
 const MAX_NOT_SCANNED_LISTED: usize = 64;
 
+/// Where a candidate comes in the scan order: the index of the config glob
+/// that matched it, then how loosely that glob's expansion names it.
+type Rank = (usize, (usize, bool, usize));
+
 /// Budgets for one container, from the config.
 #[derive(Clone, Debug)]
 pub struct Limits {
     pub max_files: u64,
     pub max_bytes: u64,
+    pub max_file_bytes: u64,
     pub max_entries: u64,
     pub deadline: Instant,
     pub time_budget_ms: u64,
@@ -37,6 +72,7 @@ impl Limits {
         Limits {
             max_files: cfg.max_files,
             max_bytes: cfg.max_bytes,
+            max_file_bytes: cfg.max_file_bytes,
             max_entries: cfg.max_entries,
             deadline: Instant::now() + Duration::from_millis(cfg.time_budget_ms),
             time_budget_ms: cfg.time_budget_ms,
@@ -73,8 +109,13 @@ struct Walker<'a> {
     tap: EntriesTap<'a>,
     listings: HashMap<String, Option<Rc<Vec<DirEntry>>>>,
     dirs_listed: usize,
-    out: Vec<String>,
-    seen: HashSet<String>,
+    /// Matched paths with the rank of the most specific pattern that
+    /// matched them.
+    out: Vec<(String, Rank)>,
+    /// Index in `out` of each path.
+    seen: HashMap<String, usize>,
+    /// The rank of the pattern being walked.
+    rank: Rank,
     stopped: Option<String>,
     unlisted: Vec<Library>,
 }
@@ -129,8 +170,15 @@ impl Walker<'_> {
             return;
         }
         let Some((first, rest)) = comps.split_first() else {
-            if !dir.is_empty() && self.seen.insert(dir.clone()) {
-                self.out.push(dir);
+            if dir.is_empty() {
+                return;
+            }
+            match self.seen.get(&dir) {
+                Some(&i) => self.out[i].1 = self.out[i].1.min(self.rank),
+                None => {
+                    self.seen.insert(dir.clone(), self.out.len());
+                    self.out.push((dir, self.rank));
+                }
             }
             return;
         };
@@ -178,7 +226,8 @@ impl Walker<'_> {
 /// What the globs matched inside the root.
 #[derive(Debug, Default)]
 pub struct Expansion {
-    /// Paths the patterns match (not yet opened), in pattern order.
+    /// Paths the patterns match (not yet opened), in scan order: by config
+    /// glob, literal names before wildcard matches, then as found.
     pub paths: Vec<String>,
     /// Why the search stopped early, if it did.
     pub stopped: Option<String>,
@@ -186,9 +235,15 @@ pub struct Expansion {
     pub unlisted: Vec<Library>,
 }
 
-/// Expands `patterns` inside the root; `tap` sees every directory listing
-/// ([`rootfs::no_tap`] outside tests).
-pub fn expand(root: &Root, patterns: &[Pattern], limits: &Limits, tap: EntriesTap) -> Expansion {
+/// Expands `patterns` (each with the index of its config glob) inside the
+/// root; `tap` sees every directory listing ([`rootfs::no_tap`] outside
+/// tests).
+pub fn expand(
+    root: &Root,
+    patterns: &[(usize, Pattern)],
+    limits: &Limits,
+    tap: EntriesTap,
+) -> Expansion {
     let mut w = Walker {
         root,
         limits,
@@ -196,27 +251,32 @@ pub fn expand(root: &Root, patterns: &[Pattern], limits: &Limits, tap: EntriesTa
         listings: HashMap::new(),
         dirs_listed: 0,
         out: Vec::new(),
-        seen: HashSet::new(),
+        seen: HashMap::new(),
+        rank: (0, (0, false, 0)),
         stopped: None,
         unlisted: Vec::new(),
     };
-    for p in patterns {
+    for (glob, p) in patterns {
+        w.rank = (*glob, p.looseness());
         w.walk(&p.components, String::new(), 0);
     }
+    let mut out = w.out;
+    out.sort_by_key(|(_, rank)| *rank); // stable: found order within a rank
     Expansion {
-        paths: w.out,
+        paths: out.into_iter().map(|(p, _)| p).collect(),
         stopped: w.stopped,
         unlisted: w.unlisted,
     }
 }
 
-/// Parses every configured glob; a bad one is skipped (config validation
-/// reports it before we get here).
-pub fn patterns(cfg: &KernelImageConfig) -> Vec<Pattern> {
+/// Parses every configured glob, each pattern with the index of its glob;
+/// a bad one is skipped (config validation reports it before we get here).
+pub fn patterns(cfg: &KernelImageConfig) -> Vec<(usize, Pattern)> {
     cfg.libraries
         .iter()
-        .filter_map(|g| glob::parse(g).ok())
-        .flatten()
+        .enumerate()
+        .filter_map(|(i, g)| glob::parse(g).ok().map(|ps| (i, ps)))
+        .flat_map(|(i, ps)| ps.into_iter().map(move |p| (i, p)))
         .collect()
 }
 
@@ -232,10 +292,79 @@ fn cacheable(e: &FatbinError) -> bool {
     }
 }
 
+/// The budget that stopped one attempt at a library.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Hit {
+    Bytes,
+    Entries,
+    Time,
+}
+
+/// The read allowance of one attempt at a library: bytes the reads may
+/// return, and a deadline. Records what was read and what stopped it.
+struct Meter {
+    allowance: u64,
+    deadline: Option<Instant>,
+    read: Cell<u64>,
+    hit: Cell<Option<Hit>>,
+}
+
+impl Meter {
+    fn new(allowance: u64, deadline: Option<Instant>) -> Meter {
+        Meter {
+            allowance,
+            deadline,
+            read: Cell::new(0),
+            hit: Cell::new(None),
+        }
+    }
+}
+
+/// A reader that counts what it returns against a [`Meter`] and fails a
+/// read that would go past the allowance or the deadline. The parsers see
+/// an I/O error; the caller asks the meter whether it was the budget.
+struct Metered<'a, R: ?Sized> {
+    inner: &'a R,
+    meter: &'a Meter,
+}
+
+impl<R: ReadAt + ?Sized> ReadAt for Metered<'_, R> {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let m = self.meter;
+        if m.read.get().saturating_add(buf.len() as u64) > m.allowance {
+            m.hit.set(Some(Hit::Bytes));
+            return Err(io::Error::other("read budget used up"));
+        }
+        if m.deadline.is_some_and(|d| Instant::now() >= d) {
+            m.hit.set(Some(Hit::Time));
+            return Err(io::Error::other("time budget used up"));
+        }
+        let n = self.inner.read_at(buf, offset)?;
+        m.read.set(m.read.get() + n as u64);
+        Ok(n)
+    }
+
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+}
+
 /// Scans one opened library into its distinct images.
 pub fn scan_found(found: &Found, budget: &mut Budget) -> Result<Vec<Image>, ScanFailure> {
+    scan_metered(found, budget, &Meter::new(u64::MAX, None))
+}
+
+fn scan_metered(
+    found: &Found,
+    budget: &mut Budget,
+    meter: &Meter,
+) -> Result<Vec<Image>, ScanFailure> {
     let file = rootfs::open_regular(found).map_err(ScanFailure::Open)?;
-    let reader = SizedFile::new(file, found.stat.size);
+    let file = SizedFile::new(file, found.stat.size);
+    let reader = Metered {
+        inner: &file,
+        meter,
+    };
     let mut set = BTreeSet::new();
     fatbin::scan_image(&reader, budget, &mut |e| {
         set.insert(Image {
@@ -265,6 +394,7 @@ pub fn scan_rootfs(rootfs: &Path, cfg: &KernelImageConfig) -> Scanned {
         Err(e) => {
             return Scanned {
                 rootfs_error: Some(e.to_string()),
+                on_incomplete: cfg.on_incomplete,
                 ..Default::default()
             }
         }
@@ -282,6 +412,15 @@ pub fn scan_root(
     scan_root_tapped(root, cfg, limits, cache, &rootfs::no_tap)
 }
 
+/// What became of one candidate library.
+enum Slot {
+    Done(Outcome),
+    /// To parse: not cached.
+    Pending(Box<Found>),
+    /// Matched, but a budget left it unjudged.
+    Unjudged,
+}
+
 /// [`scan_root`] with `tap` between readdir(3) and every directory listing
 /// (the fault-injection seam of the tests).
 pub fn scan_root_tapped(
@@ -292,54 +431,54 @@ pub fn scan_root_tapped(
     tap: EntriesTap,
 ) -> Scanned {
     let expansion = expand(root, &patterns(cfg), limits, tap);
-    let mut scanned = Scanned {
-        libraries: expansion.unlisted,
-        ..Scanned::default()
-    };
     let mut scan = Scan {
         root,
         limits,
         cache,
-        budget: Budget {
-            entries_left: limits.max_entries,
-            deadline: Some(limits.deadline),
-        },
         seen_inodes: HashSet::new(),
-        files: 0,
+        slots: Vec::new(),
+        reasons: Vec::new(),
         bytes: 0,
+        entries: 0,
     };
-    let mut rest = expansion.paths.into_iter();
-    for path in rest.by_ref() {
-        match scan.candidate(&path) {
-            Step::Skip => {}
-            Step::Done(outcome) => scanned.libraries.push(Library { path, outcome }),
-            Step::Stop(reason) => {
-                scanned.incomplete = Some(reason);
-                scanned.not_scanned.push(path);
-                break;
+    if let Some(r) = expansion.stopped {
+        scan.reason(r);
+    }
+    scan.resolve_all(expansion.paths);
+    scan.parse_in_rounds();
+
+    let mut scanned = Scanned {
+        libraries: expansion.unlisted,
+        on_incomplete: cfg.on_incomplete,
+        bytes_read: scan.bytes,
+        ..Scanned::default()
+    };
+    for (path, slot) in scan.slots {
+        match slot {
+            Slot::Done(outcome) => scanned.libraries.push(Library { path, outcome }),
+            // Every Pending slot ends Done or Unjudged; listed defensively.
+            Slot::Unjudged | Slot::Pending(_) => {
+                scanned.not_scanned_total += 1;
+                if scanned.not_scanned.len() < MAX_NOT_SCANNED_LISTED {
+                    scanned.not_scanned.push(path);
+                }
             }
         }
     }
-    if scanned.incomplete.is_some() {
-        // Name what was left, skipping glob candidates the image lacks.
-        scanned.not_scanned.extend(
-            rest.filter(|p| root.find(p).is_ok_and(|f| f.stat.is_regular()))
-                .take(MAX_NOT_SCANNED_LISTED),
-        );
-    } else {
-        scanned.incomplete = expansion.stopped;
+    if !scan.reasons.is_empty() {
+        scanned.incomplete = Some(scan.reasons.join("; "));
     }
     scanned
 }
 
-/// What became of one glob candidate.
+/// What resolving one glob candidate found.
 enum Step {
     /// Not a library: absent, a directory, or another name of one seen.
     Skip,
-    /// Scanned, or found unreadable.
+    /// Found unreadable.
     Done(Outcome),
-    /// A budget ran out at this candidate (it is not scanned).
-    Stop(String),
+    /// A regular file, not yet known to the scan.
+    File(Box<Found>),
 }
 
 /// The state of one container's scan across its candidates.
@@ -347,14 +486,24 @@ struct Scan<'a> {
     root: &'a Root,
     limits: &'a Limits,
     cache: Option<&'a Cache>,
-    budget: Budget,
     seen_inodes: HashSet<(u64, u64)>,
-    files: u64,
+    /// Every library, in scan order.
+    slots: Vec<(String, Slot)>,
+    /// Why libraries were left unjudged, each once.
+    reasons: Vec<String>,
+    /// Bytes read and entry headers taken so far, over all attempts.
     bytes: u64,
+    entries: u64,
 }
 
 impl Scan<'_> {
-    fn candidate(&mut self, path: &str) -> Step {
+    fn reason(&mut self, r: String) {
+        if !self.reasons.contains(&r) {
+            self.reasons.push(r);
+        }
+    }
+
+    fn resolve(&mut self, path: &str) -> Step {
         let found = match self.root.find(path) {
             Ok(f) => f,
             // A glob naming a path the image does not have is normal.
@@ -375,60 +524,165 @@ impl Scan<'_> {
         if !self.seen_inodes.insert((found.stat.dev, found.stat.ino)) {
             return Step::Skip; // another name (symlink) of a library already seen
         }
-        if let Some(reason) = self.over_budget(&found) {
-            return Step::Stop(reason);
-        }
-        if let Some(hit) = self.cache.and_then(|c| c.get(&found.stat)) {
-            return Step::Done(hit);
-        }
-        self.scan_uncached(&found)
+        Step::File(Box::new(found))
     }
 
-    /// Counts `found` against the file, byte and time budgets.
-    fn over_budget(&mut self, found: &Found) -> Option<String> {
+    /// Resolves every candidate, in order: what the cache knows is done,
+    /// the first `max_files` others wait for a parse, the rest (and all
+    /// once the time is up) are left unjudged.
+    fn resolve_all(&mut self, paths: Vec<String>) {
         let limits = self.limits;
-        self.files += 1;
-        self.bytes = self.bytes.saturating_add(found.stat.size);
-        if self.files > limits.max_files {
-            Some(format!("more than {} libraries matched", limits.max_files))
-        } else if self.bytes > limits.max_bytes {
-            Some(format!(
-                "the matched libraries exceed {} bytes",
-                limits.max_bytes
-            ))
-        } else if limits.time_up() {
-            Some(limits.time_reason())
-        } else {
-            None
+        let mut to_parse = 0u64;
+        for path in paths {
+            let slot = match self.resolve(&path) {
+                Step::Skip => continue,
+                Step::Done(outcome) => Slot::Done(outcome),
+                Step::File(found) => {
+                    if limits.time_up() {
+                        self.reason(limits.time_reason());
+                        Slot::Unjudged
+                    } else if let Some(hit) = self.cache.and_then(|c| c.get(&found.stat)) {
+                        Slot::Done(hit)
+                    } else if to_parse >= limits.max_files {
+                        self.reason(format!(
+                            "more than {} libraries to parse (results from the cache do not count)",
+                            limits.max_files
+                        ));
+                        Slot::Unjudged
+                    } else {
+                        to_parse += 1;
+                        Slot::Pending(found)
+                    }
+                }
+            };
+            self.slots.push((path, slot));
         }
     }
 
-    /// Parses a library the cache did not know, caching what depends on
-    /// its bytes alone.
-    fn scan_uncached(&mut self, found: &Found) -> Step {
+    /// Parses the pending libraries in rounds of fair shares (see the
+    /// module doc).
+    fn parse_in_rounds(&mut self) {
+        let mut pending: Vec<usize> = (0..self.slots.len())
+            .filter(|&i| matches!(self.slots[i].1, Slot::Pending(_)))
+            .collect();
+        while !pending.is_empty() {
+            let mut retry = Vec::new();
+            let mut hits = BTreeSet::new();
+            let mut progress = false;
+            for (k, &i) in pending.iter().enumerate() {
+                if self.limits.time_up() {
+                    self.reason(self.limits.time_reason());
+                    retry.extend_from_slice(&pending[k..]);
+                    progress = false;
+                    break;
+                }
+                let left = (pending.len() - k) as u64;
+                match self.attempt(i, left) {
+                    Ok(()) => progress = true,
+                    Err(None) => progress = true, // dropped: over max_file_bytes
+                    Err(Some(hit)) => {
+                        hits.insert(hit);
+                        retry.push(i);
+                    }
+                }
+            }
+            if !progress {
+                for hit in hits {
+                    let r = self.hit_reason(hit);
+                    self.reason(r);
+                }
+                for i in retry {
+                    self.slots[i].1 = Slot::Unjudged;
+                }
+                return;
+            }
+            pending = retry;
+        }
+    }
+
+    /// One attempt at pending slot `i`, with a fair share of each budget
+    /// for one of `left` libraries still to try in this round. `Ok`: done
+    /// (judged or unreadable); `Err(Some(hit))`: stopped by its share, to
+    /// retry; `Err(None)`: needs more than `max_file_bytes`, unjudged.
+    fn attempt(&mut self, i: usize, left: u64) -> Result<(), Option<Hit>> {
+        let limits = self.limits;
+        let Slot::Pending(found) = &self.slots[i].1 else {
+            return Ok(());
+        };
+        let found: &Found = found;
+        let bytes_share = limits.max_bytes.saturating_sub(self.bytes) / left;
+        let capped = bytes_share >= limits.max_file_bytes;
+        let entries_share = limits.max_entries.saturating_sub(self.entries) / left;
+        let now = Instant::now();
+        let time_share = limits.deadline.saturating_duration_since(now)
+            / u32::try_from(left).unwrap_or(u32::MAX);
+        let meter = Meter::new(
+            bytes_share.min(limits.max_file_bytes),
+            Some(now + time_share),
+        );
+        let mut budget = Budget {
+            entries_left: entries_share,
+            deadline: Some(now + time_share),
+        };
+        let result = scan_metered(found, &mut budget, &meter);
+        self.bytes = self.bytes.saturating_add(meter.read.get());
+        self.entries = self
+            .entries
+            .saturating_add(entries_share - budget.entries_left);
+        // The meter first: a parser may have turned its refusal into any
+        // error (or passed over it), and the result is then not the file's.
+        let hit = match (meter.hit.get(), &result) {
+            (Some(h), _) => Some(h),
+            (None, Err(ScanFailure::Parse(FatbinError::EntryBudget))) => Some(Hit::Entries),
+            (None, Err(ScanFailure::Parse(FatbinError::TimeBudget))) => Some(Hit::Time),
+            _ => None,
+        };
+        if let Some(hit) = hit {
+            if hit == Hit::Bytes && capped {
+                let r = format!(
+                    "{} reads more than max_file_bytes ({} bytes)",
+                    self.slots[i].0, limits.max_file_bytes
+                );
+                self.reason(r);
+                self.slots[i].1 = Slot::Unjudged;
+                return Err(None);
+            }
+            return Err(Some(hit));
+        }
         let cache = self.cache;
-        match scan_found(found, &mut self.budget) {
+        let stat = &found.stat;
+        let outcome = match result {
             Ok(images) => {
                 if let Some(c) = cache {
-                    c.put(&found.stat, &Ok(images.clone()));
+                    c.put(stat, &Ok(images.clone()));
                 }
-                Step::Done(Ok(images))
+                Ok(images)
             }
-            Err(ScanFailure::Parse(e)) if e.is_budget() => Step::Stop(match e {
-                FatbinError::EntryBudget => format!(
-                    "entry budget of {} fatbin entries used up",
-                    self.limits.max_entries
-                ),
-                _ => self.limits.time_reason(),
-            }),
             Err(ScanFailure::Parse(e)) => {
                 let msg = e.to_string();
                 if let (Some(c), true) = (cache, cacheable(&e)) {
-                    c.put(&found.stat, &Err(msg.clone()));
+                    c.put(stat, &Err(msg.clone()));
                 }
-                Step::Done(Err(msg))
+                Err(msg)
             }
-            Err(ScanFailure::Open(e)) => Step::Done(Err(e.to_string())),
+            Err(ScanFailure::Open(e)) => Err(e.to_string()),
+        };
+        self.slots[i].1 = Slot::Done(outcome);
+        Ok(())
+    }
+
+    fn hit_reason(&self, hit: Hit) -> String {
+        let limits = self.limits;
+        match hit {
+            Hit::Bytes => format!(
+                "read budget of {} bytes (max_bytes) used up",
+                limits.max_bytes
+            ),
+            Hit::Entries => format!(
+                "entry budget of {} fatbin entries used up",
+                limits.max_entries
+            ),
+            Hit::Time => limits.time_reason(),
         }
     }
 }
