@@ -35,7 +35,6 @@ use crate::image::scan::ImageScan;
 use crate::image::{Image, Limits, Options, Platform};
 use std::path::Path;
 
-
 fn usage(msg: impl std::fmt::Display) -> i32 {
     eprintln!(
         "gpu-guard check: {}",

@@ -190,7 +190,10 @@ fn content_of(tree: &Tree, p: &str) -> Option<(String, ContentRef, u64)> {
 
 /// Reads the configured libraries and the compat libraries of `img`.
 pub fn scan(img: &Image, cfg: &KernelImageConfig) -> Result<ImageScan, ImageError> {
-    let patterns: Vec<Pattern> = crate::scan::libraries::patterns(cfg);
+    let patterns: Vec<Pattern> = crate::scan::libraries::patterns(cfg)
+        .into_iter()
+        .map(|(_, p)| p)
+        .collect();
     let is_lib = |p: &str| patterns.iter().any(|g| glob::match_path(g, p));
     let mut results: HashMap<ContentRef, FileResult> = HashMap::new();
     let mut out = ImageScan::default();
