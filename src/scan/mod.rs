@@ -31,7 +31,8 @@ use std::path::Path;
 /// Scans the configured libraries inside `rootfs` (budgets, cache) and judges them
 /// against each visible GPU. Returns `kernel-image` findings (severity per config:
 /// warn => Warning, enforce => Error for "no usable image"; JIT-only => Warning;
-/// unreadable library / budget exhausted => Warning). Never panics, never hangs.
+/// unreadable library => Warning; budget exhausted => Warning, or Error under
+/// enforce with `on_incomplete = "refuse"`). Never panics, never hangs.
 pub fn kernel_image_findings(
     rootfs: &Path,
     gpus: &[Gpu],
