@@ -122,7 +122,12 @@ fn forward_compat_alternatives_without_a_compat_library() {
     assert!(m.contains("ships no CUDA compat library"), "{m}");
     assert!(m.contains("asks for CUDA 12.4"), "{m}");
     // compat.missing_library = "refuse".
-    let (code, d) = check_json(&base, &b, "tesla-535", "[compat]\nmissing_library = \"refuse\"\n");
+    let (code, d) = check_json(
+        &base,
+        &b,
+        "tesla-535",
+        "[compat]\nmissing_library = \"refuse\"\n",
+    );
     assert_eq!(code, 1, "{d}");
     assert_eq!(findings(&d, "compat")[0]["severity"], "error");
     // A major-version gap (CUDA 11.4 host, 12.4 image) is refused either way.
@@ -130,7 +135,10 @@ fn forward_compat_alternatives_without_a_compat_library() {
     assert_eq!(code, 1, "{d}");
     let c = findings(&d, "compat");
     assert!(
-        c[0]["message"].as_str().unwrap().contains("a whole major version behind"),
+        c[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("a whole major version behind"),
         "{}",
         msgs(&c)
     );
@@ -140,7 +148,12 @@ fn forward_compat_alternatives_without_a_compat_library() {
 fn orin_note_without_driver_list_is_a_warning() {
     let base = tmp("cc-orin");
     let desc = TEGRA_13_2.as_bytes();
-    let mut n = note_bytes(b"NVIDIA Corporation\0", 0, desc, Some(desc.len() as u32 + 7));
+    let mut n = note_bytes(
+        b"NVIDIA Corporation\0",
+        0,
+        desc,
+        Some(desc.len() as u32 + 7),
+    );
     n.truncate(n.len() - (n.len() % 4));
     let rootfs = image(&base, "libcuda.so.1.1", Some(&n));
     let b = bundle(&base, &rootfs, &image_env(IMAGE), None);
@@ -150,7 +163,10 @@ fn orin_note_without_driver_list_is_a_warning() {
     assert_eq!(c.len(), 1, "{}", msgs(&c));
     assert_eq!(c[0]["severity"], "warning");
     assert!(
-        c[0]["message"].as_str().unwrap().contains("lists no driver branches"),
+        c[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("lists no driver branches"),
         "{}",
         msgs(&c)
     );
@@ -214,7 +230,10 @@ fn compat_symlink_escaping_the_rootfs_is_not_followed() {
     assert_eq!(code, 0, "{d}");
     assert_eq!(c.len(), 1, "{}", msgs(&c));
     assert!(
-        c[0]["message"].as_str().unwrap().contains("ships no CUDA compat library"),
+        c[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("ships no CUDA compat library"),
         "{}",
         msgs(&c)
     );

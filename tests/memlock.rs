@@ -63,6 +63,10 @@ fn memlock_shows_in_edits_and_only_raises() {
         .arg(data("hosts/a100.json"))
         .output()
         .unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(text.contains("memlock"), "{text}");
 }

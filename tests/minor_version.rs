@@ -11,10 +11,14 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 fn env() -> Vec<String> {
-    ["NVIDIA_REQUIRE_CUDA=cuda>=12.4", "CUDA_VERSION=12.4.1", "NVIDIA_VISIBLE_DEVICES=all"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
+    [
+        "NVIDIA_REQUIRE_CUDA=cuda>=12.4",
+        "CUDA_VERSION=12.4.1",
+        "NVIDIA_VISIBLE_DEVICES=all",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
 }
 
 /// A rootfs with the fixture (if any) as a distro cuDNN library.
@@ -80,8 +84,14 @@ fn ptx_only_newer_than_the_driver_is_refused() {
     let (code, d) = case("mv-ptx", Some("ptx-only.so"), "a10-535", "allow");
     assert_eq!(code, 1, "{d}");
     let e = requirement_error(&d);
-    assert!(e.contains("minor-version compatibility does not admit it"), "{e}");
-    assert!(e.contains("is PTX compute_80 (ISA 9.5), newer than this driver"), "{e}");
+    assert!(
+        e.contains("minor-version compatibility does not admit it"),
+        "{e}"
+    );
+    assert!(
+        e.contains("is PTX compute_80 (ISA 9.5), newer than this driver"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -109,11 +119,23 @@ fn warn_mode_refuses_and_says_what_allow_would_do() {
     let c = findings(&d, "compat");
     assert_eq!(c.len(), 1, "{d}");
     assert_eq!(c[0]["severity"], "info");
-    assert!(c[0]["message"].as_str().unwrap().contains("would admit this image"), "{d}");
+    assert!(
+        c[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("would admit this image"),
+        "{d}"
+    );
     let (code, d) = case("mv-warn-ptx", Some("ptx-only.so"), "a10-535", "warn");
     assert_eq!(code, 1, "{d}");
     let c = findings(&d, "compat");
-    assert!(c[0]["message"].as_str().unwrap().contains("would not admit this image"), "{d}");
+    assert!(
+        c[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("would not admit this image"),
+        "{d}"
+    );
     // Off: NVIDIA's behaviour, no compat finding.
     let (code, d) = case("mv-off", Some("sass-only.so"), "a10-535", "off");
     assert_eq!(code, 1, "{d}");

@@ -386,7 +386,7 @@ pub fn minor_version(
                 ));
             }
             MinorVersion::Admits { needs: n } => {
-                if needs.is_none_or(|x| n > x) {
+                if !needs.is_some_and(|x| n <= x) {
                     needs = Some(n);
                 }
             }

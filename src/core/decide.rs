@@ -331,7 +331,7 @@ pub fn forward_compat_need(
                     gpu: *gpu,
                 };
                 if let Some(v) = req.forward_compat_only(&ctx) {
-                    if only_via_fwd.as_ref().is_none_or(|(_, have)| v > *have) {
+                    if !only_via_fwd.as_ref().is_some_and(|(_, have)| v <= *have) {
                         only_via_fwd = Some((req.source.clone(), v));
                     }
                 }

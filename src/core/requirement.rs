@@ -516,7 +516,7 @@ impl AllOf {
                     if !relaxable {
                         return None;
                     }
-                    if needs.is_none_or(|n| want > n) {
+                    if !needs.is_some_and(|n| want <= n) {
                         needs = Some(want);
                     }
                 }

@@ -156,7 +156,7 @@ fn apply_rlimits(
             Some(Value::Object(r)) => {
                 for (key, v) in [("soft", want.soft), ("hard", want.hard)] {
                     let have = r.get(key).and_then(|x| x.as_u64());
-                    if have.is_none_or(|h| h < v) {
+                    if !have.is_some_and(|h| h >= v) {
                         r.insert(key.into(), Value::from(v));
                         changed = true;
                     }

@@ -113,7 +113,6 @@ pub fn image(base: &Path, lib_name: &str, note: Option<&[u8]>) -> PathBuf {
     rootfs
 }
 
-
 /// A compat note for the CUDA 12.4 images' library (cuda-compat-12-4,
 /// libcuda.so.550.54.15): the branches their requirement admits, the
 /// data-center and professional brands.
@@ -126,7 +125,9 @@ pub fn note_12_4(branches: &str) -> Vec<u8> {
 pub const BIN: &str = env!("CARGO_BIN_EXE_gpu-guard");
 
 pub fn data(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(rel)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(rel)
 }
 
 /// The env of an official image (tests/data/images/NAME.env).
@@ -141,7 +142,12 @@ pub fn image_env(name: &str) -> Vec<String> {
 
 /// A bundle at `base/bundle` whose root is `rootfs`, with `env`, NVIDIA's
 /// prestart hook (so it is a GPU container) and optional process.rlimits.
-pub fn bundle(base: &Path, rootfs: &Path, env: &[String], rlimits: Option<serde_json::Value>) -> PathBuf {
+pub fn bundle(
+    base: &Path,
+    rootfs: &Path,
+    env: &[String],
+    rlimits: Option<serde_json::Value>,
+) -> PathBuf {
     let b = base.join("bundle");
     fs::create_dir_all(&b).unwrap();
     let mut process = serde_json::json!({ "args": ["true"], "cwd": "/", "env": env });
@@ -176,7 +182,12 @@ pub fn config(base: &Path, extra: &str) -> PathBuf {
 
 /// `gpu-guard check --bundle B --host hosts/PROFILE.json --json`: exit
 /// code and the decision.
-pub fn check_json(base: &Path, bundle: &Path, profile: &str, extra: &str) -> (i32, serde_json::Value) {
+pub fn check_json(
+    base: &Path,
+    bundle: &Path,
+    profile: &str,
+    extra: &str,
+) -> (i32, serde_json::Value) {
     let cfg = config(base, extra);
     let out = Command::new(BIN)
         .arg("--config")
@@ -189,9 +200,8 @@ pub fn check_json(base: &Path, bundle: &Path, profile: &str, extra: &str) -> (i3
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| {
-        panic!("{e}: {text} {}", String::from_utf8_lossy(&out.stderr))
-    });
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("{e}: {text} {}", String::from_utf8_lossy(&out.stderr)));
     (out.status.code().unwrap_or(-1), v)
 }
 
