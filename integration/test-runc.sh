@@ -219,4 +219,50 @@ done
 check_eq "wrapper: 10 parallel creates, all config.json correct and created" "$OK" 10
 check_eq "wrapper: no temp files left in bundles" "$(ls -a "$T"/p*/ | grep -c 'gpu-guard.*tmp')" 0
 
+# RLIMIT_MEMLOCK for RDMA (tuning.memlock): raised in the container the
+# wrapper starts, never lowered below what the container set. Raising a
+# hard limit past ours needs CAP_SYS_RESOURCE; without it (unprivileged VMs,
+# sandboxes) the test raises up to our own hard limit instead.
+if prlimit --memlock=unlimited:unlimited true 2>/dev/null; then
+    LIM=1073741824; HIGH_SOFT=2147483648; HIGH_HARD=4294967296; UNLIMITED=1
+else
+    HARD_KIB=$(ulimit -Hl)
+    LIM=$((HARD_KIB * 1024)); HIGH_SOFT=$LIM; HIGH_HARD=$LIM; UNLIMITED=0
+fi
+gg_config "$T/memlock.toml" a100
+sed -i "s/^memlock = \"\"/memlock = $LIM/" "$T/memlock.toml"
+export GPU_GUARD_CONFIG="$T/memlock.toml"
+ULIM=$(jq -nc '["sh", "-c", "echo RAN; echo MEMLOCK=$(ulimit -l)"]')
+make_bundle "$T/m1" "$ULIM" NVIDIA_VISIBLE_DEVICES=all "NVIDIA_REQUIRE_CUDA=cuda>=12.0"
+jq '.process.rlimits = [{"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024}, {"type": "RLIMIT_MEMLOCK", "hard": 65536, "soft": 65536}]' \
+    "$T/m1/config.json" > "$T/m1/c.json" && mv "$T/m1/c.json" "$T/m1/config.json"
+OUT=$(timeout 60 "$WRAP" --root "$T/runc-root" run -b "$T/m1" gg-m1 2>&1)
+RC=$?
+runc --root "$T/runc-root" delete -f gg-m1 >/dev/null 2>&1
+check_eq "wrapper memlock: runs" "$RC" 0
+check_contains "wrapper memlock: ulimit -l raised from 64 KiB" "$OUT" "MEMLOCK=$((LIM / 1024))"
+check_eq "wrapper memlock: other rlimits kept" "$(jq -c '.process.rlimits[0]' "$T/m1/config.json")" '{"type":"RLIMIT_NOFILE","hard":1024,"soft":1024}'
+# A container that set a higher limit keeps it.
+sed -i "s/^memlock = .*/memlock = $((LIM / 2))/" "$T/memlock.toml"
+make_bundle "$T/m2" "$ULIM" NVIDIA_VISIBLE_DEVICES=all "NVIDIA_REQUIRE_CUDA=cuda>=12.0"
+jq --argjson s "$HIGH_SOFT" --argjson h "$HIGH_HARD" '.process.rlimits = [{"type": "RLIMIT_MEMLOCK", "hard": $h, "soft": $s}]' \
+    "$T/m2/config.json" > "$T/m2/c.json" && mv "$T/m2/c.json" "$T/m2/config.json"
+OUT=$(timeout 60 "$WRAP" --root "$T/runc-root" run -b "$T/m2" gg-m2 2>&1)
+RC=$?
+runc --root "$T/runc-root" delete -f gg-m2 >/dev/null 2>&1
+check_eq "wrapper memlock: higher limit runs" "$RC" 0
+check_contains "wrapper memlock: the container's higher limit is kept" "$OUT" "MEMLOCK=$((HIGH_SOFT / 1024))"
+check_eq "wrapper memlock: config.json not lowered" "$(jq -c '.process.rlimits[0] | [.soft, .hard]' "$T/m2/config.json")" "[$HIGH_SOFT,$HIGH_HARD]"
+if [ "$UNLIMITED" = 1 ]; then
+    sed -i 's/^memlock = .*/memlock = "unlimited"/' "$T/memlock.toml"
+    make_bundle "$T/m3" "$ULIM" NVIDIA_VISIBLE_DEVICES=all "NVIDIA_REQUIRE_CUDA=cuda>=12.0"
+    OUT=$(timeout 60 "$WRAP" --root "$T/runc-root" run -b "$T/m3" gg-m3 2>&1)
+    RC=$?
+    runc --root "$T/runc-root" delete -f gg-m3 >/dev/null 2>&1
+    check_eq "wrapper memlock: unlimited runs" "$RC" 0
+    check_contains "wrapper memlock: ulimit -l unlimited" "$OUT" "MEMLOCK=unlimited"
+else
+    echo "note: no CAP_SYS_RESOURCE here; memlock = \"unlimited\" not run (hard limit $(ulimit -Hl) KiB)"
+fi
+
 finish

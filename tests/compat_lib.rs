@@ -12,114 +12,13 @@ use gpu_guard::scan::compat_lib::{
 use gpu_guard::scan::rootfs::{Resolver, Root};
 use std::fs;
 use std::os::unix::fs::symlink;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-const DGPU_12_9: &str = r#"{"format":1,"CUDA version":"12.9","driver":[535,550,560,565,570,575],"device":[1,2,7,8,9,10,11,12,13,14]}"#;
-const TEGRA_13_2: &str = r#"{"format":1,"CUDA version":"13.2"}"#;
+mod compat_support;
 
-fn require(tool: &str, package: &str) {
-    let ok = Command::new(tool)
-        .arg("--version")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    assert!(
-        ok,
-        "`{tool}` is required by the compat tests (Debian/Ubuntu package `{package}`); install it, these tests do not skip"
-    );
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("compat-{name}-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&d);
-    fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn run(cmd: &mut Command) {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// An ELF note: namesz, descsz (or a lie), type, name and descriptor padded to 4.
-fn note_bytes(owner: &[u8], kind: u32, desc: &[u8], descsz: Option<u32>) -> Vec<u8> {
-    let mut v = Vec::new();
-    v.extend_from_slice(&(owner.len() as u32).to_le_bytes());
-    v.extend_from_slice(&descsz.unwrap_or(desc.len() as u32).to_le_bytes());
-    v.extend_from_slice(&kind.to_le_bytes());
-    v.extend_from_slice(owner);
-    while v.len() % 4 != 0 {
-        v.push(0);
-    }
-    v.extend_from_slice(desc);
-    while v.len() % 4 != 0 {
-        v.push(0);
-    }
-    v
-}
-
-fn nvidia_note(json: &str) -> Vec<u8> {
-    let mut desc = json.as_bytes().to_vec();
-    desc.push(0);
-    note_bytes(b"NVIDIA Corporation\0", 0, &desc, None)
-}
-
-/// Builds a real shared library at `out`, with `note` as its
-/// `.note.cuda.fwd_compatibility` section (None: no such section).
-fn build_lib(work: &Path, out: &Path, note: Option<&[u8]>) {
-    require("gcc", "gcc");
-    require("objcopy", "binutils");
-    let src = work.join("t.c");
-    fs::write(
-        &src,
-        "int cuInit(unsigned int flags) { return (int)flags; }\n",
-    )
-    .unwrap();
-    let base = work.join("base.so");
-    run(Command::new("gcc")
-        .args(["-shared", "-fPIC", "-o"])
-        .arg(&base)
-        .arg(&src));
-    fs::create_dir_all(out.parent().unwrap()).unwrap();
-    let Some(note) = note else {
-        fs::copy(&base, out).unwrap();
-        return;
-    };
-    let bin = work.join("note.bin");
-    fs::write(&bin, note).unwrap();
-    let tmp = work.join("with-note.so");
-    let sec = ".note.cuda.fwd_compatibility";
-    run(Command::new("objcopy")
-        .arg("--add-section")
-        .arg(format!("{sec}={}", bin.display()))
-        .arg("--set-section-flags")
-        .arg(format!("{sec}=alloc,readonly"))
-        .arg(&base)
-        .arg(&tmp));
-    // As in NVIDIA's libraries: a 4-byte aligned SHT_NOTE section.
-    run(Command::new("objcopy")
-        .arg("--set-section-alignment")
-        .arg(format!("{sec}=4"))
-        .arg(&tmp)
-        .arg(out));
-}
-
-/// rootfs/usr/local/cuda -> cuda-12.9, with the library and a libcuda.so.1 symlink to it.
-fn image(base: &Path, lib_name: &str, note: Option<&[u8]>) -> PathBuf {
-    let rootfs = base.join("rootfs");
-    let compat = rootfs.join("usr/local/cuda-12.9/compat");
-    build_lib(base, &compat.join(lib_name), note);
-    symlink(lib_name, compat.join("libcuda.so.1")).unwrap();
-    symlink("cuda-12.9", rootfs.join("usr/local/cuda")).unwrap();
-    rootfs
-}
+use compat_support::*;
 
 fn gpu(brand: &str, name: &str) -> Gpu {
     Gpu {

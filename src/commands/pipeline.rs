@@ -46,32 +46,37 @@ pub fn assess(
     };
     let needs_host = detection.gpu && cfg.mode != Mode::Off;
     let report = needs_host.then(|| host_report(cfg, &host));
-    let kernel_image = match (&report, &container.rootfs) {
-        (Some(r), Some(rootfs)) if cfg.kernel_image.severity != KernelImageSeverity::Off => {
-            match &r.facts {
-                Some(facts) => {
-                    let (idx, _) = detect::resolve(&detection.request, facts);
-                    let gpus: Vec<_> = idx.iter().map(|i| facts.gpus[*i].clone()).collect();
-                    let cuda = facts
-                        .cuda_driver_version
-                        .as_deref()
-                        .and_then(|v| Version::parse(v).ok());
-                    if gpus.is_empty() {
-                        Vec::new()
-                    } else {
-                        crate::scan::kernel_image_findings(
-                            rootfs,
-                            &gpus,
-                            cuda.as_ref(),
-                            &cfg.kernel_image,
-                        )
-                    }
-                }
-                None => Vec::new(),
-            }
+    // The image scans, for GPU containers with a rootfs on a host with
+    // facts: the kernel-image scan (per [kernel_image]) and, only when the
+    // requirement or CUDA_VERSION makes it matter, the compat library.
+    let mut kernel_image = Vec::new();
+    let mut scanned = None;
+    let mut compat = None;
+    if let (Some(facts), Some(rootfs)) = (
+        report.as_ref().and_then(|r| r.facts.as_ref()),
+        &container.rootfs,
+    ) {
+        let (idx, _) = detect::resolve(&detection.request, facts);
+        let gpus: Vec<_> = idx.iter().map(|i| facts.gpus[*i].clone()).collect();
+        let cuda = facts
+            .cuda_driver_version
+            .as_deref()
+            .and_then(|v| Version::parse(v).ok());
+        if !gpus.is_empty() && cfg.kernel_image.severity != KernelImageSeverity::Off {
+            let s = crate::scan::libraries::scan_rootfs(rootfs, &cfg.kernel_image);
+            kernel_image = crate::core::kernel_image::assess(
+                &s,
+                &gpus,
+                cuda.as_ref(),
+                cfg.kernel_image.severity,
+            );
+            scanned = Some(s);
         }
-        _ => Vec::new(),
-    };
+        let visible: Vec<_> = idx.iter().map(|i| &facts.gpus[*i]).collect();
+        if decide::forward_compat_need(container, facts, &visible, cfg).is_some() {
+            compat = Some(crate::scan::compat_lib::scan_rootfs(rootfs));
+        }
+    }
     decide::decide(&Inputs {
         container,
         detection: &detection,
@@ -79,6 +84,8 @@ pub fn assess(
         config: cfg,
         stage,
         kernel_image,
+        scanned: scanned.as_ref(),
+        compat: compat.as_ref(),
     })
 }
 

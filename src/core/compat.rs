@@ -108,6 +108,38 @@ pub struct CompatNote {
     pub device: Option<Vec<i64>>,
 }
 
+/// Where NVIDIA's hook looks for the compat library in the container's
+/// root (its `--cuda-compat-container-root` default).
+pub const COMPAT_DIR: &str = "usr/local/cuda/compat";
+
+/// The most `libcuda.so.*.*` entries examined in one compat directory.
+pub const MAX_LIBS: usize = 16;
+
+/// One compat library found in the root.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CompatLib {
+    /// Its path in the root, without a leading `/` (`usr/local/cuda/compat/libcuda.so.575.57.08`).
+    /// Comes from the image: escape before printing.
+    pub path: String,
+    /// The driver version from the name suffix (`575.57.08`), unparsed. From the image.
+    pub version: String,
+    /// The note, or why it could not be read: a missing or malformed note is
+    /// an error string (a warning for the decision). The string holds no
+    /// image bytes.
+    pub note: Result<CompatNote, String>,
+}
+
+/// What was found in a root.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CompatScan {
+    /// Candidates in name order (at most [`MAX_LIBS`]).
+    pub libs: Vec<CompatLib>,
+    /// More candidates than [`MAX_LIBS`] were present.
+    pub truncated: bool,
+    /// The compat directory exists but could not be listed (no image bytes).
+    pub error: Option<String>,
+}
+
 /// The most entries kept from one list (real lists have about ten).
 const MAX_LIST: usize = 4096;
 

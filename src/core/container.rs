@@ -135,6 +135,9 @@ pub struct Container {
     pub mounts: Vec<Mount>,
     pub capabilities: Capabilities,
     pub no_new_privileges: bool,
+    /// `process.rlimits` the spec sets, by type (`RLIMIT_MEMLOCK`): tuning
+    /// only raises a limit, never lowers one the container set.
+    pub rlimits: BTreeMap<String, crate::core::decision::Rlimit>,
     /// Absolute path of the root filesystem, when known.
     pub rootfs: Option<PathBuf>,
     /// The OCI runtime the runtime wrapper execs for this container, when

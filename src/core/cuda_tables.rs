@@ -39,6 +39,30 @@ pub const TOOLKIT_MIN_DRIVER: &[(&str, &str)] = &[
     ("13.3", "610.43.02"),
 ];
 
+/// CUDA minor-version compatibility: (CUDA major, the minimum Linux driver
+/// of the family). An application built with any toolkit of that major runs
+/// on a driver at or above it, within the limits of the rule (no newer-PTX
+/// JIT, no APIs that need a newer driver). Source: NVIDIA, "CUDA
+/// Compatibility" (docs.nvidia.com/deploy/cuda-compatibility), "Minor
+/// Version Compatibility", table "Example CUDA Toolkit and minimum required
+/// driver versions" (Linux: CUDA 11.x >= 450.80.02, CUDA 12.x >= 525.60.13),
+/// gathered in shared/research/cuda-facts.md and fleet-and-compat.md.
+///
+/// CUDA 13.x is left out on purpose: research/cuda-facts.md records only
+/// ">= 580" for it, without the exact version NVIDIA's table gives, so a
+/// 13.x gap is never admitted until it is checked against the source.
+pub const MINOR_VERSION_FAMILY_MIN_DRIVER: &[(u64, &str)] = &[(11, "450.80.02"), (12, "525.60.13")];
+
+/// The family minimum driver for minor-version compatibility within CUDA
+/// `major`; None for a major the table does not cover (10 and older had no
+/// such rule; 13 is not yet verified).
+pub fn minor_version_min_driver(major: u64) -> Option<&'static str> {
+    MINOR_VERSION_FAMILY_MIN_DRIVER
+        .iter()
+        .find(|(m, _)| *m == major)
+        .map(|(_, d)| *d)
+}
+
 /// The minimum driver for a CUDA version: the first toolkit at or above it
 /// (12.4.1 needs what 12.4 needs). None when the table does not reach it.
 pub fn min_driver_for_cuda(cuda: &Version) -> Option<&'static str> {
@@ -84,6 +108,17 @@ mod tests {
         assert_eq!(max_cuda_for_driver(&v("550.54.15")), Some("12.4"));
         assert_eq!(max_cuda_for_driver(&v("570.26")), Some("12.8"));
         assert_eq!(max_cuda_for_driver(&v("400.1")), None);
+    }
+
+    #[test]
+    fn minor_version_families() {
+        assert_eq!(minor_version_min_driver(12), Some("525.60.13"));
+        assert_eq!(minor_version_min_driver(11), Some("450.80.02"));
+        assert_eq!(minor_version_min_driver(13), None);
+        assert_eq!(minor_version_min_driver(10), None);
+        for (_, d) in MINOR_VERSION_FAMILY_MIN_DRIVER {
+            v(d);
+        }
     }
 
     #[test]

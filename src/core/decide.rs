@@ -3,11 +3,15 @@
 //! Every entry point (check, hooks, runtime wrapper) builds these inputs,
 //! calls [`decide`], and carries out the result. Nothing here does I/O.
 
+use crate::core::compat::CompatScan;
+use crate::core::compat_check::{self, FwdHost, FwdNeed, MinorHost, MinorOutcome};
 use crate::core::container::Container;
 use crate::core::decision::{Check, Decision, Finding, Verdict};
 use crate::core::detect::{self, Detection};
 use crate::core::diagnosis::{self, Failure};
 use crate::core::facts::{Gpu, HostFacts, HostProblemKind, HostReport};
+use crate::core::kernel_image::Scanned;
+use crate::core::policy::MinorVersionCompat;
 use crate::core::policy::{ApplyTo, Config, Mode, OnFailure};
 use crate::core::requirement::{self, Context, Requirement, Verdict as ReqVerdict};
 use crate::core::sanitize::esc;
@@ -25,6 +29,11 @@ pub struct Inputs<'a> {
     pub config: &'a Config,
     pub stage: Stage,
     pub kernel_image: Vec<Finding>,
+    /// The kernel-image scan, when one was done: minor-version
+    /// compatibility admits only on its evidence.
+    pub scanned: Option<&'a Scanned>,
+    /// The compat-library scan, done when [`forward_compat_need`] says so.
+    pub compat: Option<&'a CompatScan>,
 }
 
 /// Variables that are requirements: every `NVIDIA_REQUIRE_*` except
@@ -142,6 +151,7 @@ fn check_requirements(
     facts: &HostFacts,
     visible: &[&Gpu],
     cfg: &Config,
+    scanned: Option<&Scanned>,
     out: &mut Vec<Finding>,
 ) {
     if requirements_skipped(c, cfg, out) {
@@ -174,18 +184,39 @@ fn check_requirements(
     for req in &reqs {
         let (failing, unknown) = judge_on_gpus(req, &gpus, facts, &host);
         if !failing.is_empty() {
+            let minor = minor_version_rule(req, &failing, facts, &host, visible, cfg, scanned);
+            let why_not = match minor {
+                Some(MinorOutcome::Admitted(f)) => {
+                    out.push(f);
+                    continue;
+                }
+                Some(MinorOutcome::NotAdmitted(why)) => Some(why),
+                None => None,
+            };
             failed += 1;
             if failed > MAX_REPORTED {
                 continue;
             }
-            out.push(diagnosis::requirement_failure(
+            let mut f = diagnosis::requirement_failure(
                 &Failure {
                     requirement: req,
                     failing,
                 },
                 facts,
                 cfg.requirements.honor_disable_require,
-            ));
+            );
+            let mut warn_note = None;
+            if let Some(why) = why_not {
+                if cfg.requirements.minor_version_compatibility == MinorVersionCompat::Allow {
+                    f.details.push(crate::core::sanitize::clean(format!(
+                        "CUDA minor-version compatibility does not admit it: {why}"
+                    )));
+                } else {
+                    warn_note = Some(Finding::info(Check::Compat, why));
+                }
+            }
+            out.push(f);
+            out.extend(warn_note);
         } else if let Some((gpu, j)) = unknown.first() {
             out.push(cannot_judge_finding(req, *gpu, j));
         }
@@ -199,6 +230,160 @@ fn check_requirements(
             ),
         ));
     }
+}
+
+/// Applies `requirements.minor_version_compatibility` to a requirement
+/// that failed on `failing`. None under "off". Under "warn" the result is
+/// never [`MinorOutcome::Admitted`]: a finding says what "allow" would have
+/// done, and the failure stands.
+fn minor_version_rule(
+    req: &Requirement,
+    failing: &[OnGpu],
+    facts: &HostFacts,
+    host: &HostVersions,
+    visible: &[&Gpu],
+    cfg: &Config,
+    scanned: Option<&Scanned>,
+) -> Option<MinorOutcome> {
+    let mode = cfg.requirements.minor_version_compatibility;
+    if mode == MinorVersionCompat::Off {
+        return None;
+    }
+    let per_gpu: Vec<requirement::MinorVersion> = failing
+        .iter()
+        .map(|(gpu, _)| {
+            req.minor_version(&Context {
+                driver: host.driver.as_ref(),
+                driver_text: facts.driver_version.as_deref(),
+                cuda: host.cuda.as_ref(),
+                gpu: *gpu,
+            })
+        })
+        .collect();
+    let outcome = compat_check::minor_version(
+        &req.source,
+        &per_gpu,
+        &MinorHost {
+            gpus: visible,
+            driver: host.driver.as_ref(),
+            driver_text: facts.driver_version.as_deref().unwrap_or("unknown"),
+            cuda: host.cuda.as_ref(),
+        },
+        scanned,
+    );
+    if mode == MinorVersionCompat::Allow {
+        return Some(outcome);
+    }
+    let note = match &outcome {
+        MinorOutcome::Admitted(_) => format!(
+            "{}: CUDA minor-version compatibility would admit this image (requirements.minor_version_compatibility = \"allow\"); it is refused as NVIDIA's check refuses it",
+            esc(&req.source)
+        ),
+        MinorOutcome::NotAdmitted(why) => format!(
+            "{}: CUDA minor-version compatibility would not admit this image either: {why}",
+            esc(&req.source)
+        ),
+    };
+    Some(MinorOutcome::NotAdmitted(note))
+}
+
+/// Whether the image's CUDA compat library must be read for this
+/// container on this host (the pipeline reads it only then), and why:
+/// - some requirement holds on a visible GPU only through a
+///   forward-compatibility alternative
+///   ([`Requirement::forward_compat_only`]); or
+/// - the image's `CUDA_VERSION` is newer than the host driver's CUDA.
+///
+/// None when neither holds, or the host's driver version is unknown.
+pub fn forward_compat_need(
+    c: &Container,
+    facts: &HostFacts,
+    visible: &[&Gpu],
+    cfg: &Config,
+) -> Option<FwdNeed> {
+    let driver = facts
+        .driver_version
+        .as_deref()
+        .and_then(|d| Version::parse(d).ok())?;
+    let cuda = facts
+        .cuda_driver_version
+        .as_deref()
+        .and_then(|v| Version::parse(v).ok());
+    let skipped = cfg.requirements.honor_disable_require
+        && c.env
+            .get("NVIDIA_DISABLE_REQUIRE")
+            .and_then(requirement::parse_go_bool)
+            .unwrap_or(false);
+    let mut only_via_fwd: Option<(String, Version)> = None;
+    if !skipped {
+        let gpus: Vec<Option<&Gpu>> = if visible.is_empty() {
+            vec![None]
+        } else {
+            visible.iter().map(|g| Some(*g)).collect()
+        };
+        let (reqs, _) = requirements(c);
+        for req in &reqs {
+            for gpu in &gpus {
+                let ctx = Context {
+                    driver: Some(&driver),
+                    driver_text: facts.driver_version.as_deref(),
+                    cuda: cuda.as_ref(),
+                    gpu: *gpu,
+                };
+                if let Some(v) = req.forward_compat_only(&ctx) {
+                    if !only_via_fwd.as_ref().is_some_and(|(_, have)| v <= *have) {
+                        only_via_fwd = Some((req.source.clone(), v));
+                    }
+                }
+            }
+        }
+    }
+    let image_cuda = c
+        .env
+        .get("CUDA_VERSION")
+        .and_then(requirement::cuda_version_major_minor)
+        .filter(|v| cuda.as_ref().is_some_and(|h| v > h));
+    if only_via_fwd.is_none() && image_cuda.is_none() {
+        return None;
+    }
+    Some(FwdNeed {
+        only_via_fwd,
+        image_cuda,
+    })
+}
+
+/// The `compat` findings for forward compatibility, from the compat scan.
+fn forward_compat_findings(
+    c: &Container,
+    facts: &HostFacts,
+    visible: &[&Gpu],
+    cfg: &Config,
+    scan: &CompatScan,
+) -> Vec<Finding> {
+    let Some(need) = forward_compat_need(c, facts, visible, cfg) else {
+        return Vec::new();
+    };
+    let Some(driver) = facts
+        .driver_version
+        .as_deref()
+        .and_then(|d| Version::parse(d).ok())
+    else {
+        return Vec::new();
+    };
+    let cuda = facts
+        .cuda_driver_version
+        .as_deref()
+        .and_then(|v| Version::parse(v).ok());
+    compat_check::forward_findings(
+        &need,
+        &FwdHost {
+            gpus: visible,
+            driver: &driver,
+            cuda: cuda.as_ref(),
+        },
+        scan,
+        &cfg.compat,
+    )
 }
 
 /// Handles `NVIDIA_DISABLE_REQUIRE`: returns true when the checks are to be
@@ -403,7 +588,10 @@ fn host_and_requirement_findings<'a>(
                     );
                 }
             } else {
-                check_requirements(c, facts, &visible, cfg, findings);
+                check_requirements(c, facts, &visible, cfg, inp.scanned, findings);
+                if let Some(scan) = inp.compat {
+                    findings.extend(forward_compat_findings(c, facts, &visible, cfg, scan));
+                }
             }
         }
         None => {
@@ -447,6 +635,7 @@ pub fn decide(inp: &Inputs) -> Decision {
     if inp.stage == Stage::Edit {
         let (env, mut tf) = tuning::plan(c, &visible, &cfg.tuning);
         d.edits.env = env;
+        d.edits.rlimits = tuning::rlimits(c, &cfg.tuning);
         findings.append(&mut tf);
     }
     let sp = security::plan(c, &cfg.security, &allow, inp.stage);

@@ -3,6 +3,7 @@
 
 use crate::core::sanitize::clean;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -31,6 +32,9 @@ pub enum Check {
     Tuning,
     Security,
     Config,
+    /// CUDA forward and minor-version compatibility (design.md, "Decision
+    /// JSON additions").
+    Compat,
 }
 
 impl Check {
@@ -43,6 +47,7 @@ impl Check {
             Check::Tuning => "tuning",
             Check::Security => "security",
             Check::Config => "config",
+            Check::Compat => "compat",
         }
     }
 }
@@ -127,11 +132,27 @@ pub struct Edits {
     pub capabilities_dropped: Vec<String>,
     /// True when the policy makes `process.noNewPrivileges` true.
     pub no_new_privileges: bool,
+    /// `process.rlimits` raised by a tuning rule, by type
+    /// (`{"RLIMIT_MEMLOCK": {"soft": N, "hard": N}}`, design.md "Decision
+    /// JSON additions"); never one lowered. Unlimited is u64::MAX, as
+    /// runc's spec writes RLIM_INFINITY.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub rlimits: BTreeMap<String, Rlimit>,
+}
+
+/// One `process.rlimits` entry's values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rlimit {
+    pub soft: u64,
+    pub hard: u64,
 }
 
 impl Edits {
     pub fn is_empty(&self) -> bool {
-        self.env.is_empty() && self.capabilities_dropped.is_empty() && !self.no_new_privileges
+        self.env.is_empty()
+            && self.capabilities_dropped.is_empty()
+            && !self.no_new_privileges
+            && self.rlimits.is_empty()
     }
 }
 

@@ -6,6 +6,7 @@
 pub mod arch;
 pub mod capability;
 pub mod compat;
+pub mod compat_check;
 pub mod container;
 pub mod cuda_tables;
 pub mod decide;

@@ -103,6 +103,7 @@ pub struct Config {
     pub security: SecurityConfig,
     pub runtime: RuntimeConfig,
     pub kernel_image: KernelImageConfig,
+    pub compat: CompatConfig,
     pub log: LogConfig,
 }
 
@@ -121,6 +122,111 @@ pub struct HostConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct RequirementsConfig {
     pub honor_disable_require: bool,
+    /// CUDA minor-version compatibility for `cuda>=X.Y` factors that fail
+    /// only on the minor version (`core::compat_check`).
+    pub minor_version_compatibility: MinorVersionCompat,
+}
+
+/// `requirements.minor_version_compatibility`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MinorVersionCompat {
+    /// A failing `cuda>=X.Y` refuses, as NVIDIA's check does.
+    Off,
+    /// Refuses as `off`, plus a finding saying whether `allow` would admit.
+    Warn,
+    /// Admits when every condition holds (same major, driver at least the
+    /// family minimum, all scanned GPU code runs as SASS), with a warning.
+    Allow,
+}
+
+/// `[compat]`: CUDA forward compatibility.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CompatConfig {
+    /// A requirement met only through a forward-compatibility alternative
+    /// while the image ships no compat library.
+    pub missing_library: MissingLibrary,
+}
+
+/// `compat.missing_library`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MissingLibrary {
+    Refuse,
+    Warn,
+}
+
+impl Default for CompatConfig {
+    fn default() -> Self {
+        CompatConfig {
+            missing_library: MissingLibrary::Warn,
+        }
+    }
+}
+
+/// `tuning.memlock`: RLIMIT_MEMLOCK for GPU containers (RDMA, GPUDirect).
+/// In config.toml: `""` (off), `"unlimited"`, or a number of bytes (an
+/// integer, or a string of digits).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Memlock {
+    #[default]
+    Off,
+    Unlimited,
+    Bytes(u64),
+}
+
+impl Memlock {
+    /// The rlimit value: RLIM_INFINITY is u64::MAX, as runc's spec writes it.
+    pub fn value(self) -> Option<u64> {
+        match self {
+            Memlock::Off => None,
+            Memlock::Unlimited => Some(u64::MAX),
+            Memlock::Bytes(n) => Some(n),
+        }
+    }
+}
+
+impl Serialize for Memlock {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Memlock::Off => s.serialize_str(""),
+            Memlock::Unlimited => s.serialize_str("unlimited"),
+            Memlock::Bytes(n) => s.serialize_u64(*n),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Memlock {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Memlock, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Memlock;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("\"\" (off), \"unlimited\" or a number of bytes")
+            }
+            fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<Memlock, E> {
+                Ok(Memlock::Bytes(n))
+            }
+            fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<Memlock, E> {
+                u64::try_from(n)
+                    .map(Memlock::Bytes)
+                    .map_err(|_| E::custom("memlock must not be negative"))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Memlock, E> {
+                match v.trim() {
+                    "" => Ok(Memlock::Off),
+                    "unlimited" | "infinity" => Ok(Memlock::Unlimited),
+                    t => t.parse::<u64>().map(Memlock::Bytes).map_err(|_| {
+                        E::custom(format!(
+                            "`{t}` is not \"\", \"unlimited\" or a number of bytes"
+                        ))
+                    }),
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -129,6 +235,8 @@ pub struct TuningConfig {
     pub enabled: bool,
     pub disable_annotation: String,
     pub frameworks: BTreeMap<String, Vec<String>>,
+    /// RLIMIT_MEMLOCK for GPU containers, only ever raised.
+    pub memlock: Memlock,
     pub env: Vec<TuningRule>,
 }
 
@@ -264,6 +372,7 @@ impl Default for Config {
             security: SecurityConfig::default(),
             runtime: RuntimeConfig::default(),
             kernel_image: KernelImageConfig::default(),
+            compat: CompatConfig::default(),
             log: LogConfig::default(),
         }
     }
@@ -286,6 +395,7 @@ impl Default for RequirementsConfig {
     fn default() -> Self {
         RequirementsConfig {
             honor_disable_require: true,
+            minor_version_compatibility: MinorVersionCompat::Off,
         }
     }
 }
@@ -324,6 +434,7 @@ impl Default for TuningConfig {
             enabled: true,
             disable_annotation: "gpu-guard.tuning".into(),
             frameworks,
+            memlock: Memlock::Off,
             env: vec![
                 TuningRule::plain("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),
                 TuningRule::plain("CUDA_DEVICE_MAX_CONNECTIONS", "32"),

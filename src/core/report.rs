@@ -78,6 +78,21 @@ pub fn human(d: &Decision) -> String {
     if e.no_new_privileges {
         let _ = writeln!(s, "  edit: no_new_privileges = true");
     }
+    for (kind, r) in &e.rlimits {
+        let v = |n: u64| {
+            if n == u64::MAX {
+                "unlimited".to_string()
+            } else {
+                n.to_string()
+            }
+        };
+        let _ = writeln!(
+            s,
+            "  edit: rlimit {kind} soft={} hard={}",
+            v(r.soft),
+            v(r.hard)
+        );
+    }
     s
 }
 
@@ -156,6 +171,18 @@ pub fn log_line(d: &Decision) -> String {
     }
     if d.edits.no_new_privileges {
         s.push_str(" nnp=true");
+    }
+    if !d.edits.rlimits.is_empty() {
+        let _ = write!(
+            s,
+            " rlimits={}",
+            d.edits
+                .rlimits
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(",")
+        );
     }
     for f in &d.findings {
         if f.severity != Severity::Info {

@@ -449,6 +449,135 @@ impl Requirement {
     }
 }
 
+/// How a failed requirement fares under CUDA minor-version compatibility
+/// ([`Requirement::minor_version`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MinorVersion {
+    /// Some alternative holds once its `cuda>=X.Y` factors that fail only on
+    /// the minor version (same major as the host's CUDA) are let pass;
+    /// `needs` is the highest such X.Y.
+    Admits { needs: Version },
+    /// Some alternative fails only on `cuda` factors, but one of them asks
+    /// for a newer major than the host's: minor-version compatibility
+    /// cannot cover a major-version gap.
+    MajorGap { needs: Version },
+    /// No alternative fails on CUDA alone (or the host's CUDA is unknown).
+    NotCuda,
+}
+
+impl AllOf {
+    /// Is there a `driver<X`, `driver<=X` or `driver=X` factor? Official
+    /// images write their forward-compatibility alternatives as
+    /// `brand=B,driver>=N,driver<N+1`: an upper bound on the driver is what
+    /// tells such an alternative from one the driver meets natively (a newer
+    /// driver always runs older CUDA, so no native alternative needs one).
+    pub fn has_driver_upper_bound(&self) -> bool {
+        self.factors
+            .iter()
+            .any(|f| f.key == Some(Key::Driver) && matches!(f.op, Op::Lt | Op::Le | Op::Eq))
+    }
+
+    /// The `cuda` floors (`>=`, `>`, `=`) of this alternative.
+    fn cuda_floors(&self) -> impl Iterator<Item = &Version> {
+        self.factors
+            .iter()
+            .filter(|f| f.key == Some(Key::Cuda) && matches!(f.op, Op::Ge | Op::Gt | Op::Eq))
+            .filter_map(|f| match &f.operand {
+                Operand::Version(v) => Some(v),
+                _ => None,
+            })
+    }
+
+    /// Whether a `cuda` factor of this alternative fails on `ctx`.
+    fn fails_on_cuda(&self, ctx: &Context) -> bool {
+        self.factors
+            .iter()
+            .any(|f| f.key == Some(Key::Cuda) && matches!(f.eval(ctx), Outcome::Fail(_)))
+    }
+
+    /// Holds when every failing factor is a `cuda>=X.Y`/`cuda>X.Y` the
+    /// host's CUDA misses, on the minor version only unless `major_too`:
+    /// returns the highest such X.Y; None when another factor fails or is
+    /// unknown, or nothing failed.
+    fn holds_but_for_cuda(&self, ctx: &Context, major_too: bool) -> Option<Version> {
+        let have = ctx.cuda?;
+        let mut needs: Option<&Version> = None;
+        for f in &self.factors {
+            match f.eval(ctx) {
+                Outcome::Pass => {}
+                Outcome::Unknown(_) => return None,
+                Outcome::Fail(_) => {
+                    let Operand::Version(want) = &f.operand else {
+                        return None;
+                    };
+                    let relaxable = f.key == Some(Key::Cuda)
+                        && matches!(f.op, Op::Ge | Op::Gt)
+                        && (major_too || want.major() == have.major());
+                    if !relaxable {
+                        return None;
+                    }
+                    if !needs.is_some_and(|n| want <= n) {
+                        needs = Some(want);
+                    }
+                }
+            }
+        }
+        needs.cloned()
+    }
+}
+
+impl Requirement {
+    /// The CUDA version this requirement needs natively when it holds on
+    /// `ctx` only through forward compatibility; None otherwise.
+    ///
+    /// Precisely: some alternative with a driver upper bound
+    /// ([`AllOf::has_driver_upper_bound`]) holds, no alternative without one
+    /// holds, and at least one alternative without one fails on a `cuda`
+    /// factor. The result is the smallest `cuda` floor among those
+    /// alternatives: the CUDA the image asks for natively. A requirement
+    /// that bounds the driver without asking for any CUDA (`driver>=450,driver<600`)
+    /// is a plain driver range, not forward compatibility.
+    pub fn forward_compat_only(&self, ctx: &Context) -> Option<Version> {
+        let (bounded, native): (Vec<&AllOf>, Vec<&AllOf>) =
+            self.any_of.iter().partition(|t| t.has_driver_upper_bound());
+        if !bounded.iter().any(|t| t.eval(ctx).outcome == Outcome::Pass) {
+            return None;
+        }
+        if native.iter().any(|t| t.eval(ctx).outcome == Outcome::Pass) {
+            return None;
+        }
+        native
+            .iter()
+            .filter(|t| t.fails_on_cuda(ctx))
+            .flat_map(|t| t.cuda_floors())
+            .min()
+            .cloned()
+    }
+
+    /// Judges a requirement that fails on `ctx` under CUDA minor-version
+    /// compatibility: see [`MinorVersion`]. Only `cuda>=`/`cuda>` factors
+    /// are relaxed; `driver`, `arch` and `brand` factors must hold as written.
+    pub fn minor_version(&self, ctx: &Context) -> MinorVersion {
+        let admits = self
+            .any_of
+            .iter()
+            .filter_map(|t| t.holds_but_for_cuda(ctx, false))
+            .min();
+        if let Some(needs) = admits {
+            return MinorVersion::Admits { needs };
+        }
+        match self
+            .any_of
+            .iter()
+            .filter_map(|t| t.holds_but_for_cuda(ctx, true))
+            .min()
+        {
+            Some(needs) => MinorVersion::MajorGap { needs },
+            None => MinorVersion::NotCuda,
+        }
+    }
+}
+
 impl fmt::Display for Requirement {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}={}", self.source, self.text)
@@ -735,6 +864,99 @@ mod tests {
         assert_eq!(
             r.cuda_floor().map(|v| v.to_string()).as_deref(),
             Some("12.4")
+        );
+    }
+
+    fn ctx_eval<T>(
+        req: &str,
+        driver: &str,
+        cuda: &str,
+        g: Option<&Gpu>,
+        f: impl Fn(&Requirement, &Context) -> T,
+    ) -> T {
+        let r = Requirement::parse("NVIDIA_REQUIRE_CUDA", req).unwrap();
+        let d = Version::parse(driver).unwrap();
+        let c = Version::parse(cuda).unwrap();
+        f(
+            &r,
+            &Context {
+                driver: Some(&d),
+                driver_text: Some(driver),
+                cuda: Some(&c),
+                gpu: g,
+            },
+        )
+    }
+
+    #[test]
+    fn forward_compat_only_table() {
+        let t = gpu(0, "tesla", Some("8.0"));
+        let fwd = |req: &str, driver: &str, cuda: &str| {
+            ctx_eval(req, driver, cuda, Some(&t), |r, c| {
+                r.forward_compat_only(c).map(|v| v.to_string())
+            })
+        };
+        let off = "cuda>=12.4 brand=tesla,driver>=535,driver<536";
+        assert_eq!(fwd(off, "535.104.05", "12.2").as_deref(), Some("12.4"));
+        // Natively met: not forward compatibility.
+        assert_eq!(fwd(off, "550.54.15", "12.4"), None);
+        // Not met at all.
+        assert_eq!(fwd(off, "545.23.06", "12.3"), None);
+        // A plain driver range asks for no CUDA.
+        assert_eq!(fwd("driver>=450,driver<600", "535.104.05", "12.2"), None);
+        // driver= is an upper bound too; the smallest native floor is named.
+        assert_eq!(
+            fwd(
+                "cuda>=12.6 cuda>=12.4,arch>=7.0 driver=535.104.05",
+                "535.104.05",
+                "12.2"
+            )
+            .as_deref(),
+            Some("12.4")
+        );
+        // A native alternative that holds wins.
+        assert_eq!(
+            fwd(
+                "cuda>=12.0 brand=tesla,driver>=535,driver<536",
+                "535.104.05",
+                "12.2"
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn minor_version_table() {
+        let t = gpu(0, "tesla", Some("8.0"));
+        let mv = |req: &str, driver: &str, cuda: &str| {
+            ctx_eval(req, driver, cuda, Some(&t), |r, c| r.minor_version(c))
+        };
+        let v = |s: &str| Version::parse(s).unwrap();
+        assert_eq!(
+            mv("cuda>=12.4", "535.104.05", "12.2"),
+            MinorVersion::Admits { needs: v("12.4") }
+        );
+        assert_eq!(
+            mv(
+                "cuda>=12.4 brand=geforce,driver>=470,driver<471",
+                "535.104.05",
+                "12.2"
+            ),
+            MinorVersion::Admits { needs: v("12.4") }
+        );
+        assert_eq!(
+            mv("cuda>=13.0", "535.104.05", "12.2"),
+            MinorVersion::MajorGap { needs: v("13.0") }
+        );
+        // Another factor failing is not a CUDA gap.
+        assert_eq!(
+            mv("cuda>=12.4,arch>=9.0", "535.104.05", "12.2"),
+            MinorVersion::NotCuda
+        );
+        assert_eq!(mv("cuda=12.4", "535.104.05", "12.2"), MinorVersion::NotCuda);
+        assert_eq!(
+            mv("driver>=550", "535.104.05", "12.2"),
+            MinorVersion::NotCuda
         );
     }
 

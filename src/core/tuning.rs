@@ -4,11 +4,13 @@
 //! decision someone made, ours is a default.
 
 use crate::core::container::Container;
+use crate::core::decision::Rlimit;
 use crate::core::decision::{Check, Finding};
 use crate::core::facts::Gpu;
 use crate::core::policy::{TuningConfig, TuningRule};
 use crate::core::version::Version;
 use serde_json::{Map, Value};
+use std::collections::BTreeMap;
 
 /// The annotation values that switch tuning off for one container.
 fn is_off(v: &str) -> bool {
@@ -122,6 +124,47 @@ pub fn plan(
     (env, Vec::new())
 }
 
+/// The rlimit type the memlock rule sets (runtime-spec `process.rlimits`).
+pub const MEMLOCK: &str = "RLIMIT_MEMLOCK";
+
+/// The rlimits to raise (`tuning.memlock`). RDMA and GPUDirect RDMA pin
+/// memory with ibv_reg_mr, which fails past RLIMIT_MEMLOCK
+/// (NVIDIA/nvidia-container-toolkit#2037). Only ever raises: soft and hard
+/// are compared separately with what the container set, each kept when it
+/// is already at least as high; nothing is returned when both are. Like the
+/// env rules, off when tuning is off or the container's annotation turns it off.
+pub fn rlimits(c: &Container, cfg: &TuningConfig) -> BTreeMap<String, Rlimit> {
+    let mut out = BTreeMap::new();
+    let Some(want) = cfg.memlock.value() else {
+        return out;
+    };
+    if !cfg.enabled
+        || c.annotations
+            .get(&cfg.disable_annotation)
+            .is_some_and(|v| is_off(v))
+    {
+        return out;
+    }
+    let r = match c.rlimits.get(MEMLOCK) {
+        None => Rlimit {
+            soft: want,
+            hard: want,
+        },
+        Some(have) => {
+            let r = Rlimit {
+                soft: have.soft.max(want),
+                hard: have.hard.max(want),
+            };
+            if r == *have {
+                return out;
+            }
+            r
+        }
+    };
+    out.insert(MEMLOCK.to_string(), r);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -186,6 +229,54 @@ mod tests {
         assert!(!env.contains_key("CUDA_DEVICE_ORDER"));
         let (env, _) = plan(&new, &[&a100], &only_pt);
         assert!(env.contains_key("CUDA_DEVICE_ORDER"));
+    }
+
+    #[test]
+    fn memlock_only_raises() {
+        use crate::core::policy::Memlock;
+        let mut cfg = Config::default().tuning;
+        let c = Container::default();
+        assert!(rlimits(&c, &cfg).is_empty(), "off by default");
+        cfg.memlock = Memlock::Unlimited;
+        let r = rlimits(&c, &cfg);
+        assert_eq!(
+            r[MEMLOCK],
+            Rlimit {
+                soft: u64::MAX,
+                hard: u64::MAX
+            }
+        );
+        cfg.memlock = Memlock::Bytes(1 << 30);
+        let mut c = Container::default();
+        // Soft lower, hard higher: only soft is raised.
+        c.rlimits.insert(
+            MEMLOCK.into(),
+            Rlimit {
+                soft: 65536,
+                hard: 2 << 30,
+            },
+        );
+        assert_eq!(
+            rlimits(&c, &cfg)[MEMLOCK],
+            Rlimit {
+                soft: 1 << 30,
+                hard: 2 << 30
+            }
+        );
+        // Both already higher: nothing to do.
+        c.rlimits.insert(
+            MEMLOCK.into(),
+            Rlimit {
+                soft: 4 << 30,
+                hard: u64::MAX,
+            },
+        );
+        assert!(rlimits(&c, &cfg).is_empty());
+        // The annotation turns it off.
+        let mut c = Container::default();
+        c.annotations
+            .insert("gpu-guard.tuning".into(), "off".into());
+        assert!(rlimits(&c, &cfg).is_empty());
     }
 
     #[test]

@@ -118,6 +118,9 @@ impl<'a> Subject<'a> {
             config: self.config,
             stage: self.stage,
             kernel_image: self.kernel_image(report),
+            scanned: self.scanned.as_ref(),
+            // Images are read without unpacking: no compat-library scan.
+            compat: None,
         })
     }
 

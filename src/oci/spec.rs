@@ -141,6 +141,31 @@ fn rootfs(obj: &Map<String, Value>, bundle: Option<&Path>) -> Option<PathBuf> {
     }
 }
 
+/// `process.rlimits[]` as type -> (soft, hard); entries without a type or
+/// numeric values are left out (runc would refuse them anyway).
+fn rlimits(
+    process: Option<&Value>,
+) -> std::collections::BTreeMap<String, crate::core::decision::Rlimit> {
+    let mut out = std::collections::BTreeMap::new();
+    let list = process
+        .and_then(|p| p.get("rlimits"))
+        .and_then(|r| r.as_array());
+    for r in list.into_iter().flatten() {
+        let (Some(kind), Some(soft), Some(hard)) = (
+            r.get("type").and_then(|t| t.as_str()),
+            r.get("soft").and_then(|v| v.as_u64()),
+            r.get("hard").and_then(|v| v.as_u64()),
+        ) else {
+            continue;
+        };
+        out.insert(
+            kind.to_string(),
+            crate::core::decision::Rlimit { soft, hard },
+        );
+    }
+    out
+}
+
 impl Container {
     /// Builds the view from a parsed config.json. `bundle` resolves a relative
     /// `root.path` (runtime-spec: relative to the bundle).
@@ -165,6 +190,7 @@ impl Container {
             mounts: mounts(obj),
             capabilities: capabilities(process)?,
             no_new_privileges,
+            rlimits: rlimits(process),
             rootfs: rootfs(obj, bundle),
             chained_runtime: None,
             assume_attached: false,

@@ -116,11 +116,61 @@ pub fn apply(spec: &mut Value, edits: &Edits) -> bool {
             }
         }
     }
+    if !edits.rlimits.is_empty() {
+        changed |= apply_rlimits(process, &edits.rlimits);
+    }
     if edits.no_new_privileges
         && process.get("noNewPrivileges").and_then(|v| v.as_bool()) != Some(true)
     {
         process.insert("noNewPrivileges".into(), Value::Bool(true));
         changed = true;
+    }
+    changed
+}
+
+/// Raises `process.rlimits` entries to the edits' values: an entry of the
+/// same type keeps its soft or hard value where that is already higher (the
+/// decision never lowers a limit, and the spec may have changed since);
+/// other rlimits are kept as they are. runc applies them with setrlimit
+/// before the container's process starts (libcontainer/init_linux.go).
+fn apply_rlimits(
+    process: &mut serde_json::Map<String, Value>,
+    rlimits: &std::collections::BTreeMap<String, crate::core::decision::Rlimit>,
+) -> bool {
+    let list = process
+        .entry("rlimits")
+        .or_insert_with(|| Value::Array(Vec::new()));
+    if list.is_null() {
+        *list = Value::Array(Vec::new());
+    }
+    let Value::Array(list) = list else {
+        // Not an array: runc refuses the spec anyway; leave it alone.
+        return false;
+    };
+    let mut changed = false;
+    for (kind, want) in rlimits {
+        let existing = list
+            .iter_mut()
+            .find(|r| r.get("type").and_then(|t| t.as_str()) == Some(kind.as_str()));
+        match existing {
+            Some(Value::Object(r)) => {
+                for (key, v) in [("soft", want.soft), ("hard", want.hard)] {
+                    let have = r.get(key).and_then(|x| x.as_u64());
+                    if !have.is_some_and(|h| h >= v) {
+                        r.insert(key.into(), Value::from(v));
+                        changed = true;
+                    }
+                }
+            }
+            _ => {
+                list.push(serde_json::json!({
+                    "type": kind,
+                    "hard": want.hard,
+                    "soft": want.soft,
+                }));
+                changed = true;
+            }
+        }
     }
     changed
 }
@@ -180,5 +230,50 @@ mod tests {
         assert_eq!(spec["zzz"], json!({"keep": [1, 2]}));
         // applying nothing changes nothing
         assert!(!apply(&mut spec, &Edits::default()));
+    }
+
+    #[test]
+    fn rlimits_are_raised_never_lowered() {
+        use crate::core::decision::Rlimit;
+        let mut spec = json!({
+            "process": {
+                "rlimits": [
+                    {"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024},
+                    {"type": "RLIMIT_MEMLOCK", "hard": 1099511627776u64, "soft": 65536}
+                ]
+            }
+        });
+        let mut edits = Edits::default();
+        edits.rlimits.insert(
+            "RLIMIT_MEMLOCK".into(),
+            Rlimit {
+                soft: 1 << 30,
+                hard: 1 << 30,
+            },
+        );
+        assert!(apply(&mut spec, &edits));
+        assert_eq!(
+            spec["process"]["rlimits"],
+            json!([
+                {"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024},
+                {"type": "RLIMIT_MEMLOCK", "hard": 1099511627776u64, "soft": 1073741824}
+            ])
+        );
+        // Again: nothing left to raise.
+        assert!(!apply(&mut spec, &edits));
+        // No rlimits at all: added, unlimited as u64::MAX.
+        let mut spec = json!({"process": {"env": []}});
+        edits.rlimits.insert(
+            "RLIMIT_MEMLOCK".into(),
+            Rlimit {
+                soft: u64::MAX,
+                hard: u64::MAX,
+            },
+        );
+        assert!(apply(&mut spec, &edits));
+        assert_eq!(
+            spec["process"]["rlimits"],
+            json!([{"type": "RLIMIT_MEMLOCK", "hard": u64::MAX, "soft": u64::MAX}])
+        );
     }
 }

@@ -28,11 +28,11 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 /// Where the hook looks (its `--cuda-compat-container-root` default).
-pub const COMPAT_DIR: &str = "usr/local/cuda/compat";
+pub const COMPAT_DIR: &str = crate::core::compat::COMPAT_DIR;
 /// The largest note section read (real ones are under 200 bytes).
 pub const MAX_NOTE: u64 = 64 << 10;
 /// The most `libcuda.so.*.*` entries examined in one directory.
-pub const MAX_LIBS: usize = 16;
+pub const MAX_LIBS: usize = crate::core::compat::MAX_LIBS;
 /// The most section headers looked at.
 const MAX_SECTIONS: u64 = 1 << 16;
 /// Section name tables up to this size are read at once.
@@ -41,30 +41,7 @@ const SHT_NOTE: u32 = 7;
 const SHN_XINDEX: u32 = 0xffff;
 const PREFIX: &str = "libcuda.so.";
 
-/// One compat library found in the root.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CompatLib {
-    /// Its path in the root, without a leading `/` (`usr/local/cuda/compat/libcuda.so.575.57.08`).
-    /// Comes from the image: escape before printing.
-    pub path: String,
-    /// The driver version from the name suffix (`575.57.08`), unparsed. From the image.
-    pub version: String,
-    /// The note, or why it could not be read: a missing or malformed note is
-    /// an error string (a warning for the decision). The string holds no
-    /// image bytes.
-    pub note: Result<CompatNote, String>,
-}
-
-/// What was found in a root.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct CompatScan {
-    /// Candidates in name order (at most [`MAX_LIBS`]).
-    pub libs: Vec<CompatLib>,
-    /// More candidates than [`MAX_LIBS`] were present.
-    pub truncated: bool,
-    /// The compat directory exists but could not be listed (no image bytes).
-    pub error: Option<String>,
-}
+pub use crate::core::compat::{CompatLib, CompatScan};
 
 /// Scans `/usr/local/cuda/compat` in the rootfs at `rootfs` (a trusted host path).
 pub fn scan_rootfs(rootfs: &Path) -> CompatScan {
