@@ -70,7 +70,7 @@ pub fn main(cfg: &Config, container: &Container, stage: Stage, args: &CheckArgs)
         .as_ref()
         .filter(|_| cfg.kernel_image.severity != KernelImageSeverity::Off)
         .map(|r| crate::scan::libraries::scan_rootfs(r, &cfg.kernel_image));
-    main_with(cfg, container, stage, args, scanned, None)
+    main_with(cfg, container, stage, args, (scanned, None), None)
 }
 
 /// What was read of an image (`check --image`), for the fleet output: a
@@ -87,7 +87,10 @@ pub fn main_with(
     container: &Container,
     stage: Stage,
     args: &CheckArgs,
-    scanned: Option<crate::core::kernel_image::Scanned>,
+    (scanned, compat): (
+        Option<crate::core::kernel_image::Scanned>,
+        Option<crate::core::compat::CompatScan>,
+    ),
     image: Option<&ImageReport>,
 ) -> i32 {
     let (hosts, node_list) = match gather(args) {
@@ -97,7 +100,7 @@ pub fn main_with(
     if hosts.is_empty() && !args.affinity {
         return usage("no hosts: --hosts DIR holds no *.json file and --nodes lists no node");
     }
-    let subject = Subject::new(container, cfg, stage, scanned);
+    let subject = Subject::new(container, cfg, stage, scanned).with_compat(compat);
     let results = subject.judge_all(&hosts);
     if args.affinity {
         return print_affinity(&subject, args, &node_list, &results);

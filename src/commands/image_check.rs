@@ -208,22 +208,20 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
     };
     let image = report(&img, &container, scan.as_ref());
     if fleet_report::wanted(args) {
-        let scanned = scan.map(|s| s.scanned);
-        return fleet_report::main_with(&cfg, &container, stage, args, scanned, Some(&image));
+        let code = scan.map(|s| (Some(s.scanned), Some(s.compat)));
+        let code = code.unwrap_or((None, None));
+        return fleet_report::main_with(&cfg, &container, stage, args, code, Some(&image));
     }
     let host: HostReport = match args.host.first() {
         Some(p) => FactsFile(p.to_path_buf()).report(),
         None => crate::host::probe(&cfg.host),
     };
     let notes = scan.as_ref().map(|s| s.notes.clone()).unwrap_or_default();
-    let d = decide_one(
-        &container,
-        &cfg,
-        stage,
-        scan.map(|s| s.scanned),
-        &host,
-        &notes,
-    );
+    let (scanned, compat) = match scan {
+        Some(s) => (Some(s.scanned), Some(s.compat)),
+        None => (None, None),
+    };
+    let d = decide_one(&container, &cfg, stage, (scanned, compat), &host, &notes);
     if !args.json {
         println!("{}", image.line);
     }
@@ -235,11 +233,14 @@ fn decide_one(
     container: &Container,
     cfg: &Config,
     stage: Stage,
-    scanned: Option<crate::core::kernel_image::Scanned>,
+    (scanned, compat): (
+        Option<crate::core::kernel_image::Scanned>,
+        Option<crate::core::compat::CompatScan>,
+    ),
     host: &HostReport,
     notes: &[String],
 ) -> crate::core::decision::Decision {
-    let subject = Subject::new(container, cfg, stage, scanned);
+    let subject = Subject::new(container, cfg, stage, scanned).with_compat(compat);
     let mut d = subject.decide(host);
     if d.gpu_container {
         for n in notes {

@@ -18,6 +18,7 @@ pub mod labels;
 pub mod nodes;
 pub mod summary;
 
+use crate::core::compat::CompatScan;
 use crate::core::container::Container;
 use crate::core::decide::{self, Inputs};
 use crate::core::decision::{Check, Decision, Finding, Severity};
@@ -40,6 +41,9 @@ pub struct Subject<'a> {
     /// The image's libraries, scanned once (None: no rootfs to scan). A
     /// rootfs from `--bundle` or an image read by `--image` plugs in here.
     scanned: Option<Scanned>,
+    /// The image's forward-compatibility libraries (`/usr/local/cuda/compat`),
+    /// read with the libraries; None when nothing was read.
+    compat: Option<CompatScan>,
     /// The parsed `NVIDIA_REQUIRE_*` (for short reasons and the affinity).
     pub requirements: Vec<Requirement>,
 }
@@ -91,10 +95,17 @@ impl<'a> Subject<'a> {
             container,
             config,
             stage,
-            detection: detect::classify(container),
+            detection: detect::classify_with(container, &config.detect),
             scanned,
+            compat: None,
             requirements,
         }
+    }
+
+    /// The image's compat libraries, judged per host like a rootfs's.
+    pub fn with_compat(mut self, compat: Option<CompatScan>) -> Subject<'a> {
+        self.compat = compat;
+        self
     }
 
     /// True when the image's GPU code was scanned (kernel-image findings).
@@ -119,8 +130,7 @@ impl<'a> Subject<'a> {
             stage: self.stage,
             kernel_image: self.kernel_image(report),
             scanned: self.scanned.as_ref(),
-            // Images are read without unpacking: no compat-library scan.
-            compat: None,
+            compat: self.compat.as_ref(),
         })
     }
 
