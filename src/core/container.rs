@@ -135,6 +135,8 @@ pub struct Container {
     pub mounts: Vec<Mount>,
     pub capabilities: Capabilities,
     pub no_new_privileges: bool,
+    /// `process.user.uid`, when the spec has one.
+    pub uid: Option<u32>,
     /// Absolute path of the root filesystem, when known.
     pub rootfs: Option<PathBuf>,
     /// The OCI runtime the runtime wrapper execs for this container, when
