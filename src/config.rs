@@ -212,6 +212,57 @@ pub fn merge_tables(base: &mut toml::Table, over: toml::Table) {
     }
 }
 
+/// Whether `runtime.path` names gpu-guard itself, which the runtime
+/// wrapper would exec forever: the same file as this process's binary
+/// (through any symlink, or a bare name found on PATH), or any binary
+/// named `gpu-guard-runtime` / `gpu-guard` (another copy reads the same
+/// config and chains back).
+pub fn runtime_is_self(configured: &str) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    if configured.is_empty() {
+        return false;
+    }
+    let p = Path::new(configured);
+    if matches!(
+        p.file_name().and_then(|n| n.to_str()),
+        Some("gpu-guard-runtime" | "gpu-guard")
+    ) {
+        return true;
+    }
+    let candidates: Vec<PathBuf> = if configured.contains('/') {
+        vec![p.to_path_buf()]
+    } else {
+        let path = std::env::var_os("PATH").unwrap_or_else(|| {
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()
+        });
+        std::env::split_paths(&path)
+            .map(|d| d.join(configured))
+            .collect()
+    };
+    let Ok(me) = std::fs::metadata("/proc/self/exe") else {
+        return false;
+    };
+    candidates
+        .iter()
+        .filter_map(|c| std::fs::metadata(c).ok())
+        .find(|m| m.is_file())
+        .is_some_and(|m| m.dev() == me.dev() && m.ino() == me.ino())
+}
+
+/// The line `gpu-guard host` and `check` print about the chained runtime:
+/// `chained runtime: PATH (from FILE)`; `None` when runtime.path is unset.
+pub fn chained_runtime_line(l: &Loaded) -> Option<String> {
+    if l.config.runtime.path.is_empty() {
+        return None;
+    }
+    let from = l
+        .runtime_path_from
+        .as_ref()
+        .map(|p| format!(" (from {})", p.display()))
+        .unwrap_or_default();
+    Some(format!("chained runtime: {}{from}", l.config.runtime.path))
+}
+
 /// Parses and validates config text; the error is one line naming the key.
 pub fn parse(text: &str) -> Result<Config, String> {
     let cfg = parse_unvalidated(text)?;

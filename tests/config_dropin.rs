@@ -160,3 +160,104 @@ fn check_reads_drop_ins_through_the_binary() {
     );
     let _ = fs::remove_dir_all(&d);
 }
+
+fn gg(config: &Path, args: &[&str]) -> (i32, String) {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-guard"))
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .env_remove("GPU_GUARD_CONFIG")
+        .output()
+        .unwrap();
+    (
+        o.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ),
+    )
+}
+
+fn host_config(d: &Path) -> PathBuf {
+    let main = d.join("config.toml");
+    let facts = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/hosts/a100.json");
+    write(
+        &main,
+        &format!(
+            "[host]\nfacts_file = \"{}\"\ncache_file = \"\"\n[kernel_image]\nseverity = \"off\"\n[log]\nsyslog = false\n",
+            facts.display()
+        ),
+    );
+    main
+}
+
+#[test]
+fn check_and_host_show_the_chained_runtime() {
+    let d = tmp("show");
+    let main = host_config(&d);
+    let chain = d.join("config.d/50-chain-nvidia-containerd.toml");
+    write(
+        &chain,
+        "[runtime]\npath = \"/usr/bin/nvidia-container-runtime\"\n",
+    );
+    let want = format!(
+        "chained runtime: /usr/bin/nvidia-container-runtime (from {})",
+        chain.display()
+    );
+    let (code, out) = gg(&main, &["host"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains(&want), "{out}");
+    let (code, out) = gg(&main, &["check", "--env", "NVIDIA_VISIBLE_DEVICES=all"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains(&want), "{out}");
+    let (_, out) = gg(
+        &main,
+        &["check", "--json", "--env", "NVIDIA_VISIBLE_DEVICES=all"],
+    );
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f["check"] == "config"
+            && f["severity"] == "info"
+            && f["message"] == want.as_str()));
+    // Without runtime.path: no line.
+    fs::remove_file(&chain).unwrap();
+    let (_, out) = gg(&main, &["host"]);
+    assert!(!out.contains("chained runtime"), "{out}");
+    let _ = fs::remove_dir_all(&d);
+}
+
+#[test]
+fn runtime_path_naming_gpu_guard_is_an_error_not_a_loop() {
+    let d = tmp("loop");
+    let main = host_config(&d);
+    let me = env!("CARGO_BIN_EXE_gpu-guard");
+    let link = d.join("runc");
+    std::os::unix::fs::symlink(me, &link).unwrap();
+    for target in [
+        me.to_string(),
+        link.display().to_string(),
+        "/usr/bin/gpu-guard-runtime".to_string(),
+    ] {
+        write(
+            &d.join("config.d/50-chain.toml"),
+            &format!("[runtime]\npath = \"{target}\"\n"),
+        );
+        // The wrapper refuses to exec itself, in one line, at once.
+        let (code, out) = gg(&main, &["runtime", "--version"]);
+        assert_eq!(code, 127, "{target}: {out}");
+        assert!(out.contains("names gpu-guard itself"), "{target}: {out}");
+        assert_eq!(out.trim_end().lines().count(), 1, "{out}");
+        let (code, out) = gg(&main, &["check", "--env", "NVIDIA_VISIBLE_DEVICES=all"]);
+        assert_eq!(code, 1, "{target}: {out}");
+        assert!(out.contains("gpu-guard itself"), "{out}");
+    }
+    // In this test process /proc/self/exe is the test binary: by name only.
+    assert!(config::runtime_is_self("/usr/bin/gpu-guard-runtime"));
+    assert!(!config::runtime_is_self("/bin/true"));
+    assert!(!config::runtime_is_self(""));
+    let _ = fs::remove_dir_all(&d);
+}
