@@ -163,10 +163,11 @@ fn rejected(path: &Path, message: String) -> ConfigError {
 /// hidden files (editor and package-manager leftovers) are skipped. A
 /// missing directory has none.
 fn list_drop_ins(dir: &Path) -> Result<Vec<PathBuf>, ConfigError> {
+    if !dir.is_dir() {
+        return Ok(Vec::new());
+    }
     let rd = match std::fs::read_dir(dir) {
         Ok(rd) => rd,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => return Ok(Vec::new()),
         Err(e) => {
             return Err(ConfigError {
                 path: dir.to_path_buf(),

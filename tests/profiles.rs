@@ -29,20 +29,21 @@ fn wide() -> Vec<String> {
 }
 
 fn container(caps: &[String], uid: Option<u32>, annotations: &[(&str, &str)]) -> Container {
-    let mut c = Container::default();
-    c.capabilities = Capabilities {
-        bounding: Some(caps.to_vec()),
-        effective: Some(caps.to_vec()),
-        inheritable: None,
-        permitted: Some(caps.to_vec()),
-        ambient: None,
-    };
-    c.uid = uid;
-    c.annotations = annotations
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect::<BTreeMap<_, _>>();
-    c
+    Container {
+        capabilities: Capabilities {
+            bounding: Some(caps.to_vec()),
+            effective: Some(caps.to_vec()),
+            inheritable: None,
+            permitted: Some(caps.to_vec()),
+            ambient: None,
+        },
+        uid,
+        annotations: annotations
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect::<BTreeMap<_, _>>(),
+        ..Default::default()
+    }
 }
 
 /// CapEff after the edit stage: the effective set minus what the plan drops.

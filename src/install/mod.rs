@@ -123,6 +123,10 @@ pub struct Options {
     /// Host directory with `gpu-guard` and `gpu-guard-runtime`.
     pub bin_dir: PathBuf,
     pub state_dir: PathBuf,
+    /// gpu-guard's drop-in directory (host path) for the chain drop-in:
+    /// `config.d` beside the config in effect, [`GPU_GUARD_CONFIG_D`]
+    /// under `--host-root`.
+    pub config_d: PathBuf,
 }
 
 /// What install recorded for one engine.
@@ -159,10 +163,11 @@ pub struct ChainState {
 /// beside `/etc/gpu-guard/config.toml`).
 pub const GPU_GUARD_CONFIG_D: &str = "/etc/gpu-guard/config.d";
 
-/// The drop-in that chains the wrapper to NVIDIA's runtime for `engine`.
-/// One per engine, so uninstalling one engine leaves another's chain.
-pub fn chain_file(engine: Engine) -> PathBuf {
-    Path::new(GPU_GUARD_CONFIG_D).join(format!("50-chain-nvidia-{}.toml", engine_name(engine)))
+/// The drop-in that chains the wrapper to NVIDIA's runtime for the
+/// engine. One per engine, so uninstalling one engine leaves another's chain.
+pub fn chain_file(opts: &Options) -> PathBuf {
+    opts.config_d
+        .join(format!("50-chain-nvidia-{}.toml", engine_name(opts.engine)))
 }
 
 /// What the chain drop-in says.
@@ -442,7 +447,7 @@ fn plan_chain(opts: &Options, nvidia: Option<&str>, plan: &mut Plan) -> Result<(
     let Some(state) = plan.state.as_mut() else {
         return Ok(());
     };
-    let host = chain_file(opts.engine);
+    let host = chain_file(opts);
     let path = opts.fs_path(&host);
     let before = edit::read_optional(&path)?;
     let ours_before = state
@@ -1042,6 +1047,7 @@ mod tests {
             host_root: PathBuf::from(root),
             bin_dir: PathBuf::from("/usr/bin"),
             state_dir: PathBuf::from(DEFAULT_STATE_DIR),
+            config_d: PathBuf::from(GPU_GUARD_CONFIG_D),
         }
     }
 
