@@ -255,6 +255,10 @@ pub const CRIO_CONTAINER_TYPE: &str = "io.kubernetes.cri-o.ContainerType";
 pub const CRIO_NAMESPACE: &str = "io.kubernetes.pod.namespace";
 pub const CRIO_POD: &str = "io.kubernetes.pod.name";
 pub const CRIO_IMAGE: &str = "io.kubernetes.cri-o.ImageName";
+/// CRI-O writes the handler on the pod sandbox's spec
+/// (server/sandbox_run_linux.go `g.AddAnnotation(annotations.RuntimeHandler, ...)`);
+/// a workload container's spec may not carry it, so a `handler` selector
+/// matches only where it does.
 pub const CRIO_HANDLER: &str = "io.kubernetes.cri-o.RuntimeHandler";
 
 impl CriFacts {
