@@ -93,7 +93,8 @@ def kv(pairs):
 
 
 def start_pod(grpc, pb, rt, name, handler, image, cmd, envs=None, annotations=None,
-              drop_all=False, nnp=False):
+              drop_all=False, nnp=False, namespace="gpu-guard-test", privileged=False,
+              pod_annotations=None):
     """kubelet's order: RunPodSandbox, CreateContainer, StartContainer.
     Returns (result dict, timings)."""
     res = {"ok": False, "sandbox": None, "container": None}
@@ -101,10 +102,13 @@ def start_pod(grpc, pb, rt, name, handler, image, cmd, envs=None, annotations=No
     # default without shareProcessNamespace), like a plain pod on a node.
     ns = pb.NamespaceOption(network=pb.NODE, pid=pb.CONTAINER)
     psc = pb.PodSandboxConfig(
-        metadata=pb.PodSandboxMetadata(name=name, uid=str(uuid.uuid4()), namespace="gpu-guard-test"),
+        metadata=pb.PodSandboxMetadata(name=name, uid=str(uuid.uuid4()), namespace=namespace),
+        annotations=pod_annotations or {},
         linux=pb.LinuxPodSandboxConfig(
-            security_context=pb.LinuxSandboxSecurityContext(namespace_options=ns)))
-    sc = pb.LinuxContainerSecurityContext(namespace_options=ns, no_new_privs=nnp)
+            security_context=pb.LinuxSandboxSecurityContext(namespace_options=ns,
+                                                            privileged=privileged)))
+    sc = pb.LinuxContainerSecurityContext(namespace_options=ns, no_new_privs=nnp,
+                                          privileged=privileged)
     if drop_all:
         sc.capabilities.CopyFrom(pb.Capability(drop_capabilities=["ALL"]))
     cc = pb.ContainerConfig(
@@ -143,7 +147,8 @@ def remove_pod(pb, rt, sandbox):
 def cmd_pod(a):
     grpc, pb, rt = client()
     res, _ = start_pod(grpc, pb, rt, a.name, a.handler, a.image, a.cmd, kv(a.env),
-                       kv(a.annotation), a.drop_all, a.nnp)
+                       kv(a.annotation), a.drop_all, a.nnp, a.namespace, a.privileged,
+                       kv(a.pod_annotation))
     print(json.dumps(res))
 
 
@@ -236,6 +241,9 @@ def main():
     s.add_argument("--annotation", action="append")
     s.add_argument("--drop-all", action="store_true")
     s.add_argument("--nnp", action="store_true")
+    s.add_argument("--namespace", default="gpu-guard-test")
+    s.add_argument("--privileged", action="store_true")
+    s.add_argument("--pod-annotation", action="append")
     s.add_argument("cmd", nargs="+")
     s.set_defaults(fn=cmd_pod)
     s = sub.add_parser("exec")

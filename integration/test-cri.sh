@@ -20,7 +20,20 @@
 #      `runc exec --process` process keeps its own value of a tuning variable;
 #   d. a non-GPU pod keeps containerd's defaults (same as handler runc);
 #   e. a GPU pod asking for less (drop ALL, no_new_privs) keeps asking for less;
-#   f. a pod with a CDI annotation nvidia.com/gpu=0 is a GPU pod.
+#   f. a pod with a CDI annotation nvidia.com/gpu=0 is a GPU pod, and
+#      install gave gpu-guard's runtime container_annotations cdi.k8s.io/*;
+#   g. scoped exceptions (a config.d drop-in beside gg.toml; default
+#      profile "restricted", namespace gpu-operator exempt): a root GPU pod
+#      in the exempt namespace starts with the exception's profile, the
+#      same pod in namespace default is refused with a diagnosis naming
+#      [[security.exceptions]]; a pod in "default" that sets
+#      io.kubernetes.cri.sandbox-namespace: gpu-operator in its own
+#      annotations (pod and container) is still refused, and its spec says
+#      "default" (containerd writes its own value over it); the same with
+#      privileged pods where the host's bounding set is every capability;
+#   h. chaining: install over a config whose default runtime is NVIDIA's
+#      writes config.d/50-chain-nvidia-containerd.toml beside the gpu-guard
+#      config, reinstall is a no-op, uninstall removes it.
 . "$(dirname "$0")/lib.sh"
 . "$INTEGRATION_DIR/cri_lib.sh"
 
@@ -79,6 +92,9 @@ start_instance() {
     local v=$1 dir="$T/v$1"
     mkdir -p "$dir"
     cri_base_config "$dir/containerd.toml" "$v" "$dir"
+    # No CDI pass-through on runc here: install must add it to gpu-guard's
+    # runtime (f checks a CDI pod is seen as one).
+    sed -i '/container_annotations/d' "$dir/containerd.toml"
     cp "$dir/containerd.toml" "$dir/base.toml"
     local out
     out=$("$GG" --config "$T/gg.toml" install containerd --config-path "$dir/containerd.toml" \
@@ -207,6 +223,102 @@ check_eq "f: CDI pod CapEff is the allowlist" "$(capnames "$(field "$F" CapEff)"
 r=$(cri pod --name cdi-refuse --handler gpu-guard --image localhost/gg-cuda13:1 --annotation "$CDI" -- sleep 1000)
 check_eq "f: CDI pod needing CUDA 13.0 refused at StartContainer" "$(jget "$r" .ok)/$(jget "$r" .stage)" false/StartContainer
 check_contains "f: CDI refusal is gpu-guard's" "$(jget "$r" .error)" "gpu-guard refused container"
+check_eq "f: install passes CDI annotations through for handler gpu-guard" \
+    "$(jget "$(cri status)" '.info.config.containerd.runtimes["gpu-guard"] | any(.. | strings; . == "cdi.k8s.io/*")')" true
+
+# g. scoped exceptions, chosen by what containerd records (gpu-guard reads
+# config.d beside $T/gg.toml at every container start). The default
+# profile becomes "restricted" (uid 0 refused); namespace gpu-operator is
+# exempt with docker-default.
+mkdir -p "$T/config.d"
+EXC='[[security.exceptions]]\nnamespace = "gpu-operator"\nprofile = "docker-default"\nallow_privileged = true\n'
+printf "[security]\nprofile = \"restricted\"\n$EXC" > "$T/config.d/60-exceptions.toml"
+DOCKER_SORTED=$(printf '%s\n' CAP_CHOWN CAP_DAC_OVERRIDE CAP_FSETID CAP_FOWNER CAP_MKNOD CAP_NET_RAW CAP_SETGID \
+    CAP_SETUID CAP_SETFCAP CAP_SETPCAP CAP_NET_BIND_SERVICE CAP_SYS_CHROOT CAP_KILL CAP_AUDIT_WRITE | sort | tr '\n' ' ' | sed 's/ $//')
+r=$(cri pod --name op-toolkit --namespace gpu-operator --handler gpu-guard \
+    --image localhost/gg-busybox:1 --env NVIDIA_VISIBLE_DEVICES=all -- sleep 1000)
+check_eq "g: root GPU pod in the exempt namespace starts" "$(jget "$r" .ok)" true
+G=$(jget "$(cexec "$(jget "$r" .container)" sh -c "$MAINCMD")" .stdout)
+check_eq "g: exempt pod's CapEff is the exception's profile (docker-default)" \
+    "$(capnames "$(field "$G" CapEff)")" "$DOCKER_SORTED"
+r=$(cri pod --name op-toolkit --namespace default --handler gpu-guard \
+    --image localhost/gg-busybox:1 --env NVIDIA_VISIBLE_DEVICES=all -- sleep 1000)
+check_eq "g: the same pod in namespace default is refused at StartContainer" \
+    "$(jget "$r" .ok)/$(jget "$r" .stage)" false/StartContainer
+check_contains "g: refusal names uid 0 and the profile" "$(jget "$r" .error)" "uid 0, and security profile"
+check_contains "g: refusal names the exception mechanism" "$(jget "$r" .error)" "security.exceptions"
+check_contains "g: refusal names the pod's namespace" "$(jget "$r" .error)" 'namespace = "default"'
+printf '\n--- refusal outside the exempt namespace:\n%s\n---\n\n' "$(jget "$r" .error)"
+FORGE=io.kubernetes.cri.sandbox-namespace=gpu-operator
+r=$(cri pod --name forged --namespace default --handler gpu-guard \
+    --image localhost/gg-busybox:1 --env NVIDIA_VISIBLE_DEVICES=all \
+    --pod-annotation "$FORGE" --annotation "$FORGE" -- sleep 1000)
+check_eq "g: a pod claiming gpu-operator by its own annotations is refused" \
+    "$(jget "$r" .ok)/$(jget "$r" .stage)" false/StartContainer
+# What containerd writes for such a pod (default profile back to
+# gpu-guard's, so it starts).
+printf "$EXC" > "$T/config.d/60-exceptions.toml"
+r=$(cri pod --name forged-plain --namespace default --handler gpu-guard \
+    --image localhost/gg-busybox:1 --env NVIDIA_VISIBLE_DEVICES=all \
+    --pod-annotation "$FORGE" --annotation "$FORGE" -- sleep 1000)
+check_eq "g: the forged pod starts under the default profile" "$(jget "$r" .ok)" true
+FCFG="$CUR/state/io.containerd.runtime.v2.task/k8s.io/$(jget "$r" .container)/config.json"
+check_eq "g: containerd's spec says the pod's real namespace" \
+    "$(jq -r '.annotations["io.kubernetes.cri.sandbox-namespace"]' "$FCFG")" default
+F2=$(jget "$(cexec "$(jget "$r" .container)" sh -c "$MAINCMD")" .stdout)
+check_eq "g: forged pod gets the default profile, not the exception's" \
+    "$(capnames "$(field "$F2" CapEff)")" "$ALLOW_SORTED"
+# Privileged pods: gpu-guard calls a container privileged when it holds
+# every capability; containerd gives a privileged container the bounding
+# set it has itself, so this needs a host where that is every capability.
+FULL=$(printf '%x' $(( (1 << ($(cat /proc/sys/kernel/cap_last_cap) + 1)) - 1 )))
+if [ "$(field "$(cat /proc/self/status)" CapBnd | sed 's/^0*//')" = "$FULL" ]; then
+    r=$(cri pod --name op-driver --namespace gpu-operator --privileged --handler gpu-guard \
+        --image localhost/gg-busybox:1 --env NVIDIA_VISIBLE_DEVICES=all -- sleep 1000)
+    check_eq "g: privileged GPU pod in the exempt namespace starts" "$(jget "$r" .ok)" true
+    P=$(jget "$(cexec "$(jget "$r" .container)" sh -c "$MAINCMD")" .stdout)
+    check_contains "g: exempt privileged pod keeps CAP_SYS_ADMIN" "$(capnames "$(field "$P" CapEff)")" "CAP_SYS_ADMIN"
+    r=$(cri pod --name op-driver --namespace default --privileged --handler gpu-guard \
+        --image localhost/gg-busybox:1 --env NVIDIA_VISIBLE_DEVICES=all -- sleep 1000)
+    check_eq "g: the privileged pod in namespace default is refused" \
+        "$(jget "$r" .ok)/$(jget "$r" .stage)" false/StartContainer
+    check_contains "g: privileged refusal names the exception" "$(jget "$r" .error)" \
+        '[[security.exceptions]] namespace = "default" allow_privileged = true'
+    r=$(cri pod --name forged-priv --namespace default --privileged --handler gpu-guard \
+        --image localhost/gg-busybox:1 --env NVIDIA_VISIBLE_DEVICES=all \
+        --pod-annotation "$FORGE" --annotation "$FORGE" -- sleep 1000)
+    check_eq "g: a privileged pod claiming gpu-operator by annotation is refused" \
+        "$(jget "$r" .ok)/$(jget "$r" .stage)" false/StartContainer
+else
+    echo "NOTE g: privileged-pod cases not run: this host's bounding set is not every capability, so containerd's privileged containers are not"
+fi
+rm -f "$T/config.d/60-exceptions.toml"
 
 stop_instance
+
+# h. chaining to NVIDIA's runtime when it is containerd's default: the
+# drop-in goes beside the gpu-guard config in effect (--config).
+H="$T/chain"
+mkdir -p "$H/etc"
+cri_base_config "$H/containerd.toml" 2 "$H"
+printf '[plugins."io.containerd.grpc.v1.cri".containerd]\n  default_runtime_name = "nvidia"\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\n  runtime_type = "io.containerd.runc.v2"\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]\n  BinaryName = "%s"\n' \
+    "$T/bin/nvidia-container-runtime" >> "$H/containerd.toml"
+printf 'mode = "enforce"\n[log]\nsyslog = false\n' > "$H/etc/config.toml"
+CHAIN="$H/etc/config.d/50-chain-nvidia-containerd.toml"
+hinstall() {
+    "$GG" --config "$H/etc/config.toml" "$1" containerd --config-path "$H/containerd.toml" \
+        --bin-dir "$T/bin" --state-dir "$H/gg-state" 2>&1
+}
+out=$(hinstall install)
+check_contains "h: install writes the chain drop-in" "$out" "created $CHAIN"
+check_contains "h: the drop-in chains to NVIDIA's runtime" \
+    "$(cat "$CHAIN" 2>/dev/null)" "path = \"$T/bin/nvidia-container-runtime\""
+check_contains "h: gpu-guard check shows the chained runtime" \
+    "$("$GG" --config "$H/etc/config.toml" check --env A=1 2>&1)" \
+    "chained runtime: $T/bin/nvidia-container-runtime (from $CHAIN)"
+check_eq "h: the admin's config.toml is untouched" "$(head -1 "$H/etc/config.toml")" 'mode = "enforce"'
+check_contains "h: reinstall changes nothing" "$(hinstall install)" "nothing to change"
+hinstall uninstall >/dev/null
+check_eq "h: uninstall removes the chain drop-in and its directory" "$(ls "$H/etc")" config.toml
+
 finish

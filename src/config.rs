@@ -36,16 +36,46 @@ pub fn config_path(flag: Option<&Path>) -> (PathBuf, bool) {
 /// The largest config file we accept; the shipped one is a few KiB.
 const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
+/// The drop-in directory beside a config file: `config.d` in its directory.
+pub fn drop_in_dir(config: &Path) -> PathBuf {
+    config
+        .parent()
+        .unwrap_or(Path::new("/"))
+        .join(DROP_IN_DIR_NAME)
+}
+
+/// The drop-in directory's name: `/etc/gpu-guard/config.d` beside the default config.
+pub const DROP_IN_DIR_NAME: &str = "config.d";
+
+/// A config as loaded, with where it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Loaded {
+    pub config: Config,
+    /// The main file, when it was read (a missing default file is not).
+    pub main: Option<PathBuf>,
+    /// The drop-ins merged over it, in the order they were applied.
+    pub drop_ins: Vec<PathBuf>,
+    /// The last file that set `runtime.path`, if any.
+    pub runtime_path_from: Option<PathBuf>,
+}
+
 /// Loads the config. A missing file at the default path means built-in
 /// defaults (design: "a missing default file means built-in defaults"); a
 /// missing file the operator named explicitly is an error, since they meant it.
 pub fn load(flag: Option<&Path>) -> Result<Config, ConfigError> {
+    load_detailed(flag).map(|l| l.config)
+}
+
+/// [`load`], and which files it read: the main file, then every
+/// `config.d/*.toml` beside it in lexical order, each merged over what came
+/// before (tables merge key by key; a value or array replaces). A package
+/// or `gpu-guard install` writes a drop-in, so the admin's config.toml (a
+/// conffile) is never rewritten.
+pub fn load_detailed(flag: Option<&Path>) -> Result<Loaded, ConfigError> {
     let (path, explicit) = config_path(flag);
-    let text = match crate::sys::fsutil::read_to_string_limited(&path, MAX_CONFIG_BYTES) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => {
-            return Ok(Config::default())
-        }
+    let main_text = match crate::sys::fsutil::read_to_string_limited(&path, MAX_CONFIG_BYTES) {
+        Ok(t) => Some(t),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => None,
         Err(e) => {
             return Err(ConfigError {
                 path,
@@ -54,11 +84,184 @@ pub fn load(flag: Option<&Path>) -> Result<Config, ConfigError> {
             })
         }
     };
-    parse(&text).map_err(|message| ConfigError {
-        path,
+    let drop_ins = list_drop_ins(&drop_in_dir(&path))?;
+    let mut loaded = Loaded {
+        config: Config::default(),
+        main: main_text.as_ref().map(|_| path.clone()),
+        drop_ins: Vec::new(),
+        runtime_path_from: None,
+    };
+    if drop_ins.is_empty() {
+        // The common case: one file, parsed once.
+        if let Some(text) = &main_text {
+            loaded.config = parse(text).map_err(|message| rejected(&path, message))?;
+            if !loaded.config.runtime.path.is_empty() {
+                loaded.runtime_path_from = Some(path);
+            }
+        }
+        return Ok(loaded);
+    }
+    let mut merged = toml::Table::new();
+    let mut files: Vec<(PathBuf, String)> = Vec::new();
+    if let Some(text) = main_text {
+        files.push((path.clone(), text));
+    }
+    for p in drop_ins {
+        let text =
+            crate::sys::fsutil::read_to_string_limited(&p, MAX_CONFIG_BYTES).map_err(|e| {
+                ConfigError {
+                    path: p.clone(),
+                    message: format!("cannot read it: {e}"),
+                    unreadable: true,
+                }
+            })?;
+        files.push((p, text));
+    }
+    for (p, text) in &files {
+        // Each file alone first, so an unknown key or a bad value names
+        // the file it is in.
+        let table = parse_file_table(text).map_err(|m| rejected(p, m))?;
+        if table
+            .get("runtime")
+            .and_then(|r| r.get("path"))
+            .and_then(toml::Value::as_str)
+            .is_some()
+        {
+            loaded.runtime_path_from = Some(p.clone());
+        }
+        merge_tables(&mut merged, table);
+        if *p != path {
+            loaded.drop_ins.push(p.clone());
+        }
+    }
+    let what = format!(
+        "{} merged with {}",
+        path.display(),
+        drop_in_dir(&path).display()
+    );
+    let cfg: Config = merged
+        .try_into()
+        .map_err(|e: toml::de::Error| rejected(Path::new(&what), e.message().replace('\n', " ")))?;
+    cfg.validate().map_err(|m| rejected(Path::new(&what), m))?;
+    validate_globs(&cfg).map_err(|m| rejected(Path::new(&what), m))?;
+    if cfg.runtime.path.is_empty() {
+        loaded.runtime_path_from = None;
+    }
+    loaded.config = cfg;
+    Ok(loaded)
+}
+
+fn rejected(path: &Path, message: String) -> ConfigError {
+    ConfigError {
+        path: path.to_path_buf(),
         message,
         unreadable: false,
-    })
+    }
+}
+
+/// The `*.toml` files of a drop-in directory, in lexical (byte) order;
+/// hidden files (editor and package-manager leftovers) are skipped. A
+/// missing directory has none.
+fn list_drop_ins(dir: &Path) -> Result<Vec<PathBuf>, ConfigError> {
+    if !dir.is_dir() {
+        return Ok(Vec::new());
+    }
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) => {
+            return Err(ConfigError {
+                path: dir.to_path_buf(),
+                message: format!("cannot list the drop-in directory: {e}"),
+                unreadable: true,
+            })
+        }
+    };
+    let mut out: Vec<PathBuf> = rd
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.ends_with(".toml") && !n.starts_with('.'))
+                && p.is_file()
+        })
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+/// One file of a merged config: checked on its own (unknown keys, types,
+/// values), returned as the table it wrote.
+fn parse_file_table(text: &str) -> Result<toml::Table, String> {
+    // Values are checked once merged: a drop-in may name a framework
+    // another file defines.
+    parse_unvalidated(text)?;
+    text.parse::<toml::Table>()
+        .map_err(|e| one_line_toml_error(text, &e))
+}
+
+/// Merges `over` into `base`: tables key by key, anything else (values,
+/// arrays, arrays of tables) replaced whole.
+pub fn merge_tables(base: &mut toml::Table, over: toml::Table) {
+    for (k, v) in over {
+        match (base.get_mut(&k), v) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge_tables(b, o),
+            (_, v) => {
+                base.insert(k, v);
+            }
+        }
+    }
+}
+
+/// Whether `runtime.path` names gpu-guard itself, which the runtime
+/// wrapper would exec forever: the same file as this process's binary
+/// (through any symlink, or a bare name found on PATH), or any binary
+/// named `gpu-guard-runtime` / `gpu-guard` (another copy reads the same
+/// config and chains back).
+pub fn runtime_is_self(configured: &str) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    if configured.is_empty() {
+        return false;
+    }
+    let p = Path::new(configured);
+    if matches!(
+        p.file_name().and_then(|n| n.to_str()),
+        Some("gpu-guard-runtime" | "gpu-guard")
+    ) {
+        return true;
+    }
+    let candidates: Vec<PathBuf> = if configured.contains('/') {
+        vec![p.to_path_buf()]
+    } else {
+        let path = std::env::var_os("PATH").unwrap_or_else(|| {
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()
+        });
+        std::env::split_paths(&path)
+            .map(|d| d.join(configured))
+            .collect()
+    };
+    let Ok(me) = std::fs::metadata("/proc/self/exe") else {
+        return false;
+    };
+    candidates
+        .iter()
+        .filter_map(|c| std::fs::metadata(c).ok())
+        .find(|m| m.is_file())
+        .is_some_and(|m| m.dev() == me.dev() && m.ino() == me.ino())
+}
+
+/// The line `gpu-guard host` and `check` print about the chained runtime:
+/// `chained runtime: PATH (from FILE)`; `None` when runtime.path is unset.
+pub fn chained_runtime_line(l: &Loaded) -> Option<String> {
+    if l.config.runtime.path.is_empty() {
+        return None;
+    }
+    let from = l
+        .runtime_path_from
+        .as_ref()
+        .map(|p| format!(" (from {})", p.display()))
+        .unwrap_or_default();
+    Some(format!("chained runtime: {}{from}", l.config.runtime.path))
 }
 
 /// Parses and validates config text; the error is one line naming the key.

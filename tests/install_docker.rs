@@ -140,7 +140,12 @@ fn flow_creates_records_backs_up_and_restores() {
 
     let mut o = options(&root, Engine::Docker);
     o.set_default = true;
-    assert_eq!(run(&o), vec![cfg.clone()]);
+    // NVIDIA's runtime is the default here: install chains to it.
+    let chain = root.join("etc/gpu-guard/config.d/50-chain-nvidia-docker.toml");
+    assert_eq!(run(&o), vec![cfg.clone(), chain.clone()]);
+    assert!(fs::read_to_string(&chain)
+        .unwrap()
+        .contains("[runtime]\npath = \"nvidia-container-runtime\"\n"));
     let installed = fs::read_to_string(&cfg).unwrap();
     assert_eq!(json(&installed)["default-runtime"], "gpu-guard");
     // The backup holds the content before the change, under the state dir.
@@ -157,9 +162,13 @@ fn flow_creates_records_backs_up_and_restores() {
 
     o.uninstall = true;
     o.set_default = false;
-    assert_eq!(run(&o), vec![cfg.clone()]);
+    assert_eq!(run(&o), vec![cfg.clone(), chain.clone()]);
     assert_eq!(fs::read_to_string(&cfg).unwrap(), before);
     assert!(!root.join("var/lib/gpu-guard/engines/docker.json").exists());
+    assert!(
+        !root.join("etc/gpu-guard").exists(),
+        "directories install created"
+    );
     // Uninstall again: nothing to change.
     assert!(run(&o).is_empty());
     fs::remove_dir_all(root).unwrap();

@@ -42,11 +42,19 @@ set -- --host-root "$HOST_ROOT" --bin-dir "$BIN_DIR"
 # restart (the init container is retried, and would otherwise find nothing
 # to change and never restart). Kept in the host's gpu-guard state dir.
 pending="$HOST_ROOT/var/lib/gpu-guard/restart-pending-$ENGINE"
-if gpu-guard install "$ENGINE" "$@" --dry-run | grep -q '^+++ '; then
+# Files the install would change. gpu-guard's own drop-ins (the chain to
+# NVIDIA's runtime in /etc/gpu-guard/config.d) are read at every container
+# start: only a change to the engine's config needs a restart.
+changes=$(gpu-guard install "$ENGINE" "$@" --dry-run | grep -E '^(\+\+\+ b/|--- a/)' || true)
+engine_changes=$(printf '%s\n' "$changes" | grep -v '/etc/gpu-guard/config\.d/' | grep -v '^$' || true)
+if [ -n "$engine_changes" ]; then
     mkdir -p "$(dirname "$pending")"
     : > "$pending"
+fi
+if [ -n "$changes" ]; then
     gpu-guard install "$ENGINE" "$@"
-elif [ ! -e "$pending" ]; then
+fi
+if [ -z "$engine_changes" ] && [ ! -e "$pending" ]; then
     echo "gpu-guard is already registered with $ENGINE"
     exit 0
 fi

@@ -63,7 +63,11 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
             return usage(e);
         }
     }
-    let cfg = config::load(config_flag);
+    let loaded = config::load_detailed(config_flag);
+    let cfg = loaded
+        .as_ref()
+        .map(|l| l.config.clone())
+        .map_err(|e| e.clone());
     if let Err(e) = &cfg {
         if e.unreadable {
             return usage(e);
@@ -87,8 +91,32 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
         Some(p) => HostChoice::File(p),
         None => HostChoice::FromConfig,
     };
-    let decision = pipeline::assess(&cfg, &container, stage, host);
+    let mut decision = pipeline::assess(&cfg, &container, stage, host);
+    if let Ok(l) = &loaded {
+        chained_runtime_note(&mut decision, l);
+    }
     print_decision(&decision, args.json)
+}
+
+/// Which runtime the wrapper execs, when the config chains one (an info
+/// finding), and the config error when that runtime is gpu-guard itself.
+fn chained_runtime_note(decision: &mut Decision, l: &config::Loaded) {
+    use crate::core::decision::{Check, Finding};
+    let Some(line) = config::chained_runtime_line(l) else {
+        return;
+    };
+    if config::runtime_is_self(&l.config.runtime.path) {
+        decision.findings.push(
+            Finding::error(
+                Check::Config,
+                format!("{line}: that is gpu-guard itself, so the runtime wrapper fails every container"),
+            )
+            .with_fix("set runtime.path to the real runtime (runc, crun, nvidia-container-runtime), or leave it empty"),
+        );
+        decision.verdict = Verdict::Refuse;
+    } else {
+        decision.findings.push(Finding::info(Check::Config, line));
+    }
 }
 
 /// Prints one decision (JSON or for people) and returns its exit status.

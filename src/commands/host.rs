@@ -57,7 +57,8 @@ pub fn probe_child(args: &ProbeChildArgs) -> i32 {
 }
 
 fn host_command_inner(config: Option<&Path>, args: &HostArgs) -> Result<i32, HostCommandError> {
-    let cfg = crate::config::load(config)?;
+    let loaded = crate::config::load_detailed(config)?;
+    let cfg = &loaded.config;
     let report = probe(&cfg.host);
     let Some(facts) = &report.facts else {
         let p = report.problems.first();
@@ -79,6 +80,9 @@ fn host_command_inner(config: Option<&Path>, args: &HostArgs) -> Result<i32, Hos
         }
     } else {
         print!("{}", render_table(&report));
+        if let Some(line) = crate::config::chained_runtime_line(&loaded) {
+            println!("{line}");
+        }
     }
     Ok(exit_status(&report))
 }

@@ -6,7 +6,11 @@ use crate::install::{apply, edit, engine_name, plan, restart_hint, InstallError,
 use std::path::{Path, PathBuf};
 
 /// Fills [`Options`] from the command line.
-pub fn options(args: &InstallArgs, uninstall: bool) -> Result<Options, InstallError> {
+pub fn options(
+    config: Option<&Path>,
+    args: &InstallArgs,
+    uninstall: bool,
+) -> Result<Options, InstallError> {
     let bin_dir = match &args.bin_dir {
         Some(d) => d.clone(),
         None => std::env::current_exe()
@@ -23,16 +27,24 @@ pub fn options(args: &InstallArgs, uninstall: bool) -> Result<Options, InstallEr
         host_root: args.host_root.clone(),
         bin_dir,
         state_dir: args.state_dir.clone(),
+        // The chain drop-in goes beside the config the wrapper will read:
+        // the one in effect here, or the host's default under --host-root
+        // (where this process's config is the DaemonSet image's own).
+        config_d: if args.host_root == Path::new("/") {
+            crate::config::drop_in_dir(&crate::config::config_path(config).0)
+        } else {
+            PathBuf::from(crate::install::GPU_GUARD_CONFIG_D)
+        },
     })
 }
 
 /// `gpu-guard install|uninstall ENGINE`. Exit status: 0 done (or nothing to
 /// change), 2 bad usage or an engine config it cannot read or edit (which
 /// is left untouched).
-pub fn command(_config: Option<&Path>, args: &InstallArgs, uninstall: bool) -> i32 {
+pub fn command(config: Option<&Path>, args: &InstallArgs, uninstall: bool) -> i32 {
     let verb = if uninstall { "uninstall" } else { "install" };
     let name = engine_name(args.engine.into());
-    let result = options(args, uninstall).and_then(|opts| {
+    let result = options(config, args, uninstall).and_then(|opts| {
         let plan = plan(&opts)?;
         for w in &plan.warnings {
             eprintln!("gpu-guard: warning: {w}");

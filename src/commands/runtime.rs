@@ -173,6 +173,12 @@ fn guard_exec(
     // env it gives exec'd processes).
     let bundle = container_bundle(real, inv)
         .and_then(|b| spec_file::load(&b.join("config.json"), Some(&b)).ok());
+    if let Some(b) = &bundle {
+        // The exec'd process belongs to that container: its security
+        // exception (chosen by the CRI annotations of the container's own
+        // spec; a process.json has none) applies to it too.
+        c.annotations = b.container.annotations.clone();
+    }
     let gpu = bundle
         .as_ref()
         .map(|s| {

@@ -30,6 +30,15 @@ fn is_executable(p: &Path) -> bool {
 /// PATH that is not gpu-guard itself (a host may have linked us as runc).
 pub fn find_real_runtime(configured: &str) -> Result<PathBuf, RuntimeError> {
     if !configured.is_empty() {
+        if crate::config::runtime_is_self(configured) {
+            // Exec'ing ourselves would decide and exec again, forever.
+            return Err(RuntimeError::Exec {
+                path: PathBuf::from(configured),
+                source: std::io::Error::other(
+                    "runtime.path in the gpu-guard config names gpu-guard itself; set it to the real runtime (runc, crun, nvidia-container-runtime) or leave it empty",
+                ),
+            });
+        }
         return Ok(PathBuf::from(configured));
     }
     let me = std::env::current_exe()

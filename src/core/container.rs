@@ -138,6 +138,8 @@ pub struct Container {
     /// `process.rlimits` the spec sets, by type (`RLIMIT_MEMLOCK`): tuning
     /// only raises a limit, never lowers one the container set.
     pub rlimits: BTreeMap<String, crate::core::decision::Rlimit>,
+    /// `process.user.uid`, when the spec has one.
+    pub uid: Option<u32>,
     /// Absolute path of the root filesystem, when known.
     pub rootfs: Option<PathBuf>,
     /// The OCI runtime the runtime wrapper execs for this container, when

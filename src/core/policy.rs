@@ -277,8 +277,53 @@ impl TuningRule {
 pub struct SecurityConfig {
     pub apply_to: ApplyTo,
     pub no_new_privileges: bool,
-    pub capabilities: Vec<String>,
+    /// The default security profile (core::profiles): a built-in name or
+    /// one of `profiles`.
+    pub profile: String,
+    /// An explicit allowlist; when set it replaces the profile's list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capabilities: Option<Vec<String>>,
     pub privileged: OnFailure,
+    /// The built-in `restricted` profile refuses uid 0.
+    pub restricted_refuse_root: bool,
+    /// Admin-defined profiles, `[security.profiles.NAME]`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub profiles: BTreeMap<String, ProfileDef>,
+    /// `[[security.exceptions]]`, first match wins.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exceptions: Vec<Exception>,
+}
+
+/// `[security.profiles.NAME]`: an admin-defined profile.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProfileDef {
+    pub capabilities: Vec<String>,
+    /// Forces no_new_privileges for containers under this profile.
+    pub no_new_privileges: bool,
+    /// Refuses containers under this profile that run as uid 0.
+    pub refuse_root: bool,
+}
+
+/// `[[security.exceptions]]`: containers selected by facts their CRI
+/// runtime records (core::profiles::CriFacts) get another profile, or may
+/// run privileged. Selectors are globs (`*`, `?`); every one given must match.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Exception {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handler: Option<String>,
+    /// The profile the selected containers get instead of the default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    /// Selected containers may be privileged (left untouched, a warning).
+    pub allow_privileged: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -451,22 +496,12 @@ impl Default for SecurityConfig {
         SecurityConfig {
             apply_to: ApplyTo::Gpu,
             no_new_privileges: true,
-            capabilities: [
-                "CAP_CHOWN",
-                "CAP_DAC_OVERRIDE",
-                "CAP_FOWNER",
-                "CAP_FSETID",
-                "CAP_KILL",
-                "CAP_NET_BIND_SERVICE",
-                "CAP_SETGID",
-                "CAP_SETPCAP",
-                "CAP_SETUID",
-                "CAP_SYS_CHROOT",
-            ]
-            .iter()
-            .map(|c| c.to_string())
-            .collect(),
+            profile: "gpu-guard".into(),
+            capabilities: None,
             privileged: OnFailure::Refuse,
+            restricted_refuse_root: true,
+            profiles: BTreeMap::new(),
+            exceptions: Vec::new(),
         }
     }
 }
@@ -504,13 +539,14 @@ impl Config {
     /// versions, framework names, limits. [`crate::config::parse`] adds the
     /// library globs.
     pub fn validate(&self) -> Result<(), String> {
-        for (i, cap) in self.security.capabilities.iter().enumerate() {
+        for (i, cap) in self.security.capabilities.iter().flatten().enumerate() {
             if capability::parse(cap).is_none() {
                 return Err(format!(
                     "key `security.capabilities[{i}]`: unknown capability `{cap}`"
                 ));
             }
         }
+        crate::core::profiles::validate(&self.security)?;
         for (i, rule) in self.tuning.env.iter().enumerate() {
             if !valid_env_name(&rule.name) {
                 return Err(format!(
@@ -567,17 +603,11 @@ impl Config {
         Ok(())
     }
 
-    /// The capability allowlist, normalized (`CAP_` prefix, upper case).
+    /// The capability allowlist of the default profile, normalized
+    /// (`CAP_` prefix, upper case), sorted: `security.capabilities` when
+    /// set, else the list of `security.profile`.
     pub fn capability_allowlist(&self) -> Vec<String> {
-        let mut caps: Vec<String> = self
-            .security
-            .capabilities
-            .iter()
-            .filter_map(|c| capability::normalize(c))
-            .collect();
-        caps.sort();
-        caps.dedup();
-        caps
+        crate::core::profiles::default_profile(&self.security).capabilities
     }
 }
 

@@ -9,6 +9,7 @@ use crate::core::capability;
 use crate::core::container::{Capabilities, Container};
 use crate::core::decision::{Check, Finding};
 use crate::core::policy::{OnFailure, SecurityConfig};
+use crate::core::profiles;
 use crate::core::sanitize::esc;
 
 /// Whether the entry point can change the spec or only check it.
@@ -55,18 +56,59 @@ type Extra = Vec<(&'static str, Vec<String>)>;
 /// The security plan for a container: a privileged container gets only a
 /// policy finding; otherwise the extras are dropped (edit stage) or
 /// reported (verify stage).
+///
+/// `allow` is the default profile's allowlist
+/// ([`crate::core::policy::Config::capability_allowlist`]). A matching
+/// `[[security.exceptions]]` entry replaces the profile (and may let the
+/// container be privileged); the plan then says which entry applied.
 pub fn plan(c: &Container, cfg: &SecurityConfig, allow: &[String], stage: Stage) -> Plan {
     let mut p = Plan::default();
+    let exception = profiles::matching_exception(c, cfg);
+    let mut profile = profiles::default_profile(cfg);
+    profile.capabilities = allow.to_vec();
+    if let Some((i, ex, _)) = &exception {
+        if let Some(name) = &ex.profile {
+            if let Some(granted) = profiles::lookup(name, cfg) {
+                profile = granted;
+            }
+        }
+        p.findings.push(Finding::info(
+            Check::Security,
+            format!(
+                "security exception security.exceptions[{i}] ({}) applies: profile `{}`{}",
+                esc(&ex.describe()),
+                esc(&profile.name),
+                if ex.allow_privileged {
+                    ", privileged allowed"
+                } else {
+                    ""
+                }
+            ),
+        ));
+    }
     let privileged = c
         .capabilities
         .bounding
         .as_ref()
         .is_some_and(|b| capability::is_privileged_set(b.iter().map(|s| s.as_str())));
     if privileged {
-        p.findings.push(privileged_finding(cfg.privileged));
+        let allowed_by_exception = exception
+            .as_ref()
+            .is_some_and(|(_, e, _)| e.allow_privileged);
+        let policy = if allowed_by_exception {
+            OnFailure::Allow
+        } else {
+            cfg.privileged
+        };
+        p.findings
+            .push(privileged_finding(policy, c, allowed_by_exception));
         return p;
     }
-    let extra = outside(&c.capabilities, allow);
+    if profile.refuse_root && c.uid == Some(0) {
+        p.findings.push(root_finding(&profile.name, c));
+    }
+    let no_new_privileges = cfg.no_new_privileges || profile.force_no_new_privileges;
+    let extra = outside(&c.capabilities, &profile.capabilities);
     match stage {
         Stage::Edit => {
             let mut dropped: Vec<String> =
@@ -74,10 +116,10 @@ pub fn plan(c: &Container, cfg: &SecurityConfig, allow: &[String], stage: Stage)
             dropped.sort();
             dropped.dedup();
             p.dropped = dropped;
-            p.no_new_privileges = cfg.no_new_privileges;
+            p.no_new_privileges = no_new_privileges;
         }
         Stage::Verify => {
-            if cfg.no_new_privileges && !c.no_new_privileges {
+            if no_new_privileges && !c.no_new_privileges {
                 p.findings.push(
                     Finding::error(
                         Check::Security,
@@ -96,17 +138,53 @@ pub fn plan(c: &Container, cfg: &SecurityConfig, allow: &[String], stage: Stage)
     p
 }
 
-/// The finding for a privileged container, per `security.privileged`.
-/// Separate because a privileged container ends the plan: its
-/// capabilities and no_new_privileges are left alone either way.
-fn privileged_finding(policy: OnFailure) -> Finding {
+/// How to exempt this container: a `[[security.exceptions]]` entry for its
+/// namespace when the CRI runtime recorded one, else the general shape.
+fn exception_hint(c: &Container, grant: &str) -> String {
+    let facts = profiles::CriFacts::from_annotations(&c.annotations);
+    match &facts.namespace {
+        Some(ns) => format!(
+            "add a scoped exception to the gpu-guard config: [[security.exceptions]] namespace = \"{}\" {grant}",
+            esc(ns)
+        ),
+        None => format!(
+            "for Kubernetes pods, add a scoped exception to the gpu-guard config: [[security.exceptions]] namespace = \"NAMESPACE\" {grant}"
+        ),
+    }
+}
+
+/// The error for uid 0 under a profile that refuses root.
+fn root_finding(profile: &str, c: &Container) -> Finding {
+    Finding::error(
+        Check::Security,
+        format!(
+            "the container runs as uid 0, and security profile `{}` refuses root",
+            esc(profile)
+        ),
+    )
+    .with_fix(format!(
+        "run it as a non-root user (docker --user, Kubernetes securityContext.runAsUser / runAsNonRoot), or {}",
+        exception_hint(c, "profile = \"baseline\"")
+    ))
+}
+
+/// The finding for a privileged container, per `security.privileged` (or
+/// an exception that allows it). Separate because a privileged container
+/// ends the plan: its capabilities and no_new_privileges are left alone
+/// either way.
+fn privileged_finding(policy: OnFailure, c: &Container, by_exception: bool) -> Finding {
     match policy {
         OnFailure::Refuse => Finding::error(
             Check::Security,
             "the container is privileged: its bounding set holds every capability",
         )
-        .with_fix(
-            "run it without --privileged (add only the capabilities it needs), or set security.privileged = \"allow\" in the gpu-guard config",
+        .with_fix(format!(
+            "run it without --privileged (add only the capabilities it needs), or {}, or set security.privileged = \"allow\" for every container",
+            exception_hint(c, "allow_privileged = true")
+        )),
+        OnFailure::Allow if by_exception => Finding::warning(
+            Check::Security,
+            "the container is privileged: a security exception allows it, so its capabilities and no_new_privileges are left untouched",
         ),
         OnFailure::Allow => Finding::warning(
             Check::Security,

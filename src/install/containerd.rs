@@ -234,6 +234,7 @@ fn add_runtime(
         .ok_or_else(|| ContainerdError::Shape(format!("runtimes.{RUNTIME_NAME}.options")))?;
     options.set_implicit(false);
     set_str(options, "BinaryName", runtime_path);
+    pass_through_annotations(ours);
 
     let mut replaced = None;
     if set_default {
@@ -249,6 +250,128 @@ fn add_runtime(
         set_str(containerd, "default_runtime_name", RUNTIME_NAME);
     }
     Ok(replaced)
+}
+
+/// The pattern of CDI device annotations (`cdi.k8s.io/<name>`), which
+/// NVIDIA's device plugin (cdi-annotations strategy) and the kubelet's
+/// device-plugin API put on a container. containerd copies container
+/// annotations into the OCI spec only when the runtime's
+/// `container_annotations` lists a matching pattern
+/// (getPassthroughAnnotations, `path.Match`); without it gpu-guard never
+/// sees the CDI request that attaches GPUs.
+pub const CDI_ANNOTATIONS: &str = "cdi.k8s.io/*";
+
+/// The keys gpu-guard's security exceptions trust (core::profiles): a
+/// pass-through pattern that matches one would let a pod author write it,
+/// where the runtime itself does not.
+const TRUSTED_KEYS: [&str; 9] = [
+    crate::core::profiles::CONTAINERD_CONTAINER_TYPE,
+    crate::core::profiles::CONTAINERD_NAMESPACE,
+    crate::core::profiles::CONTAINERD_POD,
+    crate::core::profiles::CONTAINERD_IMAGE,
+    crate::core::profiles::CRIO_CONTAINER_TYPE,
+    crate::core::profiles::CRIO_NAMESPACE,
+    crate::core::profiles::CRIO_POD,
+    crate::core::profiles::CRIO_IMAGE,
+    crate::core::profiles::CRIO_HANDLER,
+];
+
+/// Whether a pass-through pattern (Go `path.Match`) could let a pod's own
+/// annotation through under a key gpu-guard trusts, or under any
+/// `io.kubernetes.` key. Patterns with character classes or escapes are
+/// judged by their literal prefix, conservatively.
+pub fn untrusted_pattern(pattern: &str) -> bool {
+    if pattern.starts_with("io.kubernetes.") {
+        return true;
+    }
+    let literal: String = pattern
+        .chars()
+        .take_while(|c| !matches!(c, '*' | '?' | '[' | '\\'))
+        .collect();
+    if pattern.contains(['[', '\\']) {
+        return TRUSTED_KEYS
+            .iter()
+            .chain(["io.kubernetes."].iter())
+            .any(|k| k.starts_with(&literal) || literal.starts_with(k));
+    }
+    TRUSTED_KEYS
+        .iter()
+        .any(|k| crate::core::profiles::glob_match(pattern, k))
+        || crate::core::profiles::glob_match(pattern, "io.kubernetes.x")
+}
+
+/// gpu-guard's runtime passes CDI annotations through
+/// (`container_annotations` gains [`CDI_ANNOTATIONS`], keeping what it
+/// copied from the base runtime), and never a pattern that matches a key
+/// security exceptions trust (those are dropped from
+/// `container_annotations` and `pod_annotations`).
+fn pass_through_annotations(ours: &mut Table) {
+    for key in ["container_annotations", "pod_annotations"] {
+        let Some(arr) = ours.get_mut(key).and_then(Item::as_array_mut) else {
+            continue;
+        };
+        let n = arr.len();
+        arr.retain(|v| !v.as_str().is_some_and(untrusted_pattern));
+        if arr.len() != n {
+            // A removed first element leaves the next one's leading space.
+            arr.fmt();
+        }
+    }
+    let has = ours
+        .get("container_annotations")
+        .and_then(Item::as_array)
+        .is_some_and(|a| a.iter().any(|v| v.as_str() == Some(CDI_ANNOTATIONS)));
+    if has {
+        return;
+    }
+    match ours
+        .get_mut("container_annotations")
+        .and_then(Item::as_array_mut)
+    {
+        Some(arr) => arr.push(CDI_ANNOTATIONS),
+        None => {
+            let mut arr = toml_edit::Array::new();
+            arr.push(CDI_ANNOTATIONS);
+            ours.insert("container_annotations", toml_edit::value(arr));
+        }
+    }
+}
+
+/// The binary of containerd's default runtime, from the configs as
+/// containerd reads them (`docs`: the main config, then its imports in
+/// order; later wins): `default_runtime_name` (or, where that names
+/// gpu-guard, `replaced_default`), then that runtime's `options.BinaryName`.
+pub fn default_runtime_binary(docs: &[&str], replaced_default: Option<&str>) -> Option<String> {
+    let mut default: Option<String> = None;
+    let mut binaries: std::collections::BTreeMap<String, String> = Default::default();
+    for text in docs {
+        let Ok(doc) = parse(Some(text)) else { continue };
+        let Ok(Some(v)) = version(&doc) else { continue };
+        let Some(c) = lookup(doc.as_table(), &["plugins", cri_plugin(v), "containerd"]) else {
+            continue;
+        };
+        if let Some(d) = c.get("default_runtime_name").and_then(Item::as_str) {
+            default = Some(d.to_string());
+        }
+        if let Some(rts) = c.get("runtimes").and_then(Item::as_table) {
+            for (name, rt) in rts.iter() {
+                if let Some(b) = rt
+                    .as_table()
+                    .and_then(|t| lookup(t, &["options"]))
+                    .and_then(|o| o.get("BinaryName"))
+                    .and_then(Item::as_str)
+                {
+                    binaries.insert(name.to_string(), b.to_string());
+                }
+            }
+        }
+    }
+    let name = match default.as_deref() {
+        Some(RUNTIME_NAME) => replaced_default?.to_string(),
+        Some(d) => d.to_string(),
+        None => return None,
+    };
+    binaries.get(&name).cloned()
 }
 
 fn is_empty(doc: &DocumentMut) -> bool {

@@ -103,6 +103,19 @@ fn base_runtime(eff: &Effective) -> Option<&Table> {
         })
 }
 
+/// The `runtime_path` of CRI-O's default runtime (`default_runtime`, runc
+/// when unset), when the configs set one.
+pub fn default_runtime_path(eff: &Effective) -> Option<String> {
+    let name = eff.default_runtime.as_deref().unwrap_or("runc");
+    eff.runtimes
+        .iter()
+        .find(|(n, _)| n == name)
+        .and_then(|(_, t)| t.get("runtime_path"))
+        .and_then(Item::as_str)
+        .filter(|p| !p.is_empty())
+        .map(str::to_string)
+}
+
 /// Whether a drop-in makes gpu-guard CRI-O's default runtime.
 pub fn default_is_ours(drop_in: &str) -> bool {
     effective([drop_in])

@@ -91,6 +91,23 @@ fn finish(
     }
 }
 
+/// The path of dockerd's default runtime when daemon.json names one:
+/// `default-runtime` (or, where that is gpu-guard, `replaced_default`),
+/// then `runtimes.<name>.path`. `None` for runc (dockerd's built-in
+/// default) and for an unreadable file.
+pub fn default_runtime_path(text: Option<&str>, replaced_default: Option<&str>) -> Option<String> {
+    let map = parse(text).ok()?;
+    let name = match map.get(DEFAULT_KEY)?.as_str()? {
+        RUNTIME_NAME => replaced_default?,
+        n => n,
+    };
+    map.get(RUNTIMES_KEY)?
+        .get(name)?
+        .get("path")?
+        .as_str()
+        .map(str::to_string)
+}
+
 /// Adds `runtimes.gpu-guard.path = runtime_path` (other keys of that
 /// runtime, such as `runtimeArgs`, are kept) and, with `set_default`,
 /// `default-runtime = "gpu-guard"`.

@@ -123,6 +123,10 @@ pub struct Options {
     /// Host directory with `gpu-guard` and `gpu-guard-runtime`.
     pub bin_dir: PathBuf,
     pub state_dir: PathBuf,
+    /// gpu-guard's drop-in directory (host path) for the chain drop-in:
+    /// `config.d` beside the config in effect, [`GPU_GUARD_CONFIG_D`]
+    /// under `--host-root`.
+    pub config_d: PathBuf,
 }
 
 /// What install recorded for one engine.
@@ -141,6 +145,51 @@ pub struct EngineState {
     /// removes them again when they are empty.
     #[serde(default)]
     pub created_dirs: BTreeSet<PathBuf>,
+    /// The gpu-guard config drop-in install wrote to chain the wrapper to
+    /// NVIDIA's runtime; uninstall removes it while it is unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain: Option<ChainState>,
+}
+
+/// A chain drop-in install wrote: its host path and the runtime it names
+/// (its content is [`chain_text`] of them, so a changed file is seen).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainState {
+    pub file: PathBuf,
+    pub runtime: String,
+}
+
+/// gpu-guard's drop-in directory on the host (crate::config: `config.d`
+/// beside `/etc/gpu-guard/config.toml`).
+pub const GPU_GUARD_CONFIG_D: &str = "/etc/gpu-guard/config.d";
+
+/// The drop-in that chains the wrapper to NVIDIA's runtime for the
+/// engine. One per engine, so uninstalling one engine leaves another's chain.
+pub fn chain_file(opts: &Options) -> PathBuf {
+    opts.config_d
+        .join(format!("50-chain-nvidia-{}.toml", engine_name(opts.engine)))
+}
+
+/// What the chain drop-in says.
+pub fn chain_text(engine: Engine, runtime: &str) -> String {
+    let name = engine_name(engine);
+    let quoted = toml_edit::value(runtime).to_string();
+    format!(
+        "# Written by `gpu-guard install {name}`: {name}'s default runtime is NVIDIA's,\n\
+         # so gpu-guard-runtime execs it after deciding (it sets NVIDIA's hooks up).\n\
+         # `gpu-guard uninstall {name}` removes this file unless it was edited.\n\
+         [runtime]\npath = {}\n",
+        quoted.trim()
+    )
+}
+
+/// NVIDIA's runtime: `nvidia-container-runtime`, and its
+/// `nvidia-container-runtime.cdi` / `.legacy` modes.
+pub fn is_nvidia_runtime(path: &str) -> bool {
+    Path::new(path)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("nvidia-container-runtime"))
 }
 
 /// A planned run: file changes (no-ops left out), the state to record
@@ -273,6 +322,12 @@ pub fn plan(opts: &Options) -> Result<Plan, InstallError> {
         .as_ref()
         .map(|s| s.created_dirs.clone())
         .unwrap_or_default();
+    let old_chain = state.as_ref().and_then(|s| s.chain.clone());
+    let nvidia = if opts.uninstall {
+        None
+    } else {
+        nvidia_default_runtime(opts, state.as_ref())?
+    };
     let mut plan = match (opts.engine, opts.uninstall) {
         (Engine::Docker, false) => plan_docker_install(opts, state)?,
         (Engine::Docker, true) => plan_docker_uninstall(opts, state)?,
@@ -283,6 +338,11 @@ pub fn plan(opts: &Options) -> Result<Plan, InstallError> {
         (Engine::Podman, false) => plan_podman_install(opts, state)?,
         (Engine::Podman, true) => plan_owned_uninstall(opts, state, podman_hook_file(opts))?,
     };
+    if opts.uninstall {
+        unchain(opts, old_chain.as_ref(), &mut plan)?;
+    } else if opts.engine != Engine::Podman {
+        plan_chain(opts, nvidia.as_deref(), &mut plan)?;
+    }
     plan.changes.retain(|c| !c.is_noop());
     if opts.uninstall {
         // BTreeSet order puts a parent before its children: reversed, the
@@ -293,6 +353,160 @@ pub fn plan(opts: &Options) -> Result<Plan, InstallError> {
         state.created_dirs.extend(created_dirs);
     }
     Ok(plan)
+}
+
+/// NVIDIA's runtime when it is the engine's default runtime (the host path
+/// of its binary), else `None`. Podman runs NVIDIA through hooks, never
+/// as its runtime: always `None`.
+fn nvidia_default_runtime(
+    opts: &Options,
+    state: Option<&EngineState>,
+) -> Result<Option<String>, InstallError> {
+    let replaced = state.and_then(|s| s.replaced_default.as_deref());
+    let found = match opts.engine {
+        Engine::Podman => None,
+        Engine::Docker => {
+            let host = opts
+                .config_path
+                .clone()
+                .unwrap_or_else(|| DOCKER_CONFIG.into());
+            let text = edit::read_optional(&config_file(opts, &host)?)?;
+            docker::default_runtime_path(text.as_deref(), replaced)
+        }
+        Engine::Crio => crio::default_runtime_path(&crio_effective(opts, &crio_drop_in(opts))?),
+        Engine::Containerd => {
+            let host = opts
+                .config_path
+                .clone()
+                .unwrap_or_else(|| CONTAINERD_CONFIG.into());
+            let path = config_file(opts, &host)?;
+            let mut texts: Vec<String> = Vec::new();
+            if let Some(main) = edit::read_optional(&path)? {
+                if let Ok(doc) = containerd::parse(Some(&main)) {
+                    if let Some(dir) = containerd::conf_d_dir(&doc, &host) {
+                        texts.push(main);
+                        let dir = opts.fs_path(&dir);
+                        let mut files: Vec<PathBuf> = fs::read_dir(&dir)
+                            .map(|rd| {
+                                rd.filter_map(|e| e.ok())
+                                    .map(|e| e.path())
+                                    .filter(|p| {
+                                        p.extension().is_some_and(|x| x == "toml")
+                                            && p.file_name()
+                                                != Some(containerd::DROP_IN_NAME.as_ref())
+                                    })
+                                    .collect()
+                            })
+                            .unwrap_or_default();
+                        files.sort();
+                        for f in files {
+                            if let Some(t) = edit::read_optional(&f)? {
+                                texts.push(t);
+                            }
+                        }
+                    } else {
+                        texts.push(main);
+                    }
+                }
+            }
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            containerd::default_runtime_binary(&refs, replaced)
+        }
+    };
+    Ok(found
+        .filter(|p| is_nvidia_runtime(p))
+        .map(|p| resolve_on_host_path(opts, &p)))
+}
+
+/// A bare binary name (docker allows one) as the host path the engine
+/// would find on PATH; kept bare when it is on none of them.
+fn resolve_on_host_path(opts: &Options, name: &str) -> String {
+    if name.contains('/') {
+        return name.to_string();
+    }
+    [
+        "/usr/local/sbin",
+        "/usr/local/bin",
+        "/usr/sbin",
+        "/usr/bin",
+        "/sbin",
+        "/bin",
+    ]
+    .iter()
+    .map(|d| Path::new(d).join(name))
+    .find(|p| opts.fs_path(p).is_file())
+    .map(|p| p.to_string_lossy().into_owned())
+    .unwrap_or_else(|| name.to_string())
+}
+
+/// The chain drop-in's part of an install: write it when NVIDIA's runtime
+/// is the default (create, or rewrite our unchanged one), remove our
+/// unchanged one when it no longer is; a file someone edited or wrote
+/// is left alone with a warning.
+fn plan_chain(opts: &Options, nvidia: Option<&str>, plan: &mut Plan) -> Result<(), InstallError> {
+    let Some(state) = plan.state.as_mut() else {
+        return Ok(());
+    };
+    let host = chain_file(opts);
+    let path = opts.fs_path(&host);
+    let before = edit::read_optional(&path)?;
+    let ours_before = state
+        .chain
+        .as_ref()
+        .filter(|c| c.file == host)
+        .map(|c| chain_text(opts.engine, &c.runtime));
+    let unchanged_ours = before.is_some() && before == ours_before;
+    match nvidia {
+        Some(rt) => {
+            let text = chain_text(opts.engine, rt);
+            if before.is_none() || before.as_deref() == Some(text.as_str()) || unchanged_ours {
+                if before.is_none() {
+                    note_created(opts, state, &host);
+                    // The file is the chain record's to remove, not `created`'s
+                    // (which uninstall removes whatever it holds).
+                    state.created.remove(&host);
+                }
+                state.chain = Some(ChainState {
+                    file: host,
+                    runtime: rt.to_string(),
+                });
+                plan.changes.push(change(path, before, Some(text)));
+            } else {
+                plan.warnings.push(format!(
+                    "{} exists and is not the one gpu-guard wrote; left as it is (NVIDIA's runtime {rt} is {}'s default: gpu-guard-runtime should chain to it through runtime.path)",
+                    host.display(),
+                    engine_name(opts.engine)
+                ));
+            }
+        }
+        None => {
+            if unchanged_ours {
+                plan.changes.push(change(path, before, None));
+                state.chain = None;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The chain drop-in's part of an uninstall: removed when unchanged since
+/// install wrote it, else kept with a warning.
+fn unchain(opts: &Options, rec: Option<&ChainState>, plan: &mut Plan) -> Result<(), InstallError> {
+    let Some(rec) = rec else { return Ok(()) };
+    let path = opts.fs_path(&rec.file);
+    let Some(before) = edit::read_optional(&path)? else {
+        return Ok(());
+    };
+    if before == chain_text(opts.engine, &rec.runtime) {
+        plan.changes.push(change(path, Some(before), None));
+    } else {
+        plan.warnings.push(format!(
+            "{} was edited since `gpu-guard install {}` wrote it; left in place (remove it by hand if it is no longer wanted)",
+            rec.file.display(),
+            engine_name(opts.engine)
+        ));
+    }
+    Ok(())
 }
 
 /// Carries out a plan: each file change (backup, atomic write), then the state.
@@ -351,6 +565,7 @@ fn merge_state(old: Option<EngineState>, config: &Path) -> EngineState {
             created: s.created,
             created_dirs: s.created_dirs,
             replaced_default: None,
+            chain: s.chain,
         },
         None => EngineState {
             config: config.to_path_buf(),
@@ -832,6 +1047,7 @@ mod tests {
             host_root: PathBuf::from(root),
             bin_dir: PathBuf::from("/usr/bin"),
             state_dir: PathBuf::from(DEFAULT_STATE_DIR),
+            config_d: PathBuf::from(GPU_GUARD_CONFIG_D),
         }
     }
 

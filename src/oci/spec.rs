@@ -191,6 +191,11 @@ impl Container {
             capabilities: capabilities(process)?,
             no_new_privileges,
             rlimits: rlimits(process),
+            uid: process
+                .and_then(|p| p.get("user"))
+                .and_then(|u| u.get("uid"))
+                .and_then(|v| v.as_u64())
+                .and_then(|v| u32::try_from(v).ok()),
             rootfs: rootfs(obj, bundle),
             chained_runtime: None,
             assume_attached: false,

@@ -74,6 +74,7 @@ pub fn options(root: &Path, engine: Engine) -> Options {
         host_root: root.to_path_buf(),
         bin_dir: PathBuf::from("/usr/bin"),
         state_dir: PathBuf::from(DEFAULT_STATE_DIR),
+        config_d: PathBuf::from(gpu_guard::install::GPU_GUARD_CONFIG_D),
     }
 }
 

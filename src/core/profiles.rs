@@ -1,0 +1,404 @@
+//! Security profiles (named capability allowlists) and the scoped
+//! exceptions that grant one to chosen containers.
+//!
+//! A profile is what a container may keep: a capability allowlist, whether
+//! `no_new_privileges` is forced, whether uid 0 is refused. The host policy
+//! (`[security] profile`) names the default one; an exception
+//! (`[[security.exceptions]]`) names another for the containers it
+//! selects, or lets them run privileged.
+//!
+//! Exceptions select by facts the container cannot forge: the Kubernetes
+//! namespace, pod name and image that the CRI runtime writes into the OCI
+//! spec itself, never an env var or an annotation a pod author chooses
+//! (see [`CriFacts`]).
+
+use std::collections::BTreeMap;
+
+use crate::core::capability;
+use crate::core::container::Container;
+use crate::core::policy::{Exception, ProfileDef, SecurityConfig};
+
+/// Docker's default capabilities (moby oci/caps/defaults.go,
+/// `DefaultCapabilities`): 14, in moby's order.
+pub const DOCKER_DEFAULT: [&str; 14] = [
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_FSETID",
+    "CAP_FOWNER",
+    "CAP_MKNOD",
+    "CAP_NET_RAW",
+    "CAP_SETGID",
+    "CAP_SETUID",
+    "CAP_SETFCAP",
+    "CAP_SETPCAP",
+    "CAP_NET_BIND_SERVICE",
+    "CAP_SYS_CHROOT",
+    "CAP_KILL",
+    "CAP_AUDIT_WRITE",
+];
+
+/// The capabilities the Kubernetes Pod Security Standard "baseline" lets a
+/// container add (kubernetes.io/docs/concepts/security/pod-security-standards,
+/// "Capabilities"; k8s.io/pod-security-admission policy/check_capabilities_baseline.go):
+/// Docker's default set without NET_RAW.
+pub const BASELINE: [&str; 13] = [
+    "CAP_AUDIT_WRITE",
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_FOWNER",
+    "CAP_FSETID",
+    "CAP_KILL",
+    "CAP_MKNOD",
+    "CAP_NET_BIND_SERVICE",
+    "CAP_SETFCAP",
+    "CAP_SETGID",
+    "CAP_SETPCAP",
+    "CAP_SETUID",
+    "CAP_SYS_CHROOT",
+];
+
+/// gpu-guard's own default: Docker's set without NET_RAW, MKNOD,
+/// AUDIT_WRITE and SETFCAP (config/config.toml says why for each).
+pub const GPU_GUARD: [&str; 10] = [
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_FOWNER",
+    "CAP_FSETID",
+    "CAP_KILL",
+    "CAP_NET_BIND_SERVICE",
+    "CAP_SETGID",
+    "CAP_SETPCAP",
+    "CAP_SETUID",
+    "CAP_SYS_CHROOT",
+];
+
+/// Pod Security Standard "restricted": every capability dropped, only
+/// NET_BIND_SERVICE may be added back; privilege escalation disallowed
+/// (allowPrivilegeEscalation = false is no_new_privileges); runAsNonRoot.
+pub const RESTRICTED: [&str; 1] = ["CAP_NET_BIND_SERVICE"];
+
+/// The built-in profile names, in the order the docs list them.
+pub const BUILTIN_NAMES: [&str; 4] = ["docker-default", "baseline", "gpu-guard", "restricted"];
+
+/// A profile, resolved: what a container it applies to may keep.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Profile {
+    pub name: String,
+    /// Normalized (`CAP_` prefix, upper case), sorted, deduplicated.
+    pub capabilities: Vec<String>,
+    /// Forces `process.noNewPrivileges = true` whatever
+    /// `security.no_new_privileges` says.
+    pub force_no_new_privileges: bool,
+    /// Refuses a container whose process runs as uid 0.
+    pub refuse_root: bool,
+}
+
+fn normalized<'a>(caps: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let mut v: Vec<String> = caps.into_iter().filter_map(capability::normalize).collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// A built-in profile by name.
+pub fn builtin(name: &str, sec: &SecurityConfig) -> Option<Profile> {
+    let (caps, force_nnp, refuse_root): (&[&str], bool, bool) = match name {
+        "docker-default" => (&DOCKER_DEFAULT, false, false),
+        "baseline" => (&BASELINE, false, false),
+        "gpu-guard" => (&GPU_GUARD, false, false),
+        "restricted" => (&RESTRICTED, true, sec.restricted_refuse_root),
+        _ => return None,
+    };
+    Some(Profile {
+        name: name.to_string(),
+        capabilities: normalized(caps.iter().copied()),
+        force_no_new_privileges: force_nnp,
+        refuse_root,
+    })
+}
+
+fn defined(name: &str, def: &ProfileDef) -> Profile {
+    Profile {
+        name: name.to_string(),
+        capabilities: normalized(def.capabilities.iter().map(String::as_str)),
+        force_no_new_privileges: def.no_new_privileges,
+        refuse_root: def.refuse_root,
+    }
+}
+
+/// A profile by name: built-in, then `[security.profiles.NAME]`.
+pub fn lookup(name: &str, sec: &SecurityConfig) -> Option<Profile> {
+    builtin(name, sec).or_else(|| sec.profiles.get(name).map(|d| defined(name, d)))
+}
+
+/// The host's default profile: `security.profile`, with its capability
+/// list replaced by `security.capabilities` when that key is set (the
+/// older key stays valid and wins, so an existing config keeps its list).
+pub fn default_profile(sec: &SecurityConfig) -> Profile {
+    let mut p = lookup(&sec.profile, sec).unwrap_or_else(|| {
+        // validate() refuses an unknown name; a config built in code
+        // without it gets gpu-guard's own list rather than nothing.
+        builtin("gpu-guard", sec).unwrap_or(Profile {
+            name: sec.profile.clone(),
+            capabilities: Vec::new(),
+            force_no_new_privileges: false,
+            refuse_root: false,
+        })
+    });
+    if let Some(caps) = &sec.capabilities {
+        p.capabilities = normalized(caps.iter().map(String::as_str));
+    }
+    p
+}
+
+/// Checks profile names and definitions (no I/O): the default and every
+/// exception's profile exist, a defined profile does not shadow a
+/// built-in, its capabilities are known, and every exception selects
+/// something and grants something.
+pub fn validate(sec: &SecurityConfig) -> Result<(), String> {
+    for (name, def) in &sec.profiles {
+        if BUILTIN_NAMES.contains(&name.as_str()) {
+            return Err(format!(
+                "key `security.profiles.{name}`: `{name}` is a built-in profile and cannot be redefined; choose another name"
+            ));
+        }
+        for (i, cap) in def.capabilities.iter().enumerate() {
+            if capability::parse(cap).is_none() {
+                return Err(format!(
+                    "key `security.profiles.{name}.capabilities[{i}]`: unknown capability `{cap}`"
+                ));
+            }
+        }
+    }
+    let known = || {
+        let mut names: Vec<String> = BUILTIN_NAMES.iter().map(|s| s.to_string()).collect();
+        names.extend(sec.profiles.keys().cloned());
+        names.join(", ")
+    };
+    if lookup(&sec.profile, sec).is_none() {
+        return Err(format!(
+            "key `security.profile`: unknown profile `{}` (known: {})",
+            sec.profile,
+            known()
+        ));
+    }
+    for (i, ex) in sec.exceptions.iter().enumerate() {
+        if ex.namespace.is_none() && ex.pod.is_none() && ex.image.is_none() && ex.handler.is_none()
+        {
+            return Err(format!(
+                "key `security.exceptions[{i}]`: selects every container; give at least one of namespace, pod, image, handler (to change the policy for all containers, set security.profile)"
+            ));
+        }
+        if ex.profile.is_none() && !ex.allow_privileged {
+            return Err(format!(
+                "key `security.exceptions[{i}]`: grants nothing; set profile or allow_privileged = true"
+            ));
+        }
+        for (key, v) in [
+            ("namespace", &ex.namespace),
+            ("pod", &ex.pod),
+            ("image", &ex.image),
+            ("handler", &ex.handler),
+        ] {
+            if v.as_deref() == Some("") {
+                return Err(format!(
+                    "key `security.exceptions[{i}].{key}`: empty; leave the key out to match any {key}"
+                ));
+            }
+        }
+        if let Some(p) = &ex.profile {
+            if lookup(p, sec).is_none() {
+                return Err(format!(
+                    "key `security.exceptions[{i}].profile`: unknown profile `{p}` (known: {})",
+                    known()
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The facts about a Kubernetes container that its CRI runtime wrote into
+/// the spec. `None` where the runtime did not record it, or where the
+/// spec's annotations do not tell one runtime's keys from the other's.
+///
+/// Trust: containerd writes `io.kubernetes.cri.*` with
+/// `DefaultCRIAnnotations` after the pass-through annotations, so its
+/// values win over a pod annotation of the same key
+/// (internal/cri/server/container_create.go `buildLinuxSpec`, containerd
+/// 1.7 and 2.x; pkg/cri/server/container_create_linux.go in 1.6), and a
+/// pod annotation reaches the spec only when the runtime's
+/// `pod_annotations` / `container_annotations` patterns list it.
+/// `gpu-guard install containerd` never lists `io.kubernetes.*` there.
+/// CRI-O writes every ContainerConfig annotation, then the kubelet's
+/// container labels (`io.kubernetes.pod.namespace`, `io.kubernetes.pod.name`
+/// from pkg/kubelet/kuberuntime/labels.go), then its own
+/// `io.kubernetes.cri-o.*` keys (server/container_create_linux.go); the
+/// kubelet fills ContainerConfig annotations itself, never from pod
+/// annotations. So the facts are as trustworthy as the kubelet and the
+/// engine's own config.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CriFacts {
+    pub namespace: Option<String>,
+    pub pod: Option<String>,
+    pub image: Option<String>,
+    pub handler: Option<String>,
+}
+
+/// containerd's keys (internal/cri/annotations/annotations.go).
+pub const CONTAINERD_CONTAINER_TYPE: &str = "io.kubernetes.cri.container-type";
+pub const CONTAINERD_NAMESPACE: &str = "io.kubernetes.cri.sandbox-namespace";
+pub const CONTAINERD_POD: &str = "io.kubernetes.cri.sandbox-name";
+pub const CONTAINERD_IMAGE: &str = "io.kubernetes.cri.image-name";
+/// CRI-O's keys (pkg/annotations, and the kubelet's container labels).
+pub const CRIO_CONTAINER_TYPE: &str = "io.kubernetes.cri-o.ContainerType";
+pub const CRIO_NAMESPACE: &str = "io.kubernetes.pod.namespace";
+pub const CRIO_POD: &str = "io.kubernetes.pod.name";
+pub const CRIO_IMAGE: &str = "io.kubernetes.cri-o.ImageName";
+/// CRI-O writes the handler on the pod sandbox's spec
+/// (server/sandbox_run_linux.go `g.AddAnnotation(annotations.RuntimeHandler, ...)`);
+/// a workload container's spec may not carry it, so a `handler` selector
+/// matches only where it does.
+pub const CRIO_HANDLER: &str = "io.kubernetes.cri-o.RuntimeHandler";
+
+impl CriFacts {
+    pub fn from_annotations(a: &BTreeMap<String, String>) -> CriFacts {
+        let get = |k: &str| a.get(k).filter(|v| !v.is_empty()).cloned();
+        let containerd = a.contains_key(CONTAINERD_CONTAINER_TYPE);
+        let crio = a.contains_key(CRIO_CONTAINER_TYPE);
+        match (containerd, crio) {
+            (true, false) => CriFacts {
+                namespace: get(CONTAINERD_NAMESPACE),
+                pod: get(CONTAINERD_POD),
+                image: get(CONTAINERD_IMAGE),
+                // containerd records no handler in a container's spec
+                // (`io.containerd.cri.runtime-handler` is a pod annotation
+                // a pod author sets), so a handler selector never matches.
+                handler: None,
+            },
+            (false, true) => CriFacts {
+                namespace: get(CRIO_NAMESPACE),
+                pod: get(CRIO_POD),
+                image: get(CRIO_IMAGE),
+                handler: get(CRIO_HANDLER),
+            },
+            // Neither: not a Kubernetes container. Both: one runtime's
+            // keys came from somewhere else; trust neither.
+            _ => CriFacts::default(),
+        }
+    }
+}
+
+/// `*` any run of characters, `?` one character, anything else itself.
+pub fn glob_match(pattern: &str, s: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = s.chars().collect();
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || (p[pi] != '*' && p[pi] == t[ti])) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if let Some((sp, st)) = star {
+            pi = sp + 1;
+            ti = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|c| *c == '*')
+}
+
+impl Exception {
+    /// Whether this exception selects a container with these facts: every
+    /// selector given matches; a fact the runtime did not record matches
+    /// no selector.
+    pub fn matches(&self, f: &CriFacts) -> bool {
+        let sel = |pat: &Option<String>, fact: &Option<String>| match pat {
+            None => true,
+            Some(p) => fact.as_deref().is_some_and(|v| glob_match(p, v)),
+        };
+        sel(&self.namespace, &f.namespace)
+            && sel(&self.pod, &f.pod)
+            && sel(&self.image, &f.image)
+            && sel(&self.handler, &f.handler)
+    }
+
+    /// `namespace=gpu-operator pod=nvidia-*`, for messages.
+    pub fn describe(&self) -> String {
+        [
+            ("namespace", &self.namespace),
+            ("pod", &self.pod),
+            ("image", &self.image),
+            ("handler", &self.handler),
+        ]
+        .iter()
+        .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={v}")))
+        .collect::<Vec<_>>()
+        .join(" ")
+    }
+}
+
+/// The first exception that selects the container, with its index.
+pub fn matching_exception<'a>(
+    c: &Container,
+    sec: &'a SecurityConfig,
+) -> Option<(usize, &'a Exception, CriFacts)> {
+    if sec.exceptions.is_empty() {
+        return None;
+    }
+    let facts = CriFacts::from_annotations(&c.annotations);
+    sec.exceptions
+        .iter()
+        .enumerate()
+        .find(|(_, e)| e.matches(&facts))
+        .map(|(i, e)| (i, e, facts.clone()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs() {
+        assert!(glob_match("gpu-operator", "gpu-operator"));
+        assert!(!glob_match("gpu-operator", "gpu-operator2"));
+        assert!(glob_match("nvidia-*", "nvidia-driver-daemonset-x"));
+        assert!(glob_match("*", ""));
+        assert!(glob_match("a?c", "abc"));
+        assert!(!glob_match("a?c", "ac"));
+        assert!(glob_match(
+            "nvcr.io/nvidia/*:*",
+            "nvcr.io/nvidia/driver:550"
+        ));
+        assert!(glob_match("*a*b", "xxaxxb"));
+        assert!(!glob_match("*a*b", "xxaxxbc"));
+    }
+
+    #[test]
+    fn facts_need_one_runtime() {
+        let mut a = BTreeMap::new();
+        a.insert(CONTAINERD_NAMESPACE.to_string(), "gpu-operator".to_string());
+        assert_eq!(CriFacts::from_annotations(&a), CriFacts::default());
+        a.insert(
+            CONTAINERD_CONTAINER_TYPE.to_string(),
+            "container".to_string(),
+        );
+        assert_eq!(
+            CriFacts::from_annotations(&a).namespace.as_deref(),
+            Some("gpu-operator")
+        );
+        // CRI-O's key under containerd is not read.
+        a.insert(CRIO_NAMESPACE.to_string(), "kube-system".to_string());
+        assert_eq!(
+            CriFacts::from_annotations(&a).namespace.as_deref(),
+            Some("gpu-operator")
+        );
+        a.insert(CRIO_CONTAINER_TYPE.to_string(), "container".to_string());
+        assert_eq!(CriFacts::from_annotations(&a), CriFacts::default());
+    }
+}
