@@ -98,22 +98,7 @@ mod tests {
     #[test]
     fn masks_match_proc_status() {
         // Docker's default set, as /proc/self/status prints it (CapEff).
-        let docker = [
-            "CAP_CHOWN",
-            "CAP_DAC_OVERRIDE",
-            "CAP_FSETID",
-            "CAP_FOWNER",
-            "CAP_MKNOD",
-            "CAP_NET_RAW",
-            "CAP_SETGID",
-            "CAP_SETUID",
-            "CAP_SETFCAP",
-            "CAP_SETPCAP",
-            "CAP_NET_BIND_SERVICE",
-            "CAP_SYS_CHROOT",
-            "CAP_KILL",
-            "CAP_AUDIT_WRITE",
-        ];
+        let docker = crate::core::profiles::DOCKER_DEFAULT;
         assert_eq!(mask(docker), 0x00000000a80425fb);
         assert_eq!(mask(["chown", "nope"]), 1);
         assert_eq!(mask(all_names()), 0x000001ffffffffff);

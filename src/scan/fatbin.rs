@@ -181,6 +181,17 @@ pub fn scan_image<R: ReadAt + ?Sized>(
     }
 }
 
+/// Where `region` ends; a region whose end overflows is an error, not a wrap.
+pub(crate) fn region_end(region: &Region) -> Result<u64, FatbinError> {
+    region
+        .offset
+        .checked_add(region.size)
+        .ok_or(FatbinError::ContainerPastEnd {
+            offset: region.offset,
+            size: region.size,
+        })
+}
+
 /// Walks the containers of one region; returns the offset it walked to
 /// (the section's end, or the end of a wrapper's container).
 pub fn walk_region<R: ReadAt + ?Sized>(
@@ -189,13 +200,7 @@ pub fn walk_region<R: ReadAt + ?Sized>(
     budget: &mut Budget,
     visit: &mut dyn FnMut(Entry),
 ) -> Result<u64, FatbinError> {
-    let end = region
-        .offset
-        .checked_add(region.size)
-        .ok_or(FatbinError::ContainerPastEnd {
-            offset: region.offset,
-            size: region.size,
-        })?;
+    let end = region_end(region)?;
     let mut at = region.offset;
     loop {
         if end - at < CONTAINER_HEADER {

@@ -407,13 +407,7 @@ impl Scanner<'_> {
 
     /// The candidates that tile `region`, as walk_region walks it.
     fn walk(&mut self, region: &Region, visit: &mut Vec<Entry>) -> Result<u64, FatbinError> {
-        let end = region
-            .offset
-            .checked_add(region.size)
-            .ok_or(FatbinError::ContainerPastEnd {
-                offset: region.offset,
-                size: region.size,
-            })?;
+        let end = super::fatbin::region_end(region)?;
         let mut at = region.offset;
         loop {
             if end - at < 16 {
