@@ -70,9 +70,17 @@ fn prestart(config_flag: Option<&Path>) -> i32 {
     let spec_path = state.bundle.join("config.json");
     let mut container = match spec_file::load(&spec_path, Some(&state.bundle)) {
         Ok(s) => s.container,
-        Err(e) => return unreadable(config_flag, state.id, &e.to_string(), || {
-            spec_file::file_mentions_gpu(&spec_path).unwrap_or(false)
-        }),
+        // No file to read at all: the state names a bundle runc did not use.
+        Err(e @ spec_file::SpecFileError::Read { .. })
+            if !std::fs::metadata(&spec_path).is_ok_and(|m| m.is_file()) =>
+        {
+            return bad_input(e)
+        }
+        Err(e) => {
+            return unreadable(config_flag, state.id, &e.to_string(), || {
+                spec_file::file_mentions_gpu(&spec_path).unwrap_or(false)
+            })
+        }
     };
     container.id = state.id;
     let decision = decide(config_flag, &container, Stage::Verify);
