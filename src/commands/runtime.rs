@@ -292,8 +292,12 @@ fn guard_exec(
     let process = match loaded {
         Ok(p) => p,
         Err(e) => {
-            let (gpu, _) = exec_target(cfg, inv, real);
-            let mention = gpu || spec_file::file_mentions_gpu(path).unwrap_or(false);
+            // No file: runc fails on it too. A file we cannot read is
+            // refused when it, or the container, is GPU.
+            let exists = std::fs::metadata(path).is_ok_and(|m| m.is_file());
+            let mention = exists
+                && (spec_file::file_mentions_gpu(path).unwrap_or(false)
+                    || exec_target(cfg, inv, real).0);
             let why = format!("cannot read the exec process file {}: {e}", path.display());
             let decision = unreadable_spec(&Ok(cfg.clone()), inv.id.clone(), &why, mention);
             logging::record(&decision, &cfg.log.target(), log_fallback(inv));

@@ -189,7 +189,15 @@ pub fn mentions_gpu(bytes: &[u8]) -> bool {
 
 /// [`mentions_gpu`] over a file of any size, read in chunks.
 pub fn file_mentions_gpu(path: &Path) -> std::io::Result<bool> {
-    let mut f = std::fs::File::open(path)?;
+    use std::os::unix::fs::OpenOptionsExt;
+    // O_NONBLOCK: a FIFO must not block us; only regular files are read.
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)?;
+    if !f.metadata()?.is_file() {
+        return Ok(false);
+    }
     let mut buf = vec![0u8; 1 << 20];
     let keep = 8;
     let mut have = 0;
