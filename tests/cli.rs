@@ -409,13 +409,21 @@ fn prestart_bad_input() {
             1,
             "GPU env not a list",
         ),
-        (r#"{"process":{"env":["NVIDIA_VISIBLE_DEVICES=all"]"#, 1, "truncated GPU spec"),
+        (
+            r#"{"process":{"env":["NVIDIA_VISIBLE_DEVICES=all"]"#,
+            1,
+            "truncated GPU spec",
+        ),
     ] {
         let b = bundle(&t.0, spec);
         let o = run(&hook, Some(&state(&b)));
         assert_eq!(o.status.code(), Some(code), "{what}: {}", stderr(&o));
         if code == 1 {
-            assert!(stderr(&o).contains("cannot read the container's spec"), "{what}: {}", stderr(&o));
+            assert!(
+                stderr(&o).contains("cannot read the container's spec"),
+                "{what}: {}",
+                stderr(&o)
+            );
         }
     }
     // createRuntime is accepted as the same stage
@@ -552,7 +560,11 @@ fn precreate_edits_or_refuses() {
     );
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(o.stdout.is_empty());
-    assert!(stderr(&o).contains("unexpected end of JSON input"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("unexpected end of JSON input"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]

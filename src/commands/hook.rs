@@ -11,12 +11,12 @@
 
 use crate::commands::cli::HookStage;
 use crate::commands::pipeline::{self, HostChoice};
+use crate::commands::runtime::unreadable_spec;
 use crate::config;
 use crate::core::container::Container;
 use crate::core::decision::{Decision, Verdict};
 use crate::core::report;
 use crate::core::security::Stage;
-use crate::commands::runtime::unreadable_spec;
 use crate::oci::spec::SpecView;
 use crate::oci::spec_file::{self, LoadedSpec};
 use crate::oci::state::{parse_state, MAX_STATE_BYTES};
@@ -216,7 +216,9 @@ fn has_prestart_of(spec: &SpecView, exe: (u64, u64)) -> bool {
     spec.hooks_by_stage().iter().any(|(stage, h)| {
         (*stage == "prestart" || *stage == "createRuntime")
             && h.args.iter().any(|a| a == "hook")
-            && h.args.iter().any(|a| a == "prestart" || a == "createRuntime")
+            && h.args
+                .iter()
+                .any(|a| a == "prestart" || a == "createRuntime")
             && is_binary(&h.path, exe)
     })
 }

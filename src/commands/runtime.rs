@@ -160,7 +160,11 @@ fn guard_create(
         None => match std::env::current_dir() {
             Ok(d) => d,
             Err(e) => {
-                stood_aside(cfg, inv, &format!("no bundle: cannot read the working directory: {e}"));
+                stood_aside(
+                    cfg,
+                    inv,
+                    &format!("no bundle: cannot read the working directory: {e}"),
+                );
                 return exec_real(real, args);
             }
         },
@@ -207,7 +211,11 @@ fn guard_create(
             bundle: std::path::absolute(&bundle).unwrap_or(bundle.clone()),
         };
         if let Err(e) = marker::write(inv.root.as_deref(), id, &m) {
-            stood_aside(cfg, inv, &format!("cannot record the container for exec: {e}"));
+            stood_aside(
+                cfg,
+                inv,
+                &format!("cannot record the container for exec: {e}"),
+            );
         }
     }
     exec_real(real, args)
@@ -273,8 +281,12 @@ fn guard_exec(
     real: &Path,
     args: &[OsString],
 ) -> i32 {
-    let Ok(cfg) = cfg else {
-        return exec_real(real, args);
+    let cfg = match cfg {
+        Ok(c) => c,
+        Err(e) => {
+            stood_aside(cfg, inv, &format!("exec not checked: {e}"));
+            return exec_real(real, args);
+        }
     };
     if cfg.mode == Mode::Off {
         return exec_real(real, args);
@@ -358,9 +370,7 @@ fn exec_flags(cfg: &Config, inv: &Invocation, real: &Path, args: &[OsString]) ->
         .exec
         .caps
         .iter()
-        .filter(|c| {
-            crate::core::capability::normalize(c).map_or(true, |n| !allow.contains(&n))
-        })
+        .filter(|c| crate::core::capability::normalize(c).map_or(true, |n| !allow.contains(&n)))
         .map(|c| crate::core::sanitize::esc(c))
         .collect();
     if !outside.is_empty() {

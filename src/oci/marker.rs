@@ -14,11 +14,12 @@
 use std::ffi::{OsStr, OsString};
 use std::io::Read;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::PathBuf;
 
-/// Where markers live.
+/// Where markers live (root; a rootless runtime's markers go under
+/// `$XDG_RUNTIME_DIR/gpu-guard/containers`).
 pub const DEFAULT_DIR: &str = "/run/gpu-guard/containers";
 
 /// TEST ONLY: a build with the `test-hooks` feature reads the marker
@@ -30,6 +31,13 @@ fn dir() -> PathBuf {
     #[cfg(feature = "test-hooks")]
     if let Some(d) = std::env::var_os(ENV_DIR) {
         return PathBuf::from(d);
+    }
+    // Rootless runtimes: the user's runtime directory (runc's own default
+    // root there is $XDG_RUNTIME_DIR/runc).
+    if !nix::unistd::geteuid().is_root() {
+        if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR") {
+            return PathBuf::from(x).join("gpu-guard/containers");
+        }
     }
     PathBuf::from(DEFAULT_DIR)
 }
@@ -79,7 +87,11 @@ pub fn write(root: Option<&OsStr>, id: &str, m: &Marker) -> std::io::Result<()> 
             .mode(0o700)
             .create(&d)?;
     }
-    let mut data = if m.gpu { b"gpu\n".to_vec() } else { b"cpu\n".to_vec() };
+    let mut data = if m.gpu {
+        b"gpu\n".to_vec()
+    } else {
+        b"cpu\n".to_vec()
+    };
     data.extend_from_slice(m.bundle.as_os_str().as_bytes());
     crate::sys::fsutil::write_with_mode(&p, &data, 0o600, false)
 }

@@ -199,9 +199,7 @@ impl ProcessView {
                 "process.capabilities",
                 |c, k, v| c.field(k, v),
             ),
-            "nonewprivileges" => self
-                .no_new_privileges
-                .decode(v, "process.noNewPrivileges"),
+            "nonewprivileges" => self.no_new_privileges.decode(v, "process.noNewPrivileges"),
             "selinuxlabel" => self.selinux_label.decode(v, "process.selinuxLabel"),
             "apparmorprofile" => self.apparmor_profile.decode(v, "process.apparmorProfile"),
             _ => Ok(()),
@@ -375,19 +373,22 @@ impl SpecView {
             .zip(h.stages.iter())
             .filter_map(|(stage, list)| list.as_ref().map(|l| (*stage, l)))
             .flat_map(|(stage, l)| {
-                l.items().iter().filter(|h| !h.path.is_empty()).map(move |h| {
-                    (
-                        stage,
-                        Hook {
-                            path: h.path.clone(),
-                            args: h
-                                .args
-                                .as_ref()
-                                .map(|a| a.items().to_vec())
-                                .unwrap_or_default(),
-                        },
-                    )
-                })
+                l.items()
+                    .iter()
+                    .filter(|h| !h.path.is_empty())
+                    .map(move |h| {
+                        (
+                            stage,
+                            Hook {
+                                path: h.path.clone(),
+                                args: h
+                                    .args
+                                    .as_ref()
+                                    .map(|a| a.items().to_vec())
+                                    .unwrap_or_default(),
+                            },
+                        )
+                    })
             })
             .collect()
     }

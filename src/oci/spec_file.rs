@@ -130,10 +130,11 @@ impl LoadedSpec {
 
 /// Reads and parses a config.json; `bundle` resolves a relative root.path.
 pub fn load(path: &Path, bundle: Option<&Path>) -> Result<LoadedSpec, SpecFileError> {
-    let bytes = fsutil::read_limited(path, MAX_SPEC_BYTES).map_err(|source| SpecFileError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let bytes =
+        fsutil::read_limited(path, MAX_SPEC_BYTES).map_err(|source| SpecFileError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
     LoadedSpec::from_bytes(path, bytes, bundle)
 }
 
@@ -161,7 +162,13 @@ impl LoadedProcess {
     }
 
     pub fn patched(&self, edits: &Edits) -> Result<Option<Vec<u8>>, PatchError> {
-        patch(&self.bytes, &self.root.0, &self.view, edits, Target::Process)
+        patch(
+            &self.bytes,
+            &self.root.0,
+            &self.view,
+            edits,
+            Target::Process,
+        )
     }
 }
 
@@ -462,16 +469,26 @@ pub fn patch(
             .iter()
             .zip(CAPS)
             .filter_map(|(s, field)| {
-                let list: Vec<&String> = c.set(s)?.iter().filter(|cap| !dropped(edits, cap)).collect();
+                let list: Vec<&String> = c
+                    .set(s)?
+                    .iter()
+                    .filter(|cap| !dropped(edits, cap))
+                    .collect();
                 Some(Member::new(field.name, string_array(list)))
             })
             .collect();
-        set(&mut acc, "capabilities", Out::Built(Node::new(Value::Object(sets))));
+        set(
+            &mut acc,
+            "capabilities",
+            Out::Built(Node::new(Value::Object(sets))),
+        );
     }
     set(
         &mut acc,
         "noNewPrivileges",
-        Out::Built(Node::new(Value::Bool(process.no_new_privileges || edits.no_new_privileges))),
+        Out::Built(Node::new(Value::Bool(
+            process.no_new_privileges || edits.no_new_privileges,
+        ))),
     );
     let mut out = Vec::with_capacity(src.len() + 256);
     match target {
@@ -550,7 +567,8 @@ mod tests {
 
     fn edits() -> Edits {
         let mut e = Edits::default();
-        e.env.insert("CUDA_DEVICE_ORDER".into(), json!("PCI_BUS_ID"));
+        e.env
+            .insert("CUDA_DEVICE_ORDER".into(), json!("PCI_BUS_ID"));
         e.capabilities_dropped = vec!["CAP_NET_RAW".into()];
         e.no_new_privileges = true;
         e
@@ -580,7 +598,10 @@ mod tests {
         assert_eq!(keys, vec!["ociVersion", "zzz", "process", "aaa"]);
         assert!(out.contains(r#""zzz":{"keep": [1, 2e999]}"#), "{out}");
         let p = &v["process"];
-        assert_eq!(p["env"], json!(["PATH=/bin", "CUDA_DEVICE_ORDER=PCI_BUS_ID"]));
+        assert_eq!(
+            p["env"],
+            json!(["PATH=/bin", "CUDA_DEVICE_ORDER=PCI_BUS_ID"])
+        );
         assert_eq!(p["capabilities"]["bounding"], json!(["CAP_CHOWN"]));
         assert_eq!(p["capabilities"]["effective"], json!([]));
         assert_eq!(p["capabilities"]["ambient"], json!([]));
