@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 10 part B under real runc: spec files that Go's encoding/json reads
 # differently from serde (deep nesting, 1e99999, a lone surrogate, a file
-# over 64 MiB, case-variant keys, duplicate "process" keys) are first run by
+# over 64 MiB, case-variant keys, duplicate "process" keys, a key that
+# folds to "process" only under Unicode folding) are first run by
 # runc alone (proving runc accepts them and what it would run: NoNewPrivs 0,
 # capabilities outside the allowlist), then through gpu-guard-runtime: the
 # container's own /proc/self/status and env must show gpu-guard's decision
@@ -68,6 +69,12 @@ elif kind == "dup":
     proc["noNewPrivileges"] = True
     proc["capabilities"] = {"bounding": ["CAP_CHOWN"], "effective": ["CAP_CHOWN"], "permitted": ["CAP_CHOWN"]}
     out = dump(spec)[:-1] + ', "process": ' + dump(p2) + '}'
+elif kind == "fold":
+    # U+017F (long s) folds to "s" in Go's key matching (bytes.EqualFold)
+    p2 = {"noNewPrivileges": False, "capabilities": proc.pop("capabilities")}
+    proc["noNewPrivileges"] = True
+    proc["capabilities"] = {"bounding": ["CAP_CHOWN"], "effective": ["CAP_CHOWN"], "permitted": ["CAP_CHOWN"]}
+    out = dump(spec)[:-1] + ', "proce\u017f\u017f": ' + dump(p2) + '}'
 else:
     raise SystemExit("unknown kind " + kind)
 open(path, "w").write(out)
@@ -86,7 +93,7 @@ run_wrapped() { # DIR ID: through gpu-guard-runtime
 }
 
 echo "== tricky config.json: runc alone, then through the wrapper =="
-for kind in deep bignum surrogate huge case dup; do
+for kind in deep bignum surrogate huge case dup fold; do
     make_bundle "$T/d-$kind" "$SHOW" NVIDIA_VISIBLE_DEVICES=all
     trick "$T/d-$kind" "$kind"
     run_direct "$T/d-$kind" "ggp-d-$kind"
