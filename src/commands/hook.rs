@@ -164,7 +164,11 @@ fn precreate(config_flag: Option<&Path>) -> i32 {
         Ok(Some(b)) => b,
         Ok(None) => spec.bytes.clone(),
         Err(e) => {
-            if decision.gpu_container {
+            let enforce = config::load(config_flag)
+                .map(|c| c.mode)
+                .unwrap_or(crate::core::policy::Mode::Enforce)
+                == crate::core::policy::Mode::Enforce;
+            if decision.gpu_container && enforce {
                 eprintln!("gpu-guard hook: cannot apply the policy edits: {e}");
                 return EXIT_REFUSE;
             }
