@@ -13,9 +13,9 @@
 //! and serde (last key wins) all read the edited values. Everything else is
 //! copied byte for byte; the file is replaced atomically or not at all.
 //!
-//! A merge that cannot be reproduced exactly (a list of structs, `rlimits`,
-//! in two `process` objects) is an error: the caller refuses a GPU
-//! container rather than start it without its edits.
+//! A merge that cannot be reproduced (a list of structs holding something
+//! other than objects, which runc refuses anyway) is an error: the caller
+//! refuses a GPU container rather than start it without its edits.
 
 use crate::core::capability;
 use crate::core::container::{Capabilities, Container};
@@ -226,7 +226,7 @@ pub fn file_mentions_gpu(path: &Path) -> std::io::Result<bool> {
 
 #[derive(Debug, thiserror::Error)]
 pub enum PatchError {
-    #[error("`{0}` appears in more than one `process` object; gpu-guard cannot merge a list of objects exactly as runc does, so it cannot edit this spec safely")]
+    #[error("`{0}` holds a value that is not an object; runc refuses such a spec, and gpu-guard cannot edit it safely")]
     Unmergeable(&'static str),
 }
 
@@ -250,8 +250,10 @@ enum Kind {
     Ptr(&'static [Field]),
     /// struct: merged; null ignored.
     Struct(&'static [Field]),
-    /// slice of structs: merged element by element (not reproduced).
-    StructSlice,
+    /// slice of structs: decoded element by element into the elements
+    /// already there, including those a shorter list left past its end
+    /// (decode.go array); null clears it, `[]` makes a fresh one.
+    StructSlice(&'static [Field]),
 }
 
 struct Field {
@@ -269,6 +271,11 @@ const CAPS: &[Field] = &[
     f("inheritable", Kind::Nullable),
     f("permitted", Kind::Nullable),
     f("ambient", Kind::Nullable),
+];
+const RLIMIT: &[Field] = &[
+    f("type", Kind::Scalar),
+    f("hard", Kind::Scalar),
+    f("soft", Kind::Scalar),
 ];
 const BOX: &[Field] = &[f("height", Kind::Scalar), f("width", Kind::Scalar)];
 const USER: &[Field] = &[
@@ -299,7 +306,7 @@ const PROCESS: &[Field] = &[
     f("env", Kind::Nullable),
     f("cwd", Kind::Scalar),
     f("capabilities", Kind::Ptr(CAPS)),
-    f("rlimits", Kind::StructSlice),
+    f("rlimits", Kind::StructSlice(RLIMIT)),
     f("noNewPrivileges", Kind::Scalar),
     f("apparmorProfile", Kind::Scalar),
     f("oomScoreAdj", Kind::Nullable),
@@ -315,6 +322,8 @@ enum Out<'a> {
     Src(&'a Node),
     Obj(Vec<OutMember<'a>>),
     Built(Node),
+    /// A slice of structs: `len` elements over a backing array.
+    List(Vec<Vec<OutMember<'a>>>, usize),
 }
 
 struct OutMember<'a> {
@@ -362,7 +371,7 @@ fn merge<'a>(
         let null = m.node.is_null();
         match field.kind {
             Kind::Scalar | Kind::Struct(_) if null => {}
-            Kind::Nullable | Kind::Ptr(_) | Kind::StructSlice if null => {
+            Kind::Nullable | Kind::Ptr(_) | Kind::StructSlice(_) if null => {
                 if let Some(i) = position(acc, field.name) {
                     acc.remove(i);
                 }
@@ -388,15 +397,45 @@ fn merge<'a>(
                     merge(inner, members, sub, path)?;
                 }
             }
-            Kind::StructSlice => {
-                let nonempty = |n: &Node| matches!(&n.value, Value::Array(a) if !a.is_empty());
-                let earlier = position(acc, field.name)
-                    .is_some_and(|i| matches!(&acc[i].val, Out::Src(n) if nonempty(n)));
-                if earlier && nonempty(&m.node) {
-                    return Err(PatchError::Unmergeable(path));
+            Kind::StructSlice(sub) => match &m.node.value {
+                Value::Array(items) => {
+                    let i = match position(acc, field.name) {
+                        Some(i) if !items.is_empty() => i,
+                        Some(i) => {
+                            acc[i].val = Out::List(Vec::new(), 0);
+                            continue;
+                        }
+                        None => {
+                            acc.push(OutMember {
+                                key: Cow::Borrowed(field.name),
+                                src: None,
+                                val: Out::List(Vec::new(), 0),
+                            });
+                            acc.len() - 1
+                        }
+                    };
+                    if !matches!(acc[i].val, Out::List(..)) {
+                        acc[i].val = Out::List(Vec::new(), 0);
+                    }
+                    if let Out::List(backing, len) = &mut acc[i].val {
+                        for (k, item) in items.iter().enumerate() {
+                            if k >= backing.len() {
+                                backing.push(Vec::new());
+                            }
+                            match &item.value {
+                                Value::Object(ms) => merge(&mut backing[k], ms, sub, path)?,
+                                // null leaves a struct as it is; any other
+                                // value is a type error runc refuses.
+                                Value::Null => {}
+                                _ => return Err(PatchError::Unmergeable(path)),
+                            }
+                        }
+                        *len = items.len();
+                    }
                 }
-                set(acc, field.name, Out::Src(&m.node));
-            }
+                // A type error: runc refuses the spec.
+                _ => set(acc, field.name, Out::Src(&m.node)),
+            },
             _ => set(acc, field.name, Out::Src(&m.node)),
         }
     }
@@ -547,6 +586,16 @@ fn write_obj(out: &mut Vec<u8>, src: &[u8], members: &[OutMember]) {
             Out::Src(n) => gojson::write(out, src, n),
             Out::Built(n) => gojson::write(out, src, n),
             Out::Obj(inner) => write_obj(out, src, inner),
+            Out::List(backing, len) => {
+                out.push(b'[');
+                for (k, item) in backing.iter().take(*len).enumerate() {
+                    if k > 0 {
+                        out.push(b',');
+                    }
+                    write_obj(out, src, item);
+                }
+                out.push(b']');
+            }
         }
     }
     out.push(b'}');
@@ -639,9 +688,22 @@ mod tests {
     }
 
     #[test]
-    fn rlimits_in_two_processes_cannot_be_patched() {
-        let src = r#"{"process": {"rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1, "soft": 1}]},
-                      "process": {"rlimits": [{"hard": 2}], "noNewPrivileges": false}}"#;
+    fn lists_of_structs_merge_as_go_merges_them() {
+        // Element 0 of the second list decodes into element 0 of the first;
+        // the third, longer list reuses element 1 the second left behind.
+        let src = r#"{"process": {"rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1, "soft": 1}, {"type": "RLIMIT_NPROC", "hard": 5, "soft": 5}]},
+                      "process": {"rlimits": [{"hard": 2}], "noNewPrivileges": false},
+                      "Process": {"Rlimits": [{"soft": 3}, {"soft": 4}]}}"#;
+        let out = patched(src, &edits()).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(
+            v["process"]["rlimits"],
+            json!([{"type": "RLIMIT_NOFILE", "hard": 2, "soft": 3}, {"type": "RLIMIT_NPROC", "hard": 5, "soft": 4}])
+        );
+        let src = r#"{"process": {"rlimits": [{"hard": 1}]}, "process": {"rlimits": []}, "process": {"rlimits": [{"soft": 2}]}}"#;
+        let v: serde_json::Value = serde_json::from_str(&patched(src, &edits()).unwrap()).unwrap();
+        assert_eq!(v["process"]["rlimits"], json!([{"soft": 2}]));
+        let src = r#"{"process": {"rlimits": [1]}, "process": {"rlimits": [{"soft": 2}]}}"#;
         let l = LoadedSpec::from_bytes(Path::new("c"), src.as_bytes().to_vec(), None).unwrap();
         assert!(l.patched(&edits()).is_err());
     }
