@@ -18,7 +18,7 @@ need_cmd runc jq python3
 need_capset
 
 new_scratch
-SHOW=$(jq -nc '["sh", "-c", "echo RAN; env; grep -E \"^(CapEff|CapBnd|NoNewPrivs)\" /proc/self/status"]')
+SHOW=$(jq -nc '["sh", "-c", "echo RAN; env; grep -E \"^(CapEff|CapBnd|NoNewPrivs)\" /proc/self/status; grep \"^Max open files\" /proc/self/limits"]')
 ROOT="$T/runc-root"
 mkdir -p "$T/bin"
 ln -sf "$GG" "$T/bin/gpu-guard-runtime"
@@ -65,7 +65,9 @@ elif kind == "case":
     del spec["process"]
     out = dump(spec)[:-1] + ', "process": ' + pdump + '}'
 elif kind == "dup":
-    p2 = {"capabilities": proc.pop("capabilities"), "noNewPrivileges": False}
+    # rlimits: Go decodes the second list into the first one's elements,
+    # so RLIMIT_NOFILE keeps its type and soft limit and takes hard 2048
+    p2 = {"capabilities": proc.pop("capabilities"), "noNewPrivileges": False, "rlimits": [{"hard": 2048}]}
     proc["noNewPrivileges"] = True
     proc["capabilities"] = {"bounding": ["CAP_CHOWN"], "effective": ["CAP_CHOWN"], "permitted": ["CAP_CHOWN"]}
     out = dump(spec)[:-1] + ', "process": ' + dump(p2) + '}'
@@ -111,6 +113,13 @@ for kind in deep bignum surrogate huge case dup fold; do
     check_caps "$kind: wrapper: CapBnd is the allowlist" "$OUT" CapBnd
     check_contains "$kind: wrapper: the GPU request is kept" "$OUT" "NVIDIA_VISIBLE_DEVICES=all"
     check_contains "$kind: wrapper: tuning env injected" "$OUT" "CUDA_DEVICE_ORDER=PCI_BUS_ID"
+    if [ "$kind" = dup ]; then
+        NOFILE=$(printf '%s\n' "$OUT" | sed -n 's/^Max open files *\([0-9]*\) *\([0-9]*\).*/\1 \2/p')
+        check_eq "$kind: rlimits of both process objects merged as runc merges them" "$NOFILE" "1024 2048"
+        DIRECT=$(cd "$T/d-$kind" && timeout 120 runc --root "$ROOT" run "ggp-d2-$kind" 2>&1 | sed -n 's/^Max open files *\([0-9]*\) *\([0-9]*\).*/\1 \2/p')
+        runc --root "$ROOT" delete -f "ggp-d2-$kind" >/dev/null 2>&1 || true
+        check_eq "$kind: runc alone reads the same rlimits" "$DIRECT" "1024 2048"
+    fi
     if [ "$kind" = surrogate ]; then
         check_contains "$kind: runc reads the lone surrogate as U+FFFD" "$OUT" "LONE=$(printf '\xef\xbf\xbd')"
     fi
