@@ -33,6 +33,7 @@ step() { # NAME COMMAND...
 step "release build" cargo build --release --workspace --locked
 step "cargo test" cargo test --workspace --features test-hooks --locked
 step "runc" integration/test-runc.sh
+step "runc spec parity" integration/test-spec-parity.sh
 step "podman" integration/test-podman.sh
 step "docker" integration/test-docker.sh
 step "containerd CRI" integration/test-cri.sh

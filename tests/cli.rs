@@ -398,14 +398,34 @@ fn prestart_bad_input() {
     let b = t.0.join("nocfg");
     std::fs::create_dir_all(&b).unwrap();
     assert_one_line_error(&run(&hook, Some(&state(&b))), 2, "missing config.json");
-    let b = bundle(&t.0, "[1,2,3]");
-    assert_one_line_error(
-        &run(&hook, Some(&state(&b))),
-        2,
-        "config.json not an object",
-    );
-    let b = bundle(&t.0, r#"{"process":{"env":"PATH=/bin"}}"#);
-    assert_one_line_error(&run(&hook, Some(&state(&b))), 2, "env not a list");
+    // A spec that cannot be read is refused only when it names a GPU
+    // request (issue 10 B2); runc judges the rest itself.
+    for (spec, code, what) in [
+        ("[1,2,3]", 0, "config.json not an object"),
+        (r#"{"process":{"env":"PATH=/bin"}}"#, 0, "env not a list"),
+        ("{not json", 0, "not JSON"),
+        (
+            r#"{"process":{"env":"NVIDIA_VISIBLE_DEVICES=all"}}"#,
+            1,
+            "GPU env not a list",
+        ),
+        (
+            r#"{"process":{"env":["NVIDIA_VISIBLE_DEVICES=all"]"#,
+            1,
+            "truncated GPU spec",
+        ),
+    ] {
+        let b = bundle(&t.0, spec);
+        let o = run(&hook, Some(&state(&b)));
+        assert_eq!(o.status.code(), Some(code), "{what}: {}", stderr(&o));
+        if code == 1 {
+            assert!(
+                stderr(&o).contains("cannot read the container's spec"),
+                "{what}: {}",
+                stderr(&o)
+            );
+        }
+    }
     // createRuntime is accepted as the same stage
     let b = bundle(&t.0, r#"{"process":{"env":["PATH=/bin"]}}"#);
     let o = run(
@@ -529,10 +549,21 @@ fn precreate_edits_or_refuses() {
     assert_eq!(o.status.code(), Some(0));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["process"]["noNewPrivileges"], true);
-    assert_one_line_error(
-        &run(&["--config", cfg, "hook", "precreate"], Some(b"nope")),
-        2,
-        "precreate garbage",
+    // unreadable configs: passed through unchanged, unless they name a GPU
+    // request (issue 10 B2)
+    let o = run(&["--config", cfg, "hook", "precreate"], Some(b"nope"));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(o.stdout, b"nope");
+    let o = run(
+        &["--config", cfg, "hook", "precreate"],
+        Some(br#"{"process":{"env":["NVIDIA_VISIBLE_DEVICES=all"]"#),
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(o.stdout.is_empty());
+    assert!(
+        stderr(&o).contains("unexpected end of JSON input"),
+        "{}",
+        stderr(&o)
     );
 }
 

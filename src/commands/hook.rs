@@ -11,13 +11,14 @@
 
 use crate::commands::cli::HookStage;
 use crate::commands::pipeline::{self, HostChoice};
+use crate::commands::runtime::unreadable_spec;
 use crate::config;
 use crate::core::container::Container;
 use crate::core::decision::{Decision, Verdict};
 use crate::core::report;
 use crate::core::security::Stage;
-use crate::oci::spec::parse_spec_bytes;
-use crate::oci::spec_file;
+use crate::oci::spec::SpecView;
+use crate::oci::spec_file::{self, LoadedSpec};
 use crate::oci::state::{parse_state, MAX_STATE_BYTES};
 use crate::sys::logging;
 use std::io::{Read, Write};
@@ -69,7 +70,17 @@ fn prestart(config_flag: Option<&Path>) -> i32 {
     let spec_path = state.bundle.join("config.json");
     let mut container = match spec_file::load(&spec_path, Some(&state.bundle)) {
         Ok(s) => s.container,
-        Err(e) => return bad_input(e),
+        // No file to read at all: the state names a bundle runc did not use.
+        Err(e @ spec_file::SpecFileError::Read { .. })
+            if !std::fs::metadata(&spec_path).is_ok_and(|m| m.is_file()) =>
+        {
+            return bad_input(e)
+        }
+        Err(e) => {
+            return unreadable(config_flag, state.id, &e.to_string(), || {
+                spec_file::file_mentions_gpu(&spec_path).unwrap_or(false)
+            })
+        }
     };
     container.id = state.id;
     let decision = decide(config_flag, &container, Stage::Verify);
@@ -77,6 +88,34 @@ fn prestart(config_flag: Option<&Path>) -> i32 {
         eprint!("{}", report::refusal(&decision));
         return EXIT_REFUSE;
     }
+    0
+}
+
+/// A spec the hook cannot read (issue 10 B2): refused only when it names a
+/// GPU request (enforce mode); any other container is let through, as runc
+/// will judge the spec itself.
+fn unreadable(
+    config_flag: Option<&Path>,
+    id: Option<String>,
+    error: &str,
+    mentions_gpu: impl FnOnce() -> bool,
+) -> i32 {
+    let cfg = config::load(config_flag);
+    let decision = unreadable_spec(&cfg, id, error, mentions_gpu());
+    logging::record(
+        &decision,
+        &pipeline::syslog_target(&cfg),
+        logging::Fallback::Stderr,
+    );
+    if decision.verdict == Verdict::Refuse {
+        eprint!("{}", report::refusal(&decision));
+        return EXIT_REFUSE;
+    }
+    logging::stood_aside(
+        &format!("standing aside: {error}"),
+        &pipeline::syslog_target(&cfg),
+        logging::Fallback::Stderr,
+    );
     0
 }
 
@@ -97,17 +136,14 @@ fn precreate(config_flag: Option<&Path>) -> i32 {
         Ok(b) => b,
         Err(e) => return bad_input(format!("cannot read the config from stdin: {e}")),
     };
-    let mut json = match parse_spec_bytes(&input) {
-        Ok(v) => v,
-        Err(e) => return bad_input(format!("config on stdin is not valid JSON: {e}")),
+    let spec = match LoadedSpec::parse(Path::new("<stdin>"), input, None) {
+        Ok(s) => s,
+        Err(e) => return precreate_unreadable(config_flag, e),
     };
-    let container = match Container::from_spec(&json, None) {
-        Ok(c) => c,
-        Err(e) => return bad_input(format!("config on stdin: {e}")),
-    };
+    let container = spec.container.clone();
     let decision = decide(config_flag, &container, Stage::Edit);
     let edits = if decision.verdict == Verdict::Refuse {
-        if !has_gpu_guard_prestart(&json) {
+        if !has_gpu_guard_prestart(&spec.view) {
             eprint!("{}", report::refusal(&decision));
             return EXIT_REFUSE;
         }
@@ -124,19 +160,43 @@ fn precreate(config_flag: Option<&Path>) -> i32 {
         &decision.edits
     };
     // Unchanged configs go back byte for byte.
-    let output = if spec_file::apply(&mut json, edits) {
-        match serde_json::to_vec(&json) {
-            Ok(b) => b,
-            Err(e) => return bad_input(format!("cannot serialize the edited config: {e}")),
+    let output = match spec.patched(edits) {
+        Ok(Some(b)) => b,
+        Ok(None) => spec.bytes.clone(),
+        Err(e) => {
+            let enforce = config::load(config_flag)
+                .map(|c| c.mode)
+                .unwrap_or(crate::core::policy::Mode::Enforce)
+                == crate::core::policy::Mode::Enforce;
+            if decision.gpu_container && enforce {
+                eprintln!("gpu-guard hook: cannot apply the policy edits: {e}");
+                return EXIT_REFUSE;
+            }
+            spec.bytes.clone()
         }
-    } else {
-        input
     };
+    write_stdout(&output)
+}
+
+fn write_stdout(output: &[u8]) -> i32 {
     let mut out = std::io::stdout().lock();
-    if let Err(e) = out.write_all(&output).and_then(|_| out.flush()) {
+    if let Err(e) = out.write_all(output).and_then(|_| out.flush()) {
         return bad_input(format!("cannot write the config to stdout: {e}"));
     }
     0
+}
+
+/// precreate on a config it cannot read: refused when it names a GPU
+/// request (enforce mode), else passed through unchanged.
+fn precreate_unreadable(config_flag: Option<&Path>, e: (spec_file::SpecFileError, Vec<u8>)) -> i32 {
+    let (err, input) = e;
+    let code = unreadable(config_flag, None, &err.to_string(), || {
+        spec_file::mentions_gpu(&input)
+    });
+    if code != 0 {
+        return code;
+    }
+    write_stdout(&input)
 }
 
 /// True when the config runs this very binary as `... hook
@@ -147,7 +207,7 @@ fn precreate(config_flag: Option<&Path>) -> i32 {
 /// counts). A basename test ("starts with gpu-guard") would hand the refusal
 /// to any program someone named gpu-guard-anything: that hook need not
 /// refuse, and the container this decision refused would start.
-fn has_gpu_guard_prestart(spec: &serde_json::Value) -> bool {
+fn has_gpu_guard_prestart(spec: &SpecView) -> bool {
     match std::fs::metadata("/proc/self/exe") {
         Ok(me) => has_prestart_of(spec, (me.dev(), me.ino())),
         // Without knowing ourselves, refuse here rather than trust a name.
@@ -156,31 +216,14 @@ fn has_gpu_guard_prestart(spec: &serde_json::Value) -> bool {
 }
 
 /// [`has_gpu_guard_prestart`] against the binary with this (device, inode).
-fn has_prestart_of(spec: &serde_json::Value, exe: (u64, u64)) -> bool {
-    let Some(hooks) = spec.get("hooks") else {
-        return false;
-    };
-    ["prestart", "createRuntime"].iter().any(|stage| {
-        hooks
-            .get(stage)
-            .and_then(|l| l.as_array())
-            .into_iter()
-            .flatten()
-            .any(|h| {
-                let path = h.get("path").and_then(|p| p.as_str()).unwrap_or("");
-                let args: Vec<&str> = h
-                    .get("args")
-                    .and_then(|a| a.as_array())
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|a| a.as_str())
-                    .collect();
-                args.contains(&"hook")
-                    && args
-                        .iter()
-                        .any(|a| *a == "prestart" || *a == "createRuntime")
-                    && is_binary(path, exe)
-            })
+fn has_prestart_of(spec: &SpecView, exe: (u64, u64)) -> bool {
+    spec.hooks_by_stage().iter().any(|(stage, h)| {
+        (*stage == "prestart" || *stage == "createRuntime")
+            && h.args.iter().any(|a| a == "hook")
+            && h.args
+                .iter()
+                .any(|a| a == "prestart" || a == "createRuntime")
+            && is_binary(&h.path, exe)
     })
 }
 

@@ -3,6 +3,8 @@
 //!
 //! This layer uses only `core` and `sys` (and itself), never `commands`.
 
+pub mod gojson;
+pub mod marker;
 pub mod runtime_args;
 pub mod spec;
 pub mod spec_file;

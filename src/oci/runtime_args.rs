@@ -17,18 +17,91 @@ pub struct Invocation {
     pub command: Option<String>,
     /// `--bundle`/`-b` of create/run; None means the working directory.
     pub bundle: Option<PathBuf>,
+    /// crun's `--config`/`-f` of create/run: the spec file to read instead
+    /// of `config.json` (relative to the bundle: crun changes into the
+    /// bundle before it loads it).
+    pub config: Option<PathBuf>,
     /// The container id (first positional after the subcommand's flags).
     pub id: Option<String>,
     /// `--process`/`-p` of exec: the process.json to run.
     pub process: Option<PathBuf>,
     /// Global `--root`, kept to ask the real runtime about a container.
     pub root: Option<OsString>,
+    /// exec's flags that change the process's privileges (without
+    /// `--process`, runc exec.go getProcess applies them on top of the
+    /// bundle's `process`; with it, it ignores them).
+    pub exec: ExecFlags,
 }
 
-/// runc's global flags that take a value (runc main.go). urfave/cli and Go's
-/// flag package accept one or two dashes and `--flag=value`.
-const GLOBAL_VALUE_FLAGS: &[&str] = &["log", "log-format", "root", "criu", "rootless"];
-/// create/run flags that take a value (runc create.go, run.go, utils_linux.go).
+/// runc exec's privilege flags (exec.go).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ExecFlags {
+    /// `--cap`/`-c`, each added to the bounding, effective, permitted (and
+    /// ambient) sets.
+    pub caps: Vec<String>,
+    /// `--no-new-privs[=BOOL]`: Some when given (Go strconv.ParseBool; an
+    /// unparseable value is kept as false: runc refuses it anyway).
+    pub no_new_privs: Option<bool>,
+    /// `--process-label`: the SELinux label.
+    pub process_label: Option<String>,
+    /// `--apparmor`: the AppArmor profile.
+    pub apparmor: Option<String>,
+    /// `--user`/`-u`.
+    pub user: Option<String>,
+}
+
+impl ExecFlags {
+    /// True when a flag changes privileges.
+    pub fn any(&self) -> bool {
+        !self.caps.is_empty()
+            || self.no_new_privs.is_some()
+            || self.process_label.is_some()
+            || self.apparmor.is_some()
+    }
+}
+
+/// Global flags that take a value: runc's (main.go: log, log-format, root,
+/// criu, rootless) and crun's (cgroup-manager, log-level). urfave/cli and
+/// Go's flag package accept one or two dashes and `--flag=value`.
+const GLOBAL_VALUE_FLAGS: &[&str] = &[
+    "log",
+    "log-format",
+    "root",
+    "criu",
+    "rootless",
+    "cgroup-manager",
+    "log-level",
+];
+
+/// Subcommands of runc, crun and youki. The first positional argument that
+/// is one of them is the subcommand: a global flag we do not know may take
+/// a value (`--cgroup-manager systemd`), which must not hide `create`.
+const SUBCOMMANDS: &[&str] = &[
+    "checkpoint",
+    "create",
+    "delete",
+    "events",
+    "exec",
+    "features",
+    "help",
+    "info",
+    "init",
+    "kill",
+    "list",
+    "mounts",
+    "pause",
+    "ps",
+    "restore",
+    "resume",
+    "run",
+    "spec",
+    "start",
+    "state",
+    "update",
+];
+
+/// create/run flags that take a value (runc create.go, run.go,
+/// utils_linux.go; crun's --config).
 const CREATE_VALUE_FLAGS: &[&str] = &[
     "bundle",
     "b",
@@ -36,6 +109,8 @@ const CREATE_VALUE_FLAGS: &[&str] = &[
     "pid-file",
     "preserve-fds",
     "pidfd-socket",
+    "config",
+    "f",
 ];
 
 /// exec flags that take a value (runc exec.go).
@@ -57,6 +132,7 @@ const EXEC_VALUE_FLAGS: &[&str] = &[
     "c",
     "preserve-fds",
     "cgroup",
+    "pidfd-socket",
 ];
 
 /// Splits `--name=value` / `-name value` forms. Returns (name, inline value).
@@ -98,41 +174,101 @@ fn take_flag(
     Some((name, value))
 }
 
+/// Go's strconv.ParseBool, as urfave/cli reads `--flag=value` of a BoolFlag.
+fn parse_bool(v: &OsStr) -> Option<bool> {
+    match v.to_str()? {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
+    }
+}
+
 /// Reads the parts of the argv we need; never fails (unknown shapes are
 /// simply passed through).
+///
+/// The subcommand is the first positional argument that names one (global
+/// flags with values are skipped, and so is a positional that names none:
+/// the value of a global flag we do not know). As NVIDIA's runtime does
+/// (nvidia-container-toolkit internal/oci/args.go GetBundleDirFromArgs),
+/// create/run's `--bundle`/`-bundle`/`-b`, with `=` or a space, is taken
+/// wherever it appears after the subcommand.
 pub fn parse(args: &[OsString]) -> Invocation {
     let mut inv = Invocation::default();
     let mut i = 0;
-    while let Some((name, value)) = take_flag(args, &mut i, GLOBAL_VALUE_FLAGS) {
-        match name.as_str() {
-            "log" => inv.log = value.map(PathBuf::from),
-            "root" => inv.root = value,
-            _ => {}
+    let mut first_positional: Option<usize> = None;
+    let cmd = loop {
+        if i >= args.len() {
+            // No known subcommand: keep the first positional as before.
+            if let Some(p) = first_positional {
+                inv.command = Some(args[p].to_string_lossy().into_owned());
+            }
+            return inv;
         }
-    }
-    let Some(cmd) = args.get(i) else { return inv };
-    let cmd = cmd.to_string_lossy().into_owned();
-    i += 1;
+        if args[i] == "--" {
+            i += 1;
+            continue;
+        }
+        if let Some((name, value)) = take_flag(args, &mut i, GLOBAL_VALUE_FLAGS) {
+            match name.as_str() {
+                "log" => inv.log = value.map(PathBuf::from),
+                "root" => inv.root = value,
+                _ => {}
+            }
+            continue;
+        }
+        let word = args[i].to_string_lossy().into_owned();
+        first_positional.get_or_insert(i);
+        i += 1;
+        if SUBCOMMANDS.contains(&word.as_str()) {
+            break word;
+        }
+    };
     let value_flags = match cmd.as_str() {
         "create" | "run" => CREATE_VALUE_FLAGS,
         "exec" => EXEC_VALUE_FLAGS,
+        "delete" => &[][..],
         _ => {
             inv.command = Some(cmd);
             return inv;
         }
     };
+    let exec = cmd == "exec";
     while i < args.len() {
         match take_flag(args, &mut i, value_flags) {
             Some((name, value)) => match name.as_str() {
-                "bundle" | "b" if cmd != "exec" => inv.bundle = value.map(PathBuf::from),
-                "process" | "p" if cmd == "exec" => inv.process = value.map(PathBuf::from),
+                "bundle" | "b" if !exec => inv.bundle = value.map(PathBuf::from),
+                "config" | "f" if !exec => inv.config = value.map(PathBuf::from),
+                "process" | "p" if exec => inv.process = value.map(PathBuf::from),
+                "cap" | "c" if exec => {
+                    if let Some(v) = value {
+                        inv.exec.caps.push(v.to_string_lossy().into_owned());
+                    }
+                }
+                "no-new-privs" if exec => {
+                    inv.exec.no_new_privs =
+                        Some(value.as_deref().map(parse_bool).unwrap_or(Some(true)) == Some(true))
+                }
+                "process-label" if exec => {
+                    inv.exec.process_label = value.map(|v| v.to_string_lossy().into_owned())
+                }
+                "apparmor" if exec => {
+                    inv.exec.apparmor = value.map(|v| v.to_string_lossy().into_owned())
+                }
+                "user" | "u" if exec => {
+                    inv.exec.user = value.map(|v| v.to_string_lossy().into_owned())
+                }
                 _ => {}
             },
             None if args[i] == "--" => i += 1,
             None => {
-                // The id; after it everything belongs to the process (exec ID CMD...).
-                inv.id = Some(args[i].to_string_lossy().into_owned());
-                break;
+                if inv.id.is_none() {
+                    inv.id = Some(args[i].to_string_lossy().into_owned());
+                }
+                // exec ID CMD...: everything after the id is the process's.
+                if exec {
+                    break;
+                }
+                i += 1;
             }
         }
     }

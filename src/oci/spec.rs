@@ -1,12 +1,34 @@
-//! Reads the container view from an OCI config.json.
+//! Reads the container view from an OCI config.json (or exec's process.json)
+//! as runc will use it.
 //!
-//! We read config.json as a `serde_json::Value` rather than through oci-spec
-//! types: oci-spec rejects unknown capability names and drops unknown fields
-//! (shared/research/oci-integration.md), and a spec runc accepts must never be
-//! one we choke on.
+//! runc decodes these files with Go's encoding/json into runtime-spec's Go
+//! structs (specs-go config.go). The view here follows that decoder, not
+//! serde's, so what gpu-guard decides on is what runc runs (issue 10 part B):
+//!
+//! - the file is read by [`crate::oci::gojson`] (Go's depth limit, numbers
+//!   kept as text, U+FFFD for bad UTF-8 and lone surrogates, every member of
+//!   an object kept);
+//! - a key names a struct field when it equals the field's JSON name or
+//!   folds to it (`"Env"`, `"NoNewPrivileges"`, `"proceſſ"`);
+//! - members are applied in order, so the last key for a field wins; a
+//!   pointer-to-struct or struct field that appears again is decoded into
+//!   the same struct, so the two merge field by field (`"process"` twice:
+//!   env from one, capabilities from the other); a map (annotations) is
+//!   merged key by key;
+//! - a slice is decoded element by element into the slice it replaces
+//!   (decode.go array: elements past the new length survive in the backing
+//!   array and are reused by a later, longer decode), so struct elements of
+//!   a repeated list merge too ([`GoSlice`]);
+//! - `null` clears a pointer, slice or map and is ignored for strings, bools
+//!   and structs;
+//! - a value of the wrong type is an error, as it is for runc (which then
+//!   refuses the spec).
+//!
+//! Unknown fields are skipped without being looked at, as Go skips them.
 
 use crate::core::container::{Capabilities, Container, Env, Hook, Mount};
-use serde_json::{Map, Value};
+use crate::oci::gojson::{self, fold, Node, Value as GoValue};
+use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -18,122 +40,478 @@ pub enum SpecError {
     WrongType(&'static str),
 }
 
-fn strings(v: Option<&Value>, field: &'static str) -> Result<Option<Vec<String>>, SpecError> {
-    match v {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Array(items)) => items
-            .iter()
-            .map(|i| {
-                i.as_str()
-                    .map(String::from)
-                    .ok_or(SpecError::WrongType(field))
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map(Some),
-        Some(_) => Err(SpecError::WrongType(field)),
+type R = Result<(), SpecError>;
+
+/// A Go slice as repeated decodes leave it: `len` visible elements over a
+/// backing array whose later elements a shorter decode left behind.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GoSlice<T> {
+    backing: Vec<T>,
+    len: usize,
+}
+
+impl<T> GoSlice<T> {
+    pub fn items(&self) -> &[T] {
+        &self.backing[..self.len]
     }
 }
 
-/// `annotations`: string values only (the spec allows no others; runc
-/// ignores what it cannot use).
-fn annotations(obj: &Map<String, Value>) -> Result<BTreeMap<String, String>, SpecError> {
-    match obj.get("annotations") {
-        None | Some(Value::Null) => Ok(BTreeMap::new()),
-        Some(Value::Object(m)) => Ok(m
-            .iter()
-            .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string())))
-            .collect()),
-        Some(_) => Err(SpecError::WrongType("annotations")),
-    }
+/// Decoding one JSON value into an existing Go value.
+trait Decode: Default {
+    fn decode(&mut self, n: &Node, path: &'static str) -> R;
 }
 
-/// One string field of every object in the array at `list`.
-fn field_of_each(list: Option<&Value>, field: &str) -> Vec<String> {
-    list.and_then(|l| l.as_array())
-        .map(|a| {
-            a.iter()
-                .filter_map(|item| item.get(field).and_then(|v| v.as_str()).map(String::from))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// The string items of an array, others skipped.
-fn str_items(v: Option<&Value>) -> Vec<String> {
-    v.and_then(|a| a.as_array())
-        .map(|a| {
-            a.iter()
-                .filter_map(|s| s.as_str().map(String::from))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Every hook with a path, all stages, in stage-name order (its args tell
-/// `nvidia-ctk hook ...` from other nvidia-ctk uses).
-fn hooks(obj: &Map<String, Value>) -> Vec<Hook> {
-    let Some(Value::Object(stages)) = obj.get("hooks") else {
-        return Vec::new();
-    };
-    stages
-        .values()
-        .filter_map(|list| list.as_array())
-        .flatten()
-        .filter_map(|h| {
-            let path = h.get("path")?.as_str()?.to_string();
-            Some(Hook {
-                path,
-                args: str_items(h.get("args")),
-            })
-        })
-        .collect()
-}
-
-/// `mounts[]`, source and destination (either may be absent: empty).
-fn mounts(obj: &Map<String, Value>) -> Vec<Mount> {
-    let text = |m: &Value, f: &str| m.get(f).and_then(|v| v.as_str()).unwrap_or("").to_string();
-    obj.get("mounts")
-        .and_then(|l| l.as_array())
-        .map(|a| {
-            a.iter()
-                .map(|m| Mount {
-                    source: text(m, "source"),
-                    destination: text(m, "destination"),
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// `process.capabilities`, each set kept apart (absent is not empty).
-fn capabilities(process: Option<&Value>) -> Result<Capabilities, SpecError> {
-    let caps = process.and_then(|p| p.get("capabilities"));
-    match caps {
-        None | Some(Value::Null) => Ok(Capabilities::default()),
-        Some(Value::Object(_)) => {
-            let set =
-                |name: &str, field: &'static str| strings(caps.and_then(|c| c.get(name)), field);
-            Ok(Capabilities {
-                bounding: set("bounding", "process.capabilities.bounding")?,
-                effective: set("effective", "process.capabilities.effective")?,
-                inheritable: set("inheritable", "process.capabilities.inheritable")?,
-                permitted: set("permitted", "process.capabilities.permitted")?,
-                ambient: set("ambient", "process.capabilities.ambient")?,
-            })
+impl Decode for String {
+    fn decode(&mut self, n: &Node, path: &'static str) -> R {
+        match &n.value {
+            GoValue::String(s) => *self = s.clone(),
+            GoValue::Null => {}
+            _ => return Err(SpecError::WrongType(path)),
         }
-        Some(_) => Err(SpecError::WrongType("process.capabilities")),
+        Ok(())
+    }
+}
+
+impl Decode for bool {
+    fn decode(&mut self, n: &Node, path: &'static str) -> R {
+        match &n.value {
+            GoValue::Bool(b) => *self = *b,
+            GoValue::Null => {}
+            _ => return Err(SpecError::WrongType(path)),
+        }
+        Ok(())
+    }
+}
+
+impl Decode for u64 {
+    fn decode(&mut self, n: &Node, path: &'static str) -> R {
+        match &n.value {
+            // Go decodes into uint64 only an integer literal that fits;
+            // anything else (a fraction, an exponent, a sign) is an error.
+            GoValue::Number(s) => *self = s.parse().map_err(|_| SpecError::WrongType(path))?,
+            GoValue::Null => {}
+            _ => return Err(SpecError::WrongType(path)),
+        }
+        Ok(())
+    }
+}
+
+impl Decode for u32 {
+    fn decode(&mut self, n: &Node, path: &'static str) -> R {
+        let mut wide = u64::from(*self);
+        wide.decode(n, path)?;
+        *self = u32::try_from(wide).map_err(|_| SpecError::WrongType(path))?;
+        Ok(())
+    }
+}
+
+/// `process.rlimits[]` (specs-go POSIXRlimit).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RlimitView {
+    pub kind: String,
+    pub hard: u64,
+    pub soft: u64,
+}
+
+impl Decode for RlimitView {
+    fn decode(&mut self, n: &Node, path: &'static str) -> R {
+        members(n, path, |k, v| match k {
+            "type" => self.kind.decode(v, "process.rlimits.type"),
+            "hard" => self.hard.decode(v, "process.rlimits.hard"),
+            "soft" => self.soft.decode(v, "process.rlimits.soft"),
+            _ => Ok(()),
+        })
+    }
+}
+
+/// A slice field (`[]T`): null clears it, `[]` makes a fresh empty one, a
+/// list decodes into the elements already there (decode.go array).
+fn slice<T: Decode + Clone>(slot: &mut Option<GoSlice<T>>, n: &Node, path: &'static str) -> R {
+    match &n.value {
+        GoValue::Null => *slot = None,
+        GoValue::Array(items) if items.is_empty() => *slot = Some(GoSlice::default()),
+        GoValue::Array(items) => {
+            let s = slot.get_or_insert_with(GoSlice::default);
+            for (i, item) in items.iter().enumerate() {
+                if i >= s.backing.len() {
+                    s.backing.push(T::default());
+                }
+                s.backing[i].decode(item, path)?;
+            }
+            s.len = items.len();
+        }
+        _ => return Err(SpecError::WrongType(path)),
+    }
+    Ok(())
+}
+
+/// A struct's members, each with its key folded as Go matches field names;
+/// null is ignored (a struct, not a pointer).
+fn members(n: &Node, path: &'static str, mut f: impl FnMut(&str, &Node) -> R) -> R {
+    match &n.value {
+        GoValue::Null => Ok(()),
+        GoValue::Object(ms) => {
+            for m in ms {
+                f(&fold(&m.key), &m.node)?;
+            }
+            Ok(())
+        }
+        _ => Err(SpecError::WrongType(path)),
+    }
+}
+
+/// A pointer-to-struct field: null clears it, an object decodes into the
+/// struct already there (or a new one).
+fn pointer<T: Default>(
+    slot: &mut Option<T>,
+    n: &Node,
+    path: &'static str,
+    f: impl FnMut(&mut T, &str, &Node) -> R,
+) -> R {
+    if n.is_null() {
+        *slot = None;
+        return Ok(());
+    }
+    if n.as_object().is_none() {
+        return Err(SpecError::WrongType(path));
+    }
+    let mut f = f;
+    let s = slot.get_or_insert_with(T::default);
+    members(n, path, |k, v| f(s, k, v))
+}
+
+/// `process.capabilities` (specs-go LinuxCapabilities).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CapsView {
+    /// In [`Capabilities::SETS`] order.
+    pub sets: [Option<GoSlice<String>>; 5],
+}
+
+const CAP_PATHS: [&str; 5] = [
+    "process.capabilities.bounding",
+    "process.capabilities.effective",
+    "process.capabilities.inheritable",
+    "process.capabilities.permitted",
+    "process.capabilities.ambient",
+];
+
+impl CapsView {
+    fn field(&mut self, k: &str, v: &Node) -> R {
+        for (i, name) in Capabilities::SETS.iter().enumerate() {
+            if k == *name {
+                return slice(&mut self.sets[i], v, CAP_PATHS[i]);
+            }
+        }
+        Ok(())
+    }
+
+    pub fn set(&self, i: usize) -> Option<Vec<String>> {
+        self.sets[i].as_ref().map(|s| s.items().to_vec())
+    }
+
+    pub fn to_capabilities(&self) -> Capabilities {
+        Capabilities {
+            bounding: self.set(0),
+            effective: self.set(1),
+            inheritable: self.set(2),
+            permitted: self.set(3),
+            ambient: self.set(4),
+        }
+    }
+}
+
+/// `process` (specs-go Process): the fields gpu-guard reads.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ProcessView {
+    pub env: Option<GoSlice<String>>,
+    pub rlimits: Option<GoSlice<RlimitView>>,
+    /// `process.user.uid` (a struct in specs-go: present means 0 when unset).
+    pub uid: Option<u32>,
+    pub capabilities: Option<CapsView>,
+    pub no_new_privileges: bool,
+    pub selinux_label: String,
+    pub apparmor_profile: String,
+}
+
+impl ProcessView {
+    fn field(&mut self, k: &str, v: &Node) -> R {
+        match k {
+            "env" => slice(&mut self.env, v, "process.env"),
+            "rlimits" => slice(&mut self.rlimits, v, "process.rlimits"),
+            "user" => {
+                let uid = self.uid.get_or_insert(0);
+                members(v, "process.user", |k, v| match k {
+                    "uid" => uid.decode(v, "process.user.uid"),
+                    _ => Ok(()),
+                })
+            }
+            "capabilities" => pointer(
+                &mut self.capabilities,
+                v,
+                "process.capabilities",
+                |c, k, v| c.field(k, v),
+            ),
+            "nonewprivileges" => self.no_new_privileges.decode(v, "process.noNewPrivileges"),
+            "selinuxlabel" => self.selinux_label.decode(v, "process.selinuxLabel"),
+            "apparmorprofile" => self.apparmor_profile.decode(v, "process.apparmorProfile"),
+            _ => Ok(()),
+        }
+    }
+
+    /// The process of an exec `--process` file (the file is the Process).
+    pub fn from_node(root: &Node) -> Result<ProcessView, SpecError> {
+        if root.as_object().is_none() {
+            return Err(SpecError::NotAnObject);
+        }
+        let mut p = ProcessView::default();
+        members(root, "process", |k, v| p.field(k, v))?;
+        Ok(p)
+    }
+
+    /// The rlimits runc will set, by type; the last entry of a type wins,
+    /// as runc applies them in order.
+    pub fn rlimit_map(&self) -> BTreeMap<String, crate::core::decision::Rlimit> {
+        self.rlimits
+            .as_ref()
+            .map(|r| {
+                r.items()
+                    .iter()
+                    .map(|r| {
+                        let limit = crate::core::decision::Rlimit {
+                            soft: r.soft,
+                            hard: r.hard,
+                        };
+                        (r.kind.clone(), limit)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    pub fn env_entries(&self) -> Vec<String> {
+        self.env
+            .as_ref()
+            .map(|e| e.items().to_vec())
+            .unwrap_or_default()
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+struct MountView {
+    source: String,
+    destination: String,
+}
+
+impl Decode for MountView {
+    fn decode(&mut self, n: &Node, _: &'static str) -> R {
+        members(n, "mounts", |k, v| match k {
+            "source" => self.source.decode(v, "mounts.source"),
+            "destination" => self.destination.decode(v, "mounts.destination"),
+            _ => Ok(()),
+        })
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HookView {
+    pub path: String,
+    pub args: Option<GoSlice<String>>,
+}
+
+impl Decode for HookView {
+    fn decode(&mut self, n: &Node, _: &'static str) -> R {
+        members(n, "hooks", |k, v| match k {
+            "path" => self.path.decode(v, "hooks.path"),
+            "args" => slice(&mut self.args, v, "hooks.args"),
+            _ => Ok(()),
+        })
+    }
+}
+
+/// The hook stages of runtime-spec (specs-go Hooks); runc runs no others.
+pub const HOOK_STAGES: [&str; 6] = [
+    "prestart",
+    "createRuntime",
+    "createContainer",
+    "startContainer",
+    "poststart",
+    "poststop",
+];
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HooksView {
+    /// In [`HOOK_STAGES`] order.
+    pub stages: [Option<GoSlice<HookView>>; 6],
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+struct DeviceView {
+    path: String,
+}
+
+impl Decode for DeviceView {
+    fn decode(&mut self, n: &Node, _: &'static str) -> R {
+        members(n, "linux.devices", |k, v| match k {
+            "path" => self.path.decode(v, "linux.devices.path"),
+            _ => Ok(()),
+        })
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+struct LinuxView {
+    devices: Option<GoSlice<DeviceView>>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+struct RootView {
+    path: String,
+}
+
+/// The parts of a config.json gpu-guard reads, as runc's decoder leaves them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SpecView {
+    pub process: Option<ProcessView>,
+    root: Option<RootView>,
+    mounts: Option<GoSlice<MountView>>,
+    pub hooks: Option<HooksView>,
+    annotations: Option<BTreeMap<String, String>>,
+    linux: Option<LinuxView>,
+}
+
+impl SpecView {
+    pub fn from_node(root: &Node) -> Result<SpecView, SpecError> {
+        if root.as_object().is_none() {
+            return Err(SpecError::NotAnObject);
+        }
+        let mut s = SpecView::default();
+        members(root, "config.json", |k, v| match k {
+            "process" => pointer(&mut s.process, v, "process", |p, k, v| p.field(k, v)),
+            "root" => pointer(&mut s.root, v, "root", |r, k, v| match k {
+                "path" => r.path.decode(v, "root.path"),
+                _ => Ok(()),
+            }),
+            "mounts" => slice(&mut s.mounts, v, "mounts"),
+            "hooks" => pointer(&mut s.hooks, v, "hooks", |h, k, v| {
+                for (i, stage) in HOOK_STAGES.iter().enumerate() {
+                    if k == fold(stage) {
+                        return slice(&mut h.stages[i], v, "hooks");
+                    }
+                }
+                Ok(())
+            }),
+            "annotations" => match &v.value {
+                GoValue::Null => {
+                    s.annotations = None;
+                    Ok(())
+                }
+                GoValue::Object(ms) => {
+                    let map = s.annotations.get_or_insert_with(BTreeMap::new);
+                    for m in ms {
+                        // Map keys match exactly; null stores the zero
+                        // value. A non-string value is a type error for
+                        // runc, which then refuses the spec; it is skipped
+                        // here, as before.
+                        match &m.node.value {
+                            GoValue::String(s) => {
+                                map.insert(m.key.clone(), s.clone());
+                            }
+                            GoValue::Null => {
+                                map.insert(m.key.clone(), String::new());
+                            }
+                            _ => {}
+                        }
+                    }
+                    Ok(())
+                }
+                _ => Err(SpecError::WrongType("annotations")),
+            },
+            "linux" => pointer(&mut s.linux, v, "linux", |l, k, v| match k {
+                "devices" => slice(&mut l.devices, v, "linux.devices"),
+                _ => Ok(()),
+            }),
+            _ => Ok(()),
+        })?;
+        Ok(s)
+    }
+
+    /// Every hook with a path, by stage, as (stage, hook).
+    pub fn hooks_by_stage(&self) -> Vec<(&'static str, Hook)> {
+        let Some(h) = &self.hooks else {
+            return Vec::new();
+        };
+        HOOK_STAGES
+            .iter()
+            .zip(h.stages.iter())
+            .filter_map(|(stage, list)| list.as_ref().map(|l| (*stage, l)))
+            .flat_map(|(stage, l)| {
+                l.items()
+                    .iter()
+                    .filter(|h| !h.path.is_empty())
+                    .map(move |h| {
+                        (
+                            stage,
+                            Hook {
+                                path: h.path.clone(),
+                                args: h
+                                    .args
+                                    .as_ref()
+                                    .map(|a| a.items().to_vec())
+                                    .unwrap_or_default(),
+                            },
+                        )
+                    })
+            })
+            .collect()
+    }
+
+    /// The container view; `bundle` resolves a relative `root.path`
+    /// (runtime-spec: relative to the bundle).
+    pub fn container(&self, bundle: Option<&Path>) -> Container {
+        let process = self.process.clone().unwrap_or_default();
+        Container {
+            id: None,
+            env: Env::from_entries(process.env_entries()),
+            annotations: self.annotations.clone().unwrap_or_default(),
+            devices: self
+                .linux
+                .as_ref()
+                .and_then(|l| l.devices.as_ref())
+                .map(|d| d.items().iter().map(|d| d.path.clone()).collect())
+                .unwrap_or_default(),
+            hooks: self.hooks_by_stage().into_iter().map(|(_, h)| h).collect(),
+            mounts: self
+                .mounts
+                .as_ref()
+                .map(|m| {
+                    m.items()
+                        .iter()
+                        .map(|m| Mount {
+                            source: m.source.clone(),
+                            destination: m.destination.clone(),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+            capabilities: process
+                .capabilities
+                .as_ref()
+                .map(|c| c.to_capabilities())
+                .unwrap_or_default(),
+            no_new_privileges: process.no_new_privileges,
+            rlimits: process.rlimit_map(),
+            uid: process.uid,
+            rootfs: rootfs(self.root.as_ref().map(|r| r.path.as_str()), bundle),
+            chained_runtime: None,
+            assume_attached: false,
+        }
     }
 }
 
 /// `root.path`, made absolute: runtime-spec resolves a relative one against
 /// the bundle; without a bundle it cannot be known.
-fn rootfs(obj: &Map<String, Value>, bundle: Option<&Path>) -> Option<PathBuf> {
-    let p = obj
-        .get("root")
-        .and_then(|r| r.get("path"))
-        .and_then(|p| p.as_str())
-        .filter(|p| !p.is_empty())?;
-    let p = PathBuf::from(p);
+fn rootfs(p: Option<&str>, bundle: Option<&Path>) -> Option<PathBuf> {
+    let p = PathBuf::from(p.filter(|p| !p.is_empty())?);
     match (p.is_absolute(), bundle) {
         (true, _) => Some(p),
         (false, Some(b)) => Some(b.join(p)),
@@ -141,71 +519,31 @@ fn rootfs(obj: &Map<String, Value>, bundle: Option<&Path>) -> Option<PathBuf> {
     }
 }
 
-/// `process.rlimits[]` as type -> (soft, hard); entries without a type or
-/// numeric values are left out (runc would refuse them anyway).
-fn rlimits(
-    process: Option<&Value>,
-) -> std::collections::BTreeMap<String, crate::core::decision::Rlimit> {
-    let mut out = std::collections::BTreeMap::new();
-    let list = process
-        .and_then(|p| p.get("rlimits"))
-        .and_then(|r| r.as_array());
-    for r in list.into_iter().flatten() {
-        let (Some(kind), Some(soft), Some(hard)) = (
-            r.get("type").and_then(|t| t.as_str()),
-            r.get("soft").and_then(|v| v.as_u64()),
-            r.get("hard").and_then(|v| v.as_u64()),
-        ) else {
-            continue;
-        };
-        out.insert(
-            kind.to_string(),
-            crate::core::decision::Rlimit { soft, hard },
-        );
-    }
-    out
-}
-
 impl Container {
-    /// Builds the view from a parsed config.json. `bundle` resolves a relative
-    /// `root.path` (runtime-spec: relative to the bundle).
+    /// Builds the view from a parsed config.json (a serde value has no
+    /// duplicate keys; case variants are read as runc reads them). `bundle`
+    /// resolves a relative `root.path`.
     pub fn from_spec(spec: &Value, bundle: Option<&Path>) -> Result<Container, SpecError> {
-        let obj = spec.as_object().ok_or(SpecError::NotAnObject)?;
-        let process = obj.get("process");
-        if process.is_some_and(|p| !p.is_object() && !p.is_null()) {
-            return Err(SpecError::WrongType("process"));
+        let bytes = serde_json::to_vec(spec).map_err(|_| SpecError::NotAnObject)?;
+        let node = gojson::parse(&bytes).map_err(|_| SpecError::NotAnObject)?;
+        let view = SpecView::from_node(&node);
+        gojson::drop_deep(node);
+        Ok(view?.container(bundle))
+    }
+
+    /// The view of an exec process file, as a container with that process.
+    pub fn from_process(p: &ProcessView) -> Container {
+        SpecView {
+            process: Some(p.clone()),
+            ..Default::default()
         }
-        let env_list =
-            strings(process.and_then(|p| p.get("env")), "process.env")?.unwrap_or_default();
-        let no_new_privileges = process
-            .and_then(|p| p.get("noNewPrivileges"))
-            .and_then(|v| v.as_bool())
-            .unwrap_or(false);
-        Ok(Container {
-            id: None,
-            env: Env::from_entries(env_list),
-            annotations: annotations(obj)?,
-            devices: field_of_each(obj.get("linux").and_then(|l| l.get("devices")), "path"),
-            hooks: hooks(obj),
-            mounts: mounts(obj),
-            capabilities: capabilities(process)?,
-            no_new_privileges,
-            rlimits: rlimits(process),
-            uid: process
-                .and_then(|p| p.get("user"))
-                .and_then(|u| u.get("uid"))
-                .and_then(|v| v.as_u64())
-                .and_then(|v| u32::try_from(v).ok()),
-            rootfs: rootfs(obj, bundle),
-            chained_runtime: None,
-            assume_attached: false,
-        })
+        .container(None)
     }
 }
 
-/// Parses config.json bytes. Go's encoding/json (runc, containerd) accepts
-/// invalid UTF-8 inside strings and reads it as U+FFFD; serde_json refuses
-/// it. A spec runc runs must not make us fail, so we retry lossily.
+/// Parses JSON bytes with serde (the hook State). Go's encoding/json
+/// accepts invalid UTF-8 inside strings and reads it as U+FFFD; serde_json
+/// refuses it, so we retry lossily.
 pub fn parse_spec_bytes(bytes: &[u8]) -> Result<Value, serde_json::Error> {
     match serde_json::from_slice(bytes) {
         Ok(v) => Ok(v),

@@ -1,21 +1,37 @@
-//! Reading a bundle's config.json and writing gpu-guard's edits back.
+//! Reading a bundle's config.json (or exec's process.json) and writing
+//! gpu-guard's edits back so that runc reads them.
 //!
-//! Edits patch the `serde_json::Value` (with key order preserved) instead of
-//! going through typed structs, so every field gpu-guard does not know —
-//! engine annotations, newer spec fields — survives byte-for-byte in meaning
-//! and in order. The file is replaced atomically or not at all.
+//! The file is read by [`gojson`] into a tree that keeps every member and
+//! the bytes each value came from, and viewed as runc's Go decoder sees it
+//! ([`SpecView`]). An edit rewrites only the `process` object: every key
+//! that folds to `process` (duplicates, case variants) is merged into one
+//! canonical `"process"` member the way Go merges them, and within it the
+//! three fields gpu-guard edits (`env`, `capabilities`, `noNewPrivileges`)
+//! are written under their canonical names with the values runc would have
+//! read plus the edits, every case variant and duplicate of them removed.
+//! So Go (last key wins), yajl-based readers such as crun (first key wins)
+//! and serde (last key wins) all read the edited values. Everything else is
+//! copied byte for byte; the file is replaced atomically or not at all.
+//!
+//! A merge that cannot be reproduced (a list of structs holding something
+//! other than objects, which runc refuses anyway) is an error: the caller
+//! refuses a GPU container rather than start it without its edits.
 
 use crate::core::capability;
-use crate::core::container::Container;
+use crate::core::container::{Capabilities, Container};
 use crate::core::decision::Edits;
-use crate::oci::spec::parse_spec_bytes;
+use crate::oci::gojson::{self, key_matches, Member, Node, Tree, Value};
+use crate::oci::spec::{ProcessView, SpecError, SpecView};
 use crate::sys::fsutil;
-use serde_json::Value;
+use std::borrow::Cow;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
-/// Largest config.json we read. Real ones are tens of KiB; 64 MiB leaves room
-/// for pathological env blocks without letting a bundle exhaust memory.
-pub const MAX_SPEC_BYTES: u64 = 64 << 20;
+/// Largest spec file parsed. runc reads any size; engines write tens of
+/// KiB. Up to 1 GiB is parsed (the tree takes about twice the file); a
+/// larger file is only scanned, in bounded memory, for GPU requests
+/// ([`file_mentions_gpu`]).
+pub const MAX_SPEC_BYTES: u64 = 1 << 30;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SpecFileError {
@@ -29,13 +45,13 @@ pub enum SpecFileError {
     Parse {
         path: PathBuf,
         #[source]
-        source: serde_json::Error,
+        source: gojson::Error,
     },
     #[error("{path}: {source}")]
     Shape {
         path: PathBuf,
         #[source]
-        source: crate::oci::spec::SpecError,
+        source: SpecError,
     },
     #[error("cannot write {path}: {source}")]
     Write {
@@ -45,11 +61,71 @@ pub enum SpecFileError {
     },
 }
 
-/// A loaded spec: the raw JSON (to patch) and the view (to decide on).
+/// A loaded spec: its bytes and tree (to patch), runc's view and the
+/// container view (to decide on).
 pub struct LoadedSpec {
     pub path: PathBuf,
-    pub json: Value,
+    pub bytes: Vec<u8>,
+    pub root: Tree,
+    pub view: SpecView,
     pub container: Container,
+}
+
+impl LoadedSpec {
+    /// Parses config.json bytes; `bundle` resolves a relative root.path.
+    pub fn from_bytes(
+        path: &Path,
+        bytes: Vec<u8>,
+        bundle: Option<&Path>,
+    ) -> Result<LoadedSpec, SpecFileError> {
+        Self::parse(path, bytes, bundle).map_err(|(e, _)| e)
+    }
+
+    /// [`LoadedSpec::from_bytes`], handing the bytes back on error.
+    pub fn parse(
+        path: &Path,
+        bytes: Vec<u8>,
+        bundle: Option<&Path>,
+    ) -> Result<LoadedSpec, (SpecFileError, Vec<u8>)> {
+        let root = match gojson::parse(&bytes) {
+            Ok(r) => r,
+            Err(source) => {
+                let e = SpecFileError::Parse {
+                    path: path.to_path_buf(),
+                    source,
+                };
+                return Err((e, bytes));
+            }
+        };
+        let view = match SpecView::from_node(&root) {
+            Ok(v) => v,
+            Err(source) => {
+                gojson::drop_deep(root);
+                let e = SpecFileError::Shape {
+                    path: path.to_path_buf(),
+                    source,
+                };
+                return Err((e, bytes));
+            }
+        };
+        let container = view.container(bundle);
+        Ok(LoadedSpec {
+            path: path.to_path_buf(),
+            bytes,
+            root: Tree(root),
+            view,
+            container,
+        })
+    }
+
+    /// The file with the edits applied; None when they change nothing.
+    pub fn patched(&self, edits: &Edits) -> Result<Option<Vec<u8>>, PatchError> {
+        let Some(process) = &self.view.process else {
+            // No process: runc refuses such a spec for create/run.
+            return Ok(None);
+        };
+        patch(&self.bytes, &self.root.0, process, edits, Target::Spec)
+    }
 }
 
 /// Reads and parses a config.json; `bundle` resolves a relative root.path.
@@ -59,129 +135,532 @@ pub fn load(path: &Path, bundle: Option<&Path>) -> Result<LoadedSpec, SpecFileEr
             path: path.to_path_buf(),
             source,
         })?;
-    let json = parse_spec_bytes(&bytes).map_err(|source| SpecFileError::Parse {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let container = Container::from_spec(&json, bundle).map_err(|source| SpecFileError::Shape {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    Ok(LoadedSpec {
-        path: path.to_path_buf(),
-        json,
-        container,
+    LoadedSpec::from_bytes(path, bytes, bundle)
+}
+
+/// An exec `--process` file: bytes, tree and runc's view of it.
+pub struct LoadedProcess {
+    pub bytes: Vec<u8>,
+    pub root: Tree,
+    pub view: ProcessView,
+}
+
+impl LoadedProcess {
+    pub fn from_bytes(bytes: Vec<u8>) -> Result<LoadedProcess, String> {
+        let root = gojson::parse(&bytes).map_err(|e| e.to_string())?;
+        match ProcessView::from_node(&root) {
+            Ok(view) => Ok(LoadedProcess {
+                bytes,
+                root: Tree(root),
+                view,
+            }),
+            Err(e) => {
+                gojson::drop_deep(root);
+                Err(e.to_string())
+            }
+        }
+    }
+
+    pub fn patched(&self, edits: &Edits) -> Result<Option<Vec<u8>>, PatchError> {
+        patch(
+            &self.bytes,
+            &self.root.0,
+            &self.view,
+            edits,
+            Target::Process,
+        )
+    }
+}
+
+/// What a byte scan finds when a spec cannot be read: does the file name a
+/// GPU request or NVIDIA's tooling? Any spelling of `nvidia` (the variable
+/// NVIDIA_VISIBLE_DEVICES, CDI kinds `nvidia.com/`, `/dev/nvidia*`, NVIDIA's
+/// hooks and its volume-mounts directory), or a `\u` escape of an ASCII
+/// letter or digit, which no encoder writes and which would hide a name
+/// from this scan.
+pub fn mentions_gpu(bytes: &[u8]) -> bool {
+    const WORD: &[u8] = b"nvidia";
+    let ci = bytes
+        .windows(WORD.len())
+        .any(|w| w.eq_ignore_ascii_case(WORD));
+    ci || bytes.windows(6).any(|w| {
+        w[0] == b'\\'
+            && w[1] == b'u'
+            && std::str::from_utf8(&w[2..])
+                .ok()
+                .and_then(|h| u32::from_str_radix(h, 16).ok())
+                .and_then(char::from_u32)
+                .is_some_and(|c| c.is_ascii_alphanumeric())
     })
 }
 
-/// Applies the edits to the spec JSON. Returns false when nothing changed.
-pub fn apply(spec: &mut Value, edits: &Edits) -> bool {
-    if edits.is_empty() {
-        return false;
+/// [`mentions_gpu`] over a file of any size, read in chunks.
+pub fn file_mentions_gpu(path: &Path) -> std::io::Result<bool> {
+    use std::os::unix::fs::OpenOptionsExt;
+    // O_NONBLOCK: a FIFO must not block us; only regular files are read.
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)?;
+    if !f.metadata()?.is_file() {
+        return Ok(false);
     }
-    let Some(process) = spec.get_mut("process").and_then(|p| p.as_object_mut()) else {
-        // No process: runc refuses such a spec for create/run; nothing to edit.
-        return false;
-    };
-    let mut changed = false;
-    if !edits.env.is_empty() {
-        let env = process
-            .entry("env")
-            .or_insert_with(|| Value::Array(Vec::new()));
-        if let Value::Array(list) = env {
-            for (k, v) in &edits.env {
-                list.push(Value::String(format!(
-                    "{k}={}",
-                    v.as_str().unwrap_or_default()
-                )));
-                changed = true;
-            }
+    let mut buf = vec![0u8; 1 << 20];
+    let keep = 8;
+    let mut have = 0;
+    loop {
+        let n = f.read(&mut buf[have..])?;
+        if n == 0 {
+            return Ok(mentions_gpu(&buf[..have]));
+        }
+        have += n;
+        if mentions_gpu(&buf[..have]) {
+            return Ok(true);
+        }
+        if have > keep {
+            buf.copy_within(have - keep..have, 0);
+            have = keep;
         }
     }
-    if !edits.capabilities_dropped.is_empty() {
-        if let Some(Value::Object(caps)) = process.get_mut("capabilities") {
-            for set in crate::core::container::Capabilities::SETS {
-                if let Some(Value::Array(list)) = caps.get_mut(set) {
-                    let before = list.len();
-                    list.retain(|c| {
-                        let name = c.as_str().unwrap_or_default();
-                        let norm = capability::normalize(name).unwrap_or_else(|| name.to_string());
-                        !edits
-                            .capabilities_dropped
-                            .iter()
-                            .any(|d| *d == norm || d == name)
-                    });
-                    changed |= list.len() != before;
-                }
-            }
-        }
-    }
-    if !edits.rlimits.is_empty() {
-        changed |= apply_rlimits(process, &edits.rlimits);
-    }
-    if edits.no_new_privileges
-        && process.get("noNewPrivileges").and_then(|v| v.as_bool()) != Some(true)
-    {
-        process.insert("noNewPrivileges".into(), Value::Bool(true));
-        changed = true;
-    }
-    changed
 }
 
-/// Raises `process.rlimits` entries to the edits' values: an entry of the
-/// same type keeps its soft or hard value where that is already higher (the
-/// decision never lowers a limit, and the spec may have changed since);
-/// other rlimits are kept as they are. runc applies them with setrlimit
-/// before the container's process starts (libcontainer/init_linux.go).
-fn apply_rlimits(
-    process: &mut serde_json::Map<String, Value>,
-    rlimits: &std::collections::BTreeMap<String, crate::core::decision::Rlimit>,
-) -> bool {
-    let list = process
-        .entry("rlimits")
-        .or_insert_with(|| Value::Array(Vec::new()));
-    if list.is_null() {
-        *list = Value::Array(Vec::new());
+#[derive(Debug, thiserror::Error)]
+pub enum PatchError {
+    #[error("`{0}` holds a value that is not an object; runc refuses such a spec, and gpu-guard cannot edit it safely")]
+    Unmergeable(&'static str),
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// config.json: the process is the top-level `process` member(s).
+    Spec,
+    /// exec's process.json: the top-level object is the process.
+    Process,
+}
+
+/// How Go decodes a field of specs-go Process (and its structs) when the
+/// field appears again.
+#[derive(Clone, Copy)]
+enum Kind {
+    /// string, bool, number: replaced; null ignored.
+    Scalar,
+    /// slice of scalars or pointer to a scalar: replaced; null clears.
+    Nullable,
+    /// pointer to struct: merged; null clears.
+    Ptr(&'static [Field]),
+    /// struct: merged; null ignored.
+    Struct(&'static [Field]),
+    /// slice of structs: decoded element by element into the elements
+    /// already there, including those a shorter list left past its end
+    /// (decode.go array); null clears it, `[]` makes a fresh one.
+    StructSlice(&'static [Field]),
+}
+
+struct Field {
+    name: &'static str,
+    kind: Kind,
+}
+
+const fn f(name: &'static str, kind: Kind) -> Field {
+    Field { name, kind }
+}
+
+const CAPS: &[Field] = &[
+    f("bounding", Kind::Nullable),
+    f("effective", Kind::Nullable),
+    f("inheritable", Kind::Nullable),
+    f("permitted", Kind::Nullable),
+    f("ambient", Kind::Nullable),
+];
+const RLIMIT: &[Field] = &[
+    f("type", Kind::Scalar),
+    f("hard", Kind::Scalar),
+    f("soft", Kind::Scalar),
+];
+const BOX: &[Field] = &[f("height", Kind::Scalar), f("width", Kind::Scalar)];
+const USER: &[Field] = &[
+    f("uid", Kind::Scalar),
+    f("gid", Kind::Scalar),
+    f("umask", Kind::Nullable),
+    f("additionalGids", Kind::Nullable),
+    f("username", Kind::Scalar),
+];
+const SCHEDULER: &[Field] = &[
+    f("policy", Kind::Scalar),
+    f("nice", Kind::Scalar),
+    f("priority", Kind::Scalar),
+    f("flags", Kind::Nullable),
+    f("runtime", Kind::Scalar),
+    f("deadline", Kind::Scalar),
+    f("period", Kind::Scalar),
+];
+const IO_PRIORITY: &[Field] = &[f("class", Kind::Scalar), f("priority", Kind::Scalar)];
+const CPU_AFFINITY: &[Field] = &[f("initial", Kind::Scalar), f("final", Kind::Scalar)];
+/// specs-go Process (runtime-spec v1.2).
+const PROCESS: &[Field] = &[
+    f("terminal", Kind::Scalar),
+    f("consoleSize", Kind::Ptr(BOX)),
+    f("user", Kind::Struct(USER)),
+    f("args", Kind::Nullable),
+    f("commandLine", Kind::Scalar),
+    f("env", Kind::Nullable),
+    f("cwd", Kind::Scalar),
+    f("capabilities", Kind::Ptr(CAPS)),
+    f("rlimits", Kind::StructSlice(RLIMIT)),
+    f("noNewPrivileges", Kind::Scalar),
+    f("apparmorProfile", Kind::Scalar),
+    f("oomScoreAdj", Kind::Nullable),
+    f("scheduler", Kind::Ptr(SCHEDULER)),
+    f("selinuxLabel", Kind::Scalar),
+    f("ioPriority", Kind::Ptr(IO_PRIORITY)),
+    f("execCPUAffinity", Kind::Ptr(CPU_AFFINITY)),
+];
+
+/// A value of the merged output: source nodes by reference, merged objects
+/// and fresh values built here.
+enum Out<'a> {
+    Src(&'a Node),
+    Obj(Vec<OutMember<'a>>),
+    Built(Node),
+    /// A slice of structs: `len` elements over a backing array.
+    List(Vec<Vec<OutMember<'a>>>, usize),
+}
+
+struct OutMember<'a> {
+    key: Cow<'a, str>,
+    /// The source member whose key bytes to copy (unknown fields).
+    src: Option<&'a Member>,
+    val: Out<'a>,
+}
+
+fn position(acc: &[OutMember], key: &str) -> Option<usize> {
+    acc.iter().position(|m| m.key == key)
+}
+
+fn set<'a>(acc: &mut Vec<OutMember<'a>>, key: &'static str, val: Out<'a>) {
+    match position(acc, key) {
+        Some(i) => acc[i].val = val,
+        None => acc.push(OutMember {
+            key: Cow::Borrowed(key),
+            src: None,
+            val,
+        }),
     }
-    let Value::Array(list) = list else {
-        // Not an array: runc refuses the spec anyway; leave it alone.
-        return false;
-    };
-    let mut changed = false;
-    for (kind, want) in rlimits {
-        let existing = list
-            .iter_mut()
-            .find(|r| r.get("type").and_then(|t| t.as_str()) == Some(kind.as_str()));
-        match existing {
-            Some(Value::Object(r)) => {
-                for (key, v) in [("soft", want.soft), ("hard", want.hard)] {
-                    let have = r.get(key).and_then(|x| x.as_u64());
-                    if !have.is_some_and(|h| h >= v) {
-                        r.insert(key.into(), Value::from(v));
-                        changed = true;
+}
+
+/// Decodes `obj` into the merged struct `acc` as Go would.
+fn merge<'a>(
+    acc: &mut Vec<OutMember<'a>>,
+    obj: &'a [Member],
+    schema: &'static [Field],
+    path: &'static str,
+) -> Result<(), PatchError> {
+    for m in obj {
+        let Some(field) = schema.iter().find(|f| key_matches(&m.key, f.name)) else {
+            // Unknown to runc: kept (last one wins), never read.
+            match acc.iter().position(|o| o.src.is_some() && o.key == m.key) {
+                Some(i) => acc[i].val = Out::Src(&m.node),
+                None => acc.push(OutMember {
+                    key: Cow::Borrowed(&m.key),
+                    src: Some(m),
+                    val: Out::Src(&m.node),
+                }),
+            }
+            continue;
+        };
+        let null = m.node.is_null();
+        match field.kind {
+            Kind::Scalar | Kind::Struct(_) if null => {}
+            Kind::Nullable | Kind::Ptr(_) | Kind::StructSlice(_) if null => {
+                if let Some(i) = position(acc, field.name) {
+                    acc.remove(i);
+                }
+            }
+            Kind::Ptr(sub) | Kind::Struct(sub) if m.node.as_object().is_some() => {
+                let members = m.node.as_object().unwrap_or_default();
+                let i = match position(acc, field.name) {
+                    Some(i) => i,
+                    None => {
+                        acc.push(OutMember {
+                            key: Cow::Borrowed(field.name),
+                            src: None,
+                            val: Out::Obj(Vec::new()),
+                        });
+                        acc.len() - 1
+                    }
+                };
+                // An earlier non-object value (a type error for runc) is replaced.
+                if !matches!(acc[i].val, Out::Obj(_)) {
+                    acc[i].val = Out::Obj(Vec::new());
+                }
+                if let Out::Obj(inner) = &mut acc[i].val {
+                    merge(inner, members, sub, path)?;
+                }
+            }
+            Kind::StructSlice(sub) => match &m.node.value {
+                Value::Array(items) => {
+                    let i = match position(acc, field.name) {
+                        Some(i) if !items.is_empty() => i,
+                        Some(i) => {
+                            acc[i].val = Out::List(Vec::new(), 0);
+                            continue;
+                        }
+                        None => {
+                            acc.push(OutMember {
+                                key: Cow::Borrowed(field.name),
+                                src: None,
+                                val: Out::List(Vec::new(), 0),
+                            });
+                            acc.len() - 1
+                        }
+                    };
+                    if !matches!(acc[i].val, Out::List(..)) {
+                        acc[i].val = Out::List(Vec::new(), 0);
+                    }
+                    if let Out::List(backing, len) = &mut acc[i].val {
+                        for (k, item) in items.iter().enumerate() {
+                            if k >= backing.len() {
+                                backing.push(Vec::new());
+                            }
+                            match &item.value {
+                                Value::Object(ms) => merge(&mut backing[k], ms, sub, path)?,
+                                // null leaves a struct as it is; any other
+                                // value is a type error runc refuses.
+                                Value::Null => {}
+                                _ => return Err(PatchError::Unmergeable(path)),
+                            }
+                        }
+                        *len = items.len();
                     }
                 }
+                // A type error: runc refuses the spec.
+                _ => set(acc, field.name, Out::Src(&m.node)),
+            },
+            _ => set(acc, field.name, Out::Src(&m.node)),
+        }
+    }
+    Ok(())
+}
+
+/// `process.rlimits` with the edits' limits raised into it, or None when
+/// runc would already set every one at least as high. An entry of the same
+/// type keeps its soft or hard value where that is higher (the decision
+/// never lowers a limit, and the spec may have changed since); other
+/// rlimits are kept as runc would read them. runc applies them with
+/// setrlimit before the container's process starts
+/// (libcontainer/init_linux.go).
+fn raised_rlimits(process: &ProcessView, edits: &Edits) -> Option<Node> {
+    if edits.rlimits.is_empty() {
+        return None;
+    }
+    let mut list: Vec<(String, u64, u64)> = process
+        .rlimits
+        .as_ref()
+        .map(|r| {
+            r.items()
+                .iter()
+                .map(|r| (r.kind.clone(), r.soft, r.hard))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut changed = false;
+    for (kind, want) in &edits.rlimits {
+        match list.iter_mut().find(|(k, _, _)| k == kind) {
+            Some((_, soft, hard)) => {
+                if *soft < want.soft || *hard < want.hard {
+                    *soft = (*soft).max(want.soft);
+                    *hard = (*hard).max(want.hard);
+                    changed = true;
+                }
             }
-            _ => {
-                list.push(serde_json::json!({
-                    "type": kind,
-                    "hard": want.hard,
-                    "soft": want.soft,
-                }));
+            None => {
+                list.push((kind.clone(), want.soft, want.hard));
                 changed = true;
             }
         }
     }
-    changed
+    let number = |n: u64| Node::new(Value::Number(n.to_string()));
+    changed.then(|| {
+        Node::new(Value::Array(
+            list.into_iter()
+                .map(|(kind, soft, hard)| {
+                    Node::new(Value::Object(vec![
+                        Member::new("type", Node::string(kind)),
+                        Member::new("hard", number(hard)),
+                        Member::new("soft", number(soft)),
+                    ]))
+                })
+                .collect(),
+        ))
+    })
 }
 
-/// Serializes and atomically replaces the spec file.
-pub fn write(path: &Path, spec: &Value) -> Result<(), SpecFileError> {
-    let bytes = serde_json::to_vec(spec).map_err(|e| SpecFileError::Write {
-        path: path.to_path_buf(),
-        source: std::io::Error::other(e),
-    })?;
-    fsutil::replace_file(path, &bytes, 0o600).map_err(|source| SpecFileError::Write {
+fn string_array<'a>(items: impl IntoIterator<Item = &'a String>) -> Node {
+    Node::new(Value::Array(
+        items.into_iter().map(|s| Node::string(s.clone())).collect(),
+    ))
+}
+
+/// True when `cap` is one of the edits' dropped capabilities.
+fn dropped(edits: &Edits, cap: &str) -> bool {
+    let norm = capability::normalize(cap).unwrap_or_else(|| cap.to_string());
+    edits
+        .capabilities_dropped
+        .iter()
+        .any(|d| *d == norm || d == cap)
+}
+
+/// The patched file, or None when the edits change nothing runc reads.
+pub fn patch(
+    src: &[u8],
+    root: &Node,
+    process: &ProcessView,
+    edits: &Edits,
+    target: Target,
+) -> Result<Option<Vec<u8>>, PatchError> {
+    let caps = process.capabilities.as_ref().map(|c| c.to_capabilities());
+    let drops = caps.as_ref().is_some_and(|c| {
+        Capabilities::SETS
+            .iter()
+            .filter_map(|s| c.set(s))
+            .flatten()
+            .any(|cap| dropped(edits, cap))
+    });
+    let nnp = edits.no_new_privileges && !process.no_new_privileges;
+    let rlimits = raised_rlimits(process, edits);
+    if edits.env.is_empty() && !drops && !nnp && rlimits.is_none() {
+        return Ok(None);
+    }
+    let Some(top) = root.as_object() else {
+        return Ok(None);
+    };
+    // Merge every `process` into one, as Go decodes them.
+    let mut acc: Vec<OutMember> = Vec::new();
+    match target {
+        Target::Process => merge(&mut acc, top, PROCESS, "rlimits")?,
+        Target::Spec => {
+            for m in top.iter().filter(|m| key_matches(&m.key, "process")) {
+                match &m.node.value {
+                    Value::Null => acc.clear(),
+                    Value::Object(members) => merge(&mut acc, members, PROCESS, "process.rlimits")?,
+                    // A type error: runc refuses the spec; the view said so first.
+                    _ => return Ok(None),
+                }
+            }
+        }
+    }
+    // The edited fields: exactly what runc would read, plus the edits.
+    let mut env = process.env_entries();
+    for (k, v) in &edits.env {
+        env.push(format!("{k}={}", v.as_str().unwrap_or_default()));
+    }
+    if process.env.is_some() || !edits.env.is_empty() {
+        set(&mut acc, "env", Out::Built(string_array(&env)));
+    }
+    if let Some(c) = &caps {
+        let sets = Capabilities::SETS
+            .iter()
+            .zip(CAPS)
+            .filter_map(|(s, field)| {
+                let list: Vec<&String> = c
+                    .set(s)?
+                    .iter()
+                    .filter(|cap| !dropped(edits, cap))
+                    .collect();
+                Some(Member::new(field.name, string_array(list)))
+            })
+            .collect();
+        set(
+            &mut acc,
+            "capabilities",
+            Out::Built(Node::new(Value::Object(sets))),
+        );
+    }
+    if let Some(list) = rlimits {
+        set(&mut acc, "rlimits", Out::Built(list));
+    }
+    set(
+        &mut acc,
+        "noNewPrivileges",
+        Out::Built(Node::new(Value::Bool(
+            process.no_new_privileges || edits.no_new_privileges,
+        ))),
+    );
+    let mut out = Vec::with_capacity(src.len() + 256);
+    match target {
+        Target::Process => write_obj(&mut out, src, &acc),
+        Target::Spec => {
+            out.push(b'{');
+            let mut first = true;
+            let mut process_written = false;
+            for m in top {
+                let is_process = key_matches(&m.key, "process");
+                if is_process && process_written {
+                    continue;
+                }
+                if !first {
+                    out.push(b',');
+                }
+                first = false;
+                if is_process {
+                    process_written = true;
+                    out.extend_from_slice(b"\"process\":");
+                    write_obj(&mut out, src, &acc);
+                } else {
+                    write_key(&mut out, src, m);
+                    gojson::write(&mut out, src, &m.node);
+                }
+            }
+            out.push(b'}');
+        }
+    }
+    Ok(Some(out))
+}
+
+fn write_key(out: &mut Vec<u8>, src: &[u8], m: &Member) {
+    match &m.key_span {
+        Some(s) => out.extend_from_slice(&src[s.clone()]),
+        None => gojson::write_string(out, &m.key),
+    }
+    out.push(b':');
+}
+
+/// Writes a merged object (its nesting is the schema's, at most 3 deep).
+fn write_obj(out: &mut Vec<u8>, src: &[u8], members: &[OutMember]) {
+    out.push(b'{');
+    for (i, m) in members.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        match m.src {
+            Some(sm) => write_key(out, src, sm),
+            None => {
+                gojson::write_string(out, &m.key);
+                out.push(b':');
+            }
+        }
+        match &m.val {
+            Out::Src(n) => gojson::write(out, src, n),
+            Out::Built(n) => gojson::write(out, src, n),
+            Out::Obj(inner) => write_obj(out, src, inner),
+            Out::List(backing, len) => {
+                out.push(b'[');
+                for (k, item) in backing.iter().take(*len).enumerate() {
+                    if k > 0 {
+                        out.push(b',');
+                    }
+                    write_obj(out, src, item);
+                }
+                out.push(b']');
+            }
+        }
+    }
+    out.push(b'}');
+}
+
+/// Atomically replaces the spec file with `bytes`.
+pub fn write(path: &Path, bytes: &[u8]) -> Result<(), SpecFileError> {
+    fsutil::replace_file(path, bytes, 0o600).map_err(|source| SpecFileError::Write {
         path: path.to_path_buf(),
         source,
     })
@@ -192,57 +671,116 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn edits() -> Edits {
+        let mut e = Edits::default();
+        e.env
+            .insert("CUDA_DEVICE_ORDER".into(), json!("PCI_BUS_ID"));
+        e.capabilities_dropped = vec!["CAP_NET_RAW".into()];
+        e.no_new_privileges = true;
+        e
+    }
+
+    fn patched(src: &str, e: &Edits) -> Option<String> {
+        let l = LoadedSpec::from_bytes(Path::new("c"), src.as_bytes().to_vec(), None).unwrap();
+        l.patched(e).unwrap().map(|b| String::from_utf8(b).unwrap())
+    }
+
+    fn reread(text: &str) -> Container {
+        LoadedSpec::from_bytes(Path::new("c"), text.as_bytes().to_vec(), None)
+            .unwrap()
+            .container
+            .clone()
+    }
+
     #[test]
     fn patches_and_keeps_unknown_fields_in_order() {
-        let mut spec = json!({
-            "ociVersion": "1.0.2",
-            "zzz": {"keep": [1, 2]},
-            "process": {
-                "user": {"uid": 0},
-                "env": ["PATH=/bin"],
-                "capabilities": {
-                    "bounding": ["CAP_CHOWN", "CAP_NET_RAW"],
-                    "effective": ["CAP_NET_RAW"],
-                    "ambient": []
-                },
-                "futureField": true
-            },
-            "aaa": 1
-        });
-        let mut edits = Edits::default();
-        edits
-            .env
-            .insert("CUDA_DEVICE_ORDER".into(), json!("PCI_BUS_ID"));
-        edits.capabilities_dropped = vec!["CAP_NET_RAW".into()];
-        edits.no_new_privileges = true;
-        assert!(apply(&mut spec, &edits));
-        let keys: Vec<&String> = spec.as_object().unwrap().keys().collect();
+        let src = r#"{"ociVersion": "1.0.2", "zzz": {"keep": [1, 2e999]},
+            "process": {"user": {"uid": 0}, "env": ["PATH=/bin"],
+              "capabilities": {"bounding": ["CAP_CHOWN", "CAP_NET_RAW"], "effective": ["CAP_NET_RAW"], "ambient": []},
+              "futureField": true}, "aaa": 1}"#;
+        let out = patched(src, &edits()).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&out.replace("2e999", "2")).unwrap();
+        let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
         assert_eq!(keys, vec!["ociVersion", "zzz", "process", "aaa"]);
-        let p = &spec["process"];
+        assert!(out.contains(r#""zzz":{"keep": [1, 2e999]}"#), "{out}");
+        let p = &v["process"];
         assert_eq!(
             p["env"],
             json!(["PATH=/bin", "CUDA_DEVICE_ORDER=PCI_BUS_ID"])
         );
         assert_eq!(p["capabilities"]["bounding"], json!(["CAP_CHOWN"]));
         assert_eq!(p["capabilities"]["effective"], json!([]));
+        assert_eq!(p["capabilities"]["ambient"], json!([]));
+        assert_eq!(p["capabilities"].get("inheritable"), None);
         assert_eq!(p["noNewPrivileges"], json!(true));
         assert_eq!(p["futureField"], json!(true));
-        assert_eq!(spec["zzz"], json!({"keep": [1, 2]}));
-        // applying nothing changes nothing
-        assert!(!apply(&mut spec, &Edits::default()));
+        assert_eq!(p["user"], json!({"uid": 0}));
+        // nothing to change: no rewrite
+        assert_eq!(patched(src, &Edits::default()), None);
+    }
+
+    #[test]
+    fn edits_win_over_case_variants_and_duplicates() {
+        let src = r#"{"process": {"args": ["sh"], "noNewPrivileges": true, "env": ["A=1"],
+              "capabilities": {"bounding": ["CAP_CHOWN"]}},
+            "Process": {"NoNewPrivileges": false, "Env": ["NVIDIA_VISIBLE_DEVICES=all"],
+              "Capabilities": {"Bounding": ["CAP_SYS_ADMIN", "CAP_NET_RAW"]}, "cwd": "/"}}"#;
+        let before = reread(src);
+        assert!(!before.no_new_privileges);
+        assert_eq!(before.env.get("NVIDIA_VISIBLE_DEVICES"), Some("all"));
+        let out = patched(src, &edits()).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v.as_object().unwrap().len(), 1, "{out}");
+        let p = &v["process"];
+        assert_eq!(p["args"], json!(["sh"]));
+        assert_eq!(p["cwd"], json!("/"));
+        assert_eq!(p["noNewPrivileges"], json!(true));
+        assert_eq!(p["capabilities"], json!({"bounding": ["CAP_SYS_ADMIN"]}));
+        assert_eq!(
+            p["env"],
+            json!(["NVIDIA_VISIBLE_DEVICES=all", "CUDA_DEVICE_ORDER=PCI_BUS_ID"])
+        );
+        let after = reread(&out);
+        assert!(after.no_new_privileges);
+    }
+
+    #[test]
+    fn lists_of_structs_merge_as_go_merges_them() {
+        // Element 0 of the second list decodes into element 0 of the first;
+        // the third, longer list reuses element 1 the second left behind.
+        let src = r#"{"process": {"rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1, "soft": 1}, {"type": "RLIMIT_NPROC", "hard": 5, "soft": 5}]},
+                      "process": {"rlimits": [{"hard": 2}], "noNewPrivileges": false},
+                      "Process": {"Rlimits": [{"soft": 3}, {"soft": 4}]}}"#;
+        let out = patched(src, &edits()).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(
+            v["process"]["rlimits"],
+            json!([{"type": "RLIMIT_NOFILE", "hard": 2, "soft": 3}, {"type": "RLIMIT_NPROC", "hard": 5, "soft": 4}])
+        );
+        let src = r#"{"process": {"rlimits": [{"hard": 1}]}, "process": {"rlimits": []}, "process": {"rlimits": [{"soft": 2}]}}"#;
+        let v: serde_json::Value = serde_json::from_str(&patched(src, &edits()).unwrap()).unwrap();
+        assert_eq!(v["process"]["rlimits"], json!([{"soft": 2}]));
+        // An element that is not an object: Go fails to decode it, runc
+        // refuses the spec, and so the view is an error too.
+        let src = r#"{"process": {"rlimits": [1]}, "process": {"rlimits": [{"soft": 2}]}}"#;
+        assert!(LoadedSpec::from_bytes(Path::new("c"), src.as_bytes().to_vec(), None).is_err());
+    }
+
+    #[test]
+    fn gpu_mentions() {
+        assert!(mentions_gpu(b"{\"env\":[\"NVIDIA_VISIBLE_DEVICES=all\"]"));
+        assert!(mentions_gpu(b"/dev/Nvidia0"));
+        assert!(mentions_gpu(b"\"\\u004eVIDIA\""));
+        assert!(!mentions_gpu(b"{\"env\":[\"A=\\u00e9\"]}"));
+        assert!(!mentions_gpu(b"{\"process\":{}}"));
     }
 
     #[test]
     fn rlimits_are_raised_never_lowered() {
         use crate::core::decision::Rlimit;
-        let mut spec = json!({
-            "process": {
-                "rlimits": [
-                    {"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024},
-                    {"type": "RLIMIT_MEMLOCK", "hard": 1099511627776u64, "soft": 65536}
-                ]
-            }
-        });
+        let src = r#"{"process": {"rlimits": [
+            {"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024},
+            {"type": "RLIMIT_MEMLOCK", "hard": 1099511627776, "soft": 65536}]}}"#;
         let mut edits = Edits::default();
         edits.rlimits.insert(
             "RLIMIT_MEMLOCK".into(),
@@ -251,18 +789,30 @@ mod tests {
                 hard: 1 << 30,
             },
         );
-        assert!(apply(&mut spec, &edits));
+        let out = patched(src, &edits).expect("raised");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         assert_eq!(
-            spec["process"]["rlimits"],
+            v["process"]["rlimits"],
             json!([
                 {"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024},
                 {"type": "RLIMIT_MEMLOCK", "hard": 1099511627776u64, "soft": 1073741824}
             ])
         );
-        // Again: nothing left to raise.
-        assert!(!apply(&mut spec, &edits));
+        // Again: nothing left to raise, so nothing is rewritten.
+        assert_eq!(patched(&out, &edits), None);
+        // A duplicate `process` merged as runc reads it, then raised; and
+        // the result reads back with the raised limit.
+        let dup = r#"{"process": {"rlimits": [{"type": "RLIMIT_MEMLOCK", "hard": 1, "soft": 1}]},
+                      "process": {"env": []}}"#;
+        let out = patched(dup, &edits).expect("raised");
+        assert_eq!(
+            reread(&out).rlimits["RLIMIT_MEMLOCK"],
+            Rlimit {
+                soft: 1 << 30,
+                hard: 1 << 30
+            }
+        );
         // No rlimits at all: added, unlimited as u64::MAX.
-        let mut spec = json!({"process": {"env": []}});
         edits.rlimits.insert(
             "RLIMIT_MEMLOCK".into(),
             Rlimit {
@@ -270,9 +820,10 @@ mod tests {
                 hard: u64::MAX,
             },
         );
-        assert!(apply(&mut spec, &edits));
+        let out = patched(r#"{"process": {"env": []}}"#, &edits).expect("added");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         assert_eq!(
-            spec["process"]["rlimits"],
+            v["process"]["rlimits"],
             json!([{"type": "RLIMIT_MEMLOCK", "hard": u64::MAX, "soft": u64::MAX}])
         );
     }

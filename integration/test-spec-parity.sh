@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# Issue 10 part B under real runc: spec files that Go's encoding/json reads
+# differently from serde (deep nesting, 1e99999, a lone surrogate, a file
+# over 64 MiB, case-variant keys, duplicate "process" keys, a key that
+# folds to "process" only under Unicode folding) are first run by
+# runc alone (proving runc accepts them and what it would run: NoNewPrivs 0,
+# capabilities outside the allowlist), then through gpu-guard-runtime: the
+# container's own /proc/self/status and env must show gpu-guard's decision
+# (the allowlist, NoNewPrivs 1, the tuning env) or the container must not
+# exist. Then exec: --process files with the same tricks, --cap and
+# --no-new-privs=false on the command line; an unreadable GPU spec is
+# refused with the parse error in the --log file.
+. "$(dirname "$0")/lib.sh"
+
+need_root
+need_cmd runc jq python3
+[ -x "$GG" ] || skip_or_fail "gpu-guard binary $GG not built"
+need_capset
+
+new_scratch
+SHOW=$(jq -nc '["sh", "-c", "echo RAN; env; grep -E \"^(CapEff|CapBnd|NoNewPrivs)\" /proc/self/status; grep \"^Max open files\" /proc/self/limits"]')
+ROOT="$T/runc-root"
+mkdir -p "$T/bin"
+ln -sf "$GG" "$T/bin/gpu-guard-runtime"
+WRAP="$T/bin/gpu-guard-runtime"
+gg_config "$T/a100.toml" a100
+export GPU_GUARD_CONFIG="$T/a100.toml"
+
+# trick DIR KIND: rewrites DIR/config.json (made by make_bundle, GPU env,
+# NVIDIA's stand-in hook, docker's default capabilities, noNewPrivileges
+# false) into a form serde reads differently from runc. In every form runc
+# runs the container with all of docker's capabilities plus CAP_SYS_ADMIN
+# and NoNewPrivs 0 unless something edits it.
+trick() {
+    python3 - "$1/config.json" "$2" <<'PY'
+import json, sys
+path, kind = sys.argv[1], sys.argv[2]
+spec = json.load(open(path))
+proc = spec["process"]
+caps = proc["capabilities"]
+for s in ("bounding", "effective", "permitted"):
+    caps[s] = caps[s] + ["CAP_SYS_ADMIN"]
+def dump(obj):
+    return json.dumps(obj)
+body = dump(spec)[:-1]   # without the closing brace
+if kind == "deep":
+    out = body + ', "zdeep": ' + "[" * 1000 + "]" * 1000 + "}"
+elif kind == "bignum":
+    out = body + ', "zbig": 1e99999}'
+elif kind == "surrogate":
+    out = body + ', "zlone": "\\ud800"}'
+    out = out.replace('"PATH=/bin"', '"LONE=\\ud800", "PATH=/bin"', 1)
+elif kind == "huge":
+    out = body + ', "zpad": "' + "x" * (65 << 20) + '"}'
+elif kind == "case":
+    env = proc.pop("env")
+    nnp = proc.pop("noNewPrivileges")
+    c = proc.pop("capabilities")
+    pdump = dump(proc)[:-1]
+    # canonical keys first, then the spellings Go reads last
+    pdump += ', "env": ["PATH=/bin"], "noNewPrivileges": true'
+    pdump += ', "capabilities": {"bounding": ["CAP_CHOWN"], "effective": ["CAP_CHOWN"], "permitted": ["CAP_CHOWN"]}'
+    pdump += ', "Env": ' + dump(env) + ', "NoNewPrivileges": false'
+    pdump += ', "Capabilities": {"Bounding": ' + dump(c["bounding"]) + ', "Effective": ' + dump(c["effective"]) + ', "Permitted": ' + dump(c["permitted"]) + '}}'
+    del spec["process"]
+    out = dump(spec)[:-1] + ', "process": ' + pdump + '}'
+elif kind == "dup":
+    # rlimits: Go decodes the second list into the first one's elements,
+    # so RLIMIT_NOFILE keeps its type and soft limit and takes hard 2048
+    p2 = {"capabilities": proc.pop("capabilities"), "noNewPrivileges": False, "rlimits": [{"hard": 2048}]}
+    proc["noNewPrivileges"] = True
+    proc["capabilities"] = {"bounding": ["CAP_CHOWN"], "effective": ["CAP_CHOWN"], "permitted": ["CAP_CHOWN"]}
+    out = dump(spec)[:-1] + ', "process": ' + dump(p2) + '}'
+elif kind == "fold":
+    # U+017F (long s) folds to "s" in Go's key matching (bytes.EqualFold)
+    p2 = {"noNewPrivileges": False, "capabilities": proc.pop("capabilities")}
+    proc["noNewPrivileges"] = True
+    proc["capabilities"] = {"bounding": ["CAP_CHOWN"], "effective": ["CAP_CHOWN"], "permitted": ["CAP_CHOWN"]}
+    out = dump(spec)[:-1] + ', "proce\u017f\u017f": ' + dump(p2) + '}'
+else:
+    raise SystemExit("unknown kind " + kind)
+open(path, "w").write(out)
+PY
+}
+
+run_direct() { # DIR ID: runc alone
+    OUT=$(cd "$1" && timeout 120 runc --root "$ROOT" run "$2" 2>&1)
+    RC=$?
+    runc --root "$ROOT" delete -f "$2" >/dev/null 2>&1 || true
+}
+run_wrapped() { # DIR ID: through gpu-guard-runtime
+    OUT=$(timeout 120 "$WRAP" --root "$ROOT" --log "$1/log.json" run -b "$1" "$2" 2>&1)
+    RC=$?
+    runc --root "$ROOT" delete -f "$2" >/dev/null 2>&1 || true
+}
+
+echo "== tricky config.json: runc alone, then through the wrapper =="
+for kind in deep bignum surrogate huge case dup fold; do
+    make_bundle "$T/d-$kind" "$SHOW" NVIDIA_VISIBLE_DEVICES=all
+    trick "$T/d-$kind" "$kind"
+    run_direct "$T/d-$kind" "ggp-d-$kind"
+    check_eq "$kind: runc alone runs it" "$RC" 0
+    check_contains "$kind: runc alone: NoNewPrivs 0" "$OUT" "NoNewPrivs:	0"
+    check_caps_not "$kind: runc alone: CapEff is not the allowlist" "$OUT" CapEff
+
+    make_bundle "$T/w-$kind" "$SHOW" NVIDIA_VISIBLE_DEVICES=all
+    trick "$T/w-$kind" "$kind"
+    run_wrapped "$T/w-$kind" "ggp-w-$kind"
+    check_eq "$kind: wrapper runs it" "$RC" 0
+    check_contains "$kind: wrapper: the container ran" "$OUT" "RAN"
+    check_contains "$kind: wrapper: NoNewPrivs 1" "$OUT" "NoNewPrivs:	1"
+    check_caps "$kind: wrapper: CapEff is the allowlist" "$OUT" CapEff
+    check_caps "$kind: wrapper: CapBnd is the allowlist" "$OUT" CapBnd
+    check_contains "$kind: wrapper: the GPU request is kept" "$OUT" "NVIDIA_VISIBLE_DEVICES=all"
+    check_contains "$kind: wrapper: tuning env injected" "$OUT" "CUDA_DEVICE_ORDER=PCI_BUS_ID"
+    if [ "$kind" = dup ]; then
+        NOFILE=$(printf '%s\n' "$OUT" | sed -n 's/^Max open files *\([0-9]*\) *\([0-9]*\).*/\1 \2/p')
+        check_eq "$kind: rlimits of both process objects merged as runc merges them" "$NOFILE" "1024 2048"
+        DIRECT=$(cd "$T/d-$kind" && timeout 120 runc --root "$ROOT" run "ggp-d2-$kind" 2>&1 | sed -n 's/^Max open files *\([0-9]*\) *\([0-9]*\).*/\1 \2/p')
+        runc --root "$ROOT" delete -f "ggp-d2-$kind" >/dev/null 2>&1 || true
+        check_eq "$kind: runc alone reads the same rlimits" "$DIRECT" "1024 2048"
+    fi
+    if [ "$kind" = surrogate ]; then
+        check_contains "$kind: runc reads the lone surrogate as U+FFFD" "$OUT" "LONE=$(printf '\xef\xbf\xbd')"
+    fi
+    if [ "$kind" = bignum ]; then
+        check_contains "$kind: wrapper kept the unknown field" "$(cat "$T/w-$kind/config.json")" '"zbig":1e99999'
+    fi
+done
+
+echo "== unreadable GPU spec: refused with the parse error =="
+make_bundle "$T/bad" "$SHOW" NVIDIA_VISIBLE_DEVICES=all
+head -c -2 "$T/bad/config.json" > "$T/bad/c" && mv "$T/bad/c" "$T/bad/config.json"
+run_wrapped "$T/bad" ggp-bad
+check_eq "unreadable GPU spec: wrapper exits 1" "$RC" 1
+check_not_contains "unreadable GPU spec: never ran" "$OUT" "RAN"
+check_contains "unreadable GPU spec: log names the parse error" "$(tail -n 1 "$T/bad/log.json")" "cannot read the container's spec"
+check_eq "unreadable GPU spec: container does not exist" "$(runc --root "$ROOT" state ggp-bad >/dev/null 2>&1 && echo exists || echo absent)" absent
+
+echo "== exec into a running GPU container =="
+make_bundle "$T/x" '["sleep","300"]' NVIDIA_VISIBLE_DEVICES=all
+"$WRAP" --root "$ROOT" --log "$T/x/log.json" create -b "$T/x" ggp-x >/dev/null 2>&1 </dev/null
+runc --root "$ROOT" start ggp-x
+check_eq "exec: container running" "$(runc --root "$ROOT" state ggp-x | jq -r .status)" running
+STATUS='grep -E "^(CapEff|CapBnd|NoNewPrivs)" /proc/self/status'
+OUT=$("$WRAP" --root "$ROOT" exec ggp-x sh -c "$STATUS" 2>&1)
+check_caps "exec: plain exec: CapEff is the allowlist" "$OUT" CapEff
+check_contains "exec: plain exec: NoNewPrivs 1" "$OUT" "NoNewPrivs:	1"
+OUT=$("$WRAP" --root "$ROOT" --log "$T/x/log.json" exec --cap CAP_SYS_ADMIN ggp-x sh -c "$STATUS" 2>&1)
+RC=$?
+check_eq "exec --cap CAP_SYS_ADMIN: refused" "$RC" 1
+check_contains "exec --cap CAP_SYS_ADMIN: one-line diagnosis in the log" "$(tail -n 1 "$T/x/log.json")" "--cap CAP_SYS_ADMIN"
+OUT=$("$WRAP" --root "$ROOT" --log "$T/x/log.json" exec --no-new-privs=false ggp-x sh -c "$STATUS" 2>&1)
+RC=$?
+check_eq "exec --no-new-privs=false: refused" "$RC" 1
+check_contains "exec --no-new-privs=false: diagnosis in the log" "$(tail -n 1 "$T/x/log.json")" "--no-new-privs=false"
+OUT=$("$WRAP" --root "$ROOT" exec --cap CAP_CHOWN ggp-x sh -c "$STATUS" 2>&1)
+check_caps "exec --cap CAP_CHOWN (allowlisted): runs with the allowlist" "$OUT" CapEff
+# --process files with case variants and duplicates
+for kind in case dup; do
+    # shellcheck disable=SC2086 # one word per capability
+    python3 - "$T/x/config.json" "$T/p-$kind.json" "$kind" "$STATUS" $ALLOWLIST_CAPS <<'PY'
+import json, sys
+spec = json.load(open(sys.argv[1]))
+kind, status = sys.argv[3], sys.argv[4]
+# the allowlist plus what it leaves out: only the allowlist may remain
+allcaps = sys.argv[5:] + ["CAP_NET_RAW", "CAP_MKNOD", "CAP_SYS_ADMIN"]
+p = {"args": ["sh", "-c", status], "cwd": "/", "env": ["PATH=/bin"], "user": {"uid": 0, "gid": 0}}
+if kind == "case":
+    body = json.dumps(p)[:-1] + ', "noNewPrivileges": true, "capabilities": {"bounding": ["CAP_CHOWN"]}, "NoNewPrivileges": false, "Capabilities": {"Bounding": %s, "Effective": %s, "Permitted": %s}}' % ((json.dumps(allcaps),) * 3)
+else:
+    body = json.dumps(p)[:-1] + ', "noNewPrivileges": false, "capabilities": {"bounding": %s, "effective": %s, "permitted": %s}, "noNewPrivileges": true, "noNewPrivileges": false}' % ((json.dumps(allcaps),) * 3)
+open(sys.argv[2], "w").write(body)
+PY
+    cp "$T/p-$kind.json" "$T/p-$kind.direct.json"
+    OUT=$(runc --root "$ROOT" exec --process "$T/p-$kind.direct.json" ggp-x 2>&1)
+    check_contains "exec --process $kind: runc alone: NoNewPrivs 0" "$OUT" "NoNewPrivs:	0"
+    OUT=$("$WRAP" --root "$ROOT" exec --process "$T/p-$kind.json" ggp-x 2>&1)
+    check_caps "exec --process $kind: CapEff is the allowlist" "$OUT" CapEff
+    check_contains "exec --process $kind: NoNewPrivs 1" "$OUT" "NoNewPrivs:	1"
+done
+"$WRAP" --root "$ROOT" delete -f ggp-x >/dev/null 2>&1
+
+finish
