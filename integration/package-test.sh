@@ -66,7 +66,7 @@ trap cleanup EXIT
 # --- install -----------------------------------------------------------------
 # What the state directory held before: an earlier install, or another test,
 # may have left it. postinst is judged by what it changes, not by the path.
-engines_state() { find /var/lib/gpu-guard/engines -mindepth 1 -printf '%P %s %T@\n' 2>/dev/null | sort; }
+engines_state() { { find /var/lib/gpu-guard/engines -mindepth 1 -printf '%P %s %T@\n' 2>/dev/null || true; } | sort; }
 engines_before=$(engines_state)
 dpkg -i "$deb" | tee "$work/dpkg-i.log"
 dpkg-query -L gpu-guard > "$work/files"
