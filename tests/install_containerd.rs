@@ -338,7 +338,14 @@ fn containerd_reads_the_result() {
         o.config_path = Some(cfg.clone());
         o.bin_dir = root.join("usr/bin");
         o.state_dir = root.join("var/lib/gpu-guard");
+        // With no host root, the chain drop-in (v2-nvidia) must still land
+        // in the test's tree, never in the machine's /etc/gpu-guard.
+        o.config_d = root.join("etc/gpu-guard/config.d");
         run(&o);
+        assert!(
+            !Path::new("/etc/gpu-guard/config.d/50-chain-nvidia-containerd.toml").exists(),
+            "{case}: a test wrote into the real /etc/gpu-guard"
+        );
         let out = Command::new("containerd")
             .arg("--config")
             .arg(&cfg)
