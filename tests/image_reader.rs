@@ -622,38 +622,3 @@ fn fatbin_bytes_with_a_size_bound() {
         "not judged: 6 > 3"
     );
 }
-
-/// The cost of the two passes (run with `--ignored --nocapture`): a gzip
-/// layer of 32 MiB of filler with one small library at its start, and one
-/// at its end. The content pass stops after its last winner and hashes the
-/// rest of the blob without decompressing it.
-#[test]
-#[ignore]
-fn measure_passes() {
-    let filler: Vec<u8> = (0..32u32 << 20)
-        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8 & 0x0f)
-        .collect();
-    let (o, _) = oci_one_layer(
-        "measure",
-        gz(&tar_of(&[
-            E::File("usr/lib/libfirst.so", b"first"),
-            E::File("filler", &filler),
-            E::File("usr/lib/liblast.so", b"last"),
-        ])),
-    );
-    let img = Image::open(&o.dir, &Options::default()).unwrap();
-    let t = std::time::Instant::now();
-    let tree = img.index().unwrap();
-    let index = t.elapsed();
-    for name in ["usr/lib/libfirst.so", "usr/lib/liblast.so"] {
-        let t = std::time::Instant::now();
-        img.read_files(&tree, &|p| p == name, &mut |_, r| {
-            std::io::copy(r, &mut std::io::sink()).map(|_| ())
-        })
-        .unwrap();
-        eprintln!(
-            "header pass {index:?}; content pass for {name}: {:?}",
-            t.elapsed()
-        );
-    }
-}

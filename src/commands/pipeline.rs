@@ -10,7 +10,6 @@ use crate::core::detect;
 use crate::core::facts::{HostReport, HostSource};
 use crate::core::policy::{Config, DetectConfig, KernelImageSeverity, Mode};
 use crate::core::security::Stage;
-use crate::core::version::Version;
 use crate::host::facts_file::FactsFile;
 use std::path::Path;
 
@@ -57,17 +56,12 @@ pub fn assess(
         &container.rootfs,
     ) {
         let (idx, _) = detect::resolve(&detection.request, facts);
-        let gpus: Vec<_> = idx.iter().map(|i| facts.gpus[*i].clone()).collect();
-        let cuda = facts
-            .cuda_driver_version
-            .as_deref()
-            .and_then(|v| Version::parse(v).ok());
-        if !gpus.is_empty() && cfg.kernel_image.severity != KernelImageSeverity::Off {
+        if !idx.is_empty() && cfg.kernel_image.severity != KernelImageSeverity::Off {
             let s = crate::scan::libraries::scan_rootfs(rootfs, &cfg.kernel_image);
-            kernel_image = crate::core::kernel_image::assess(
+            kernel_image = crate::core::kernel_image::assess_on_host(
                 &s,
-                &gpus,
-                cuda.as_ref(),
+                &detection.request,
+                facts,
                 cfg.kernel_image.severity,
             );
             scanned = Some(s);

@@ -284,6 +284,29 @@ struct Judging<'a> {
     severity: KernelImageSeverity,
 }
 
+/// The `kernel-image` findings of `scanned` on one host: on the GPUs the
+/// container's request makes visible there, with that host driver's CUDA
+/// version. Nothing when the check is off or no GPU is visible. Shared by
+/// the container-start path (one host) and fleets (the scan done once,
+/// judged per host).
+pub fn assess_on_host(
+    scanned: &Scanned,
+    request: &crate::core::detect::Request,
+    facts: &crate::core::facts::HostFacts,
+    severity: KernelImageSeverity,
+) -> Vec<Finding> {
+    let (idx, _) = crate::core::detect::resolve(request, facts);
+    let gpus: Vec<Gpu> = idx.iter().map(|i| facts.gpus[*i].clone()).collect();
+    if severity == KernelImageSeverity::Off || gpus.is_empty() {
+        return Vec::new();
+    }
+    let cuda = facts
+        .cuda_driver_version
+        .as_deref()
+        .and_then(|v| Version::parse(v).ok());
+    assess(scanned, &gpus, cuda.as_ref(), severity)
+}
+
 /// The `kernel-image` findings for what was scanned, against the visible
 /// GPUs and the host driver's CUDA version.
 pub fn assess(

@@ -25,10 +25,9 @@ use crate::core::decision::{Check, Decision, Finding, Severity};
 use crate::core::detect::{self, Detection};
 use crate::core::facts::HostReport;
 use crate::core::kernel_image::Scanned;
-use crate::core::policy::{Config, KernelImageSeverity, Mode};
+use crate::core::policy::{Config, Mode};
 use crate::core::requirement::Requirement;
 use crate::core::security::Stage;
-use crate::core::version::Version;
 use std::collections::BTreeMap;
 
 /// What is judged: the container, built once, with everything about it that
@@ -136,25 +135,15 @@ impl<'a> Subject<'a> {
 
     /// The kernel-image findings on this host's visible GPUs, from the scan.
     fn kernel_image(&self, report: Option<&HostReport>) -> Vec<Finding> {
-        let (Some(scanned), Some(facts)) = (&self.scanned, report.and_then(|r| r.facts.as_ref()))
-        else {
-            return Vec::new();
-        };
-        if self.config.kernel_image.severity == KernelImageSeverity::Off {
-            return Vec::new();
+        match (&self.scanned, report.and_then(|r| r.facts.as_ref())) {
+            (Some(scanned), Some(facts)) => crate::core::kernel_image::assess_on_host(
+                scanned,
+                &self.detection.request,
+                facts,
+                self.config.kernel_image.severity,
+            ),
+            _ => Vec::new(),
         }
-        let (idx, _) = detect::resolve(&self.detection.request, facts);
-        let gpus: Vec<_> = idx.iter().map(|i| facts.gpus[*i].clone()).collect();
-        let cuda = facts
-            .cuda_driver_version
-            .as_deref()
-            .and_then(|v| Version::parse(v).ok());
-        crate::core::kernel_image::assess(
-            scanned,
-            &gpus,
-            cuda.as_ref(),
-            self.config.kernel_image.severity,
-        )
     }
 
     /// Judges every host. Facts from labels add an info finding saying so,
