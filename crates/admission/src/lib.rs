@@ -1,0 +1,11 @@
+//! gpu-guard's network side, in its own binary (`gpu-guard-admission`) so
+//! that the container-start path (`gpu-guard` as hook and runtime wrapper)
+//! never links an HTTP or TLS stack: the Kubernetes admission webhook
+//! (`gpu-guard admission`) and, later, `check --image docker://...`.
+
+pub mod affinity;
+pub mod judge;
+pub mod needs;
+pub mod pod;
+pub mod review;
+pub mod server;
