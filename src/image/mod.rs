@@ -38,6 +38,7 @@ mod digest;
 mod error;
 mod layer;
 mod readat;
+pub mod registry_source;
 pub mod scan;
 mod source;
 mod tree;
@@ -45,6 +46,7 @@ mod tree;
 pub use digest::Digest;
 pub use error::ImageError;
 pub use readat::{scan_fatbin, FatbinScan, ReadAtBuf, MAX_READAT_BYTES};
+pub use registry_source::BlobSource;
 pub use tree::{normalize, ContentRef, Kind, Node, Tree};
 
 use layer::{Budget, Flow, LayerRef};
@@ -154,6 +156,8 @@ pub enum Format {
     OciLayout,
     OciArchive,
     DockerArchive,
+    /// An OCI distribution registry (`docker://...`).
+    Registry,
 }
 
 /// What was read, for the report.
@@ -361,6 +365,65 @@ impl Image {
                 _ => break (m, d),
             }
         };
+        Image::from_manifest(
+            source,
+            shown,
+            format,
+            reference,
+            manifest,
+            manifest_digest,
+            opts,
+            by_platform,
+        )
+    }
+
+    /// An image whose manifest was fetched and verified by the caller (a
+    /// registry's, see [`registry_source`]); `blobs` gives the config and
+    /// layers. `by_platform`: the manifest was picked from an index for
+    /// `opts.platform` (otherwise the config's platform must match it).
+    pub fn open_manifest(
+        blobs: Box<dyn BlobSource>,
+        shown: String,
+        reference: Option<String>,
+        manifest: &[u8],
+        manifest_digest: &str,
+        by_platform: bool,
+        opts: &Options,
+    ) -> Result<Image, ImageError> {
+        let d = Digest::parse(manifest_digest, "manifest")?;
+        digest::check("manifest", &d, &Digest::of_bytes(manifest))?;
+        let m: Manifestish = parse_json(&format!("manifest {d}"), manifest)?;
+        if m.manifests.is_some() && m.config.is_none() {
+            return Err(ImageError::BadJson {
+                what: format!("manifest {d}"),
+                msg: "an index, not an image manifest".to_string(),
+            });
+        }
+        Image::from_manifest(
+            Source::Remote(blobs),
+            shown,
+            Format::Registry,
+            reference,
+            m,
+            d,
+            opts,
+            by_platform,
+        )
+    }
+
+    /// The config and layers of a chosen image manifest.
+    #[allow(clippy::too_many_arguments)]
+    fn from_manifest(
+        source: Source,
+        shown: String,
+        format: Format,
+        reference: Option<String>,
+        manifest: Manifestish,
+        manifest_digest: Digest,
+        opts: &Options,
+        by_platform: bool,
+    ) -> Result<Image, ImageError> {
+        let max = opts.limits.max_json_bytes;
         let mwhat = format!("manifest {manifest_digest}");
         let cdesc = manifest.config.ok_or_else(|| ImageError::BadJson {
             what: mwhat.clone(),

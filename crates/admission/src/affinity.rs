@@ -65,13 +65,31 @@ fn contradictory(set: &BTreeSet<Expr>) -> bool {
                 Some(a) => a.intersection(&vals).copied().collect(),
             });
         }
+        // Gt/Lt bounds (integers; a value that does not parse never matches).
+        let bound = |op: &str| {
+            mine.iter()
+                .filter(|e| e.1 == op)
+                .filter_map(|e| e.2.first()?.parse::<i64>().ok())
+                .collect::<Vec<i64>>()
+        };
+        let lo = bound("Gt").into_iter().max();
+        let hi = bound("Lt").into_iter().min();
+        if let (Some(l), Some(h)) = (lo, hi) {
+            if l.saturating_add(1) >= h {
+                return true;
+            }
+        }
+        let in_range = |v: &str| match v.parse::<i64>() {
+            Ok(n) => lo.is_none_or(|l| n > l) && hi.is_none_or(|h| n < h),
+            Err(_) => lo.is_none() && hi.is_none(),
+        };
         if let Some(a) = allowed {
             let excluded: BTreeSet<&String> = mine
                 .iter()
                 .filter(|e| e.1 == "NotIn")
                 .flat_map(|e| e.2.iter())
                 .collect();
-            if a.iter().all(|v| excluded.contains(v)) {
+            if a.iter().all(|v| excluded.contains(v) || !in_range(v)) {
                 return true;
             }
         }
@@ -99,7 +117,10 @@ pub fn simplify(terms: &[NodeSelectorTerm]) -> Vec<NodeSelectorTerm> {
         .iter()
         .map(|t| (exprs(t), fields(t)))
         // An empty term matches no node (core/v1 NodeSelectorTerm).
-        .filter(|(e, f)| !(e.is_empty() && f.is_empty()) && !contradictory(e) && !contradictory(f))
+        .filter(|(e, f)| {
+            let empty = e.is_empty() && f.is_empty();
+            !(empty || contradictory(e) || contradictory(f))
+        })
         .collect();
     sets.sort_by_key(|(e, f)| e.len() + f.len());
     let mut kept: Vec<(BTreeSet<Expr>, BTreeSet<Expr>)> = Vec::new();
@@ -231,6 +252,13 @@ mod tests {
             expr("k", "In", &["1", "2"]),
             expr("k", "NotIn", &["1"])
         ]))));
+        let c = |v: Vec<NodeSelectorRequirement>| contradictory(&exprs(&term(v)));
+        assert!(c(vec![
+            expr("k", "In", &["470"]),
+            expr("k", "Gt", &["524"])
+        ]));
+        assert!(!c(vec![expr("k", "Gt", &["5"]), expr("k", "Lt", &["7"])]));
+        assert!(c(vec![expr("k", "Gt", &["5"]), expr("k", "Lt", &["6"])]));
         // Bounded.
         let many: Vec<NodeSelectorTerm> = (0..40)
             .map(|i| term(vec![expr("a", "In", &[&i.to_string()])]))

@@ -10,6 +10,7 @@
 use crate::affinity;
 use crate::judge::{self, Cache, ImageJudge, Placement};
 use crate::pod::{self, GpuContainer};
+use base64::Engine as _;
 use gpu_guard::core::admission::OnUnreadable;
 use k8s_openapi::api::core::v1::{NodeSelectorTerm, Pod};
 use kube_core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
@@ -34,9 +35,25 @@ pub struct Reviewer<J: ImageJudge> {
 /// An HTTP status and a JSON body.
 pub type Answer = (u16, Vec<u8>);
 
+/// The review as JSON. The patch is written as a base64 string, the way Go's
+/// encoding/json writes the API server's `Patch []byte` (kube-core writes a
+/// byte array, which Go also reads; the string is the canonical form).
 fn answer(status: u16, resp: AdmissionResponse) -> Answer {
-    let body = serde_json::to_vec(&resp.into_review()).unwrap_or_else(|_| b"{}".to_vec());
-    (status, body)
+    let mut v = serde_json::to_value(resp.into_review()).unwrap_or_default();
+    if let Some(p) = v.pointer_mut("/response/patch") {
+        if let Some(bytes) = p.as_array().map(|a| {
+            a.iter()
+                .filter_map(|b| b.as_u64())
+                .map(|b| b as u8)
+                .collect::<Vec<u8>>()
+        }) {
+            *p = serde_json::Value::String(base64::engine::general_purpose::STANDARD.encode(bytes));
+        }
+    }
+    (
+        status,
+        serde_json::to_vec(&v).unwrap_or_else(|_| b"{}".to_vec()),
+    )
 }
 
 fn one_line(s: &str, max: usize) -> String {

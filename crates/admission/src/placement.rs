@@ -1,0 +1,162 @@
+//! Where an image can run, from what it needs: the node-label terms of
+//! `check --affinity` without `--nodes`, or "nowhere" with the diagnosis.
+//!
+//! The container is the one `check --image` judges (`docker run --gpus
+//! all` of the image). "Nowhere" means refused on every best-case node a
+//! GPU Feature Discovery cluster could have: each brand, each compute
+//! capability gpu-guard knows, with the newest driver in its tables. So a
+//! pod is denied only when no node could run it (no architecture has code
+//! for it, a CUDA newer than any known driver), never for a node mix.
+//!
+//! PHASE-1 SEAM: the decision and the label terms come from
+//! `fleet::Subject` and `fleet::affinity::for_requirements` as
+//! `check --image --affinity` uses them today; the one pipeline and the
+//! exact label terms of the fleet work replace these two calls.
+
+use crate::affinity::{expr, term};
+use crate::judge::Placement;
+use crate::needs::Needs;
+use gpu_guard::core::decision::{Severity, Verdict};
+use gpu_guard::core::facts::{Gpu, HostFacts, HostReport, BRANDS};
+use gpu_guard::core::policy::Config;
+use gpu_guard::core::security::Stage;
+use gpu_guard::fleet::Subject;
+use k8s_openapi::api::core::v1::NodeSelectorTerm;
+
+/// Compute capabilities of NVIDIA GPUs (NVIDIA, "CUDA GPU Compute
+/// Capability", developer.nvidia.com/cuda-gpus), oldest first.
+const CAPABILITIES: &[&str] = &[
+    "3.5", "3.7", "5.0", "5.2", "5.3", "6.0", "6.1", "6.2", "7.0", "7.2", "7.5", "8.0", "8.6",
+    "8.7", "8.9", "9.0", "10.0", "10.3", "11.0", "12.0", "12.1",
+];
+
+/// The newest driver and its CUDA version in gpu-guard's tables.
+fn newest_driver() -> (String, String) {
+    let (cuda, driver) = gpu_guard::core::cuda_tables::TOOLKIT_MIN_DRIVER
+        .last()
+        .copied()
+        .unwrap_or(("13.0", "580.65.06"));
+    (driver.to_string(), cuda.to_string())
+}
+
+fn best_case_hosts() -> Vec<HostReport> {
+    let (driver, cuda) = newest_driver();
+    let mut v = Vec::new();
+    for brand in BRANDS.iter().filter(|b| **b != "unknown") {
+        for cc in CAPABILITIES {
+            v.push(HostReport {
+                facts: Some(HostFacts {
+                    driver_version: Some(driver.clone()),
+                    cuda_driver_version: Some(cuda.clone()),
+                    gpus: vec![Gpu {
+                        index: 0,
+                        uuid: "GPU-00000000-0000-0000-0000-000000000000".into(),
+                        name: format!("best case {brand} {cc}"),
+                        brand: brand.to_string(),
+                        compute_capability: Some(cc.to_string()),
+                        ..Gpu::default()
+                    }],
+                }),
+                problems: Vec::new(),
+                source: "gpu-guard admission best case".into(),
+            });
+        }
+    }
+    v
+}
+
+fn summary(needs: &Needs, reqs: &[String]) -> String {
+    let mut archs: Vec<String> = needs
+        .libraries
+        .iter()
+        .flat_map(|l| l.entries.iter().flatten())
+        .map(|e| e.arch.clone())
+        .collect();
+    archs.sort();
+    archs.dedup();
+    let req = if reqs.is_empty() {
+        "no CUDA requirement".to_string()
+    } else {
+        reqs.join(" ")
+    };
+    let code = if needs.libraries.is_empty() {
+        "no GPU libraries scanned".to_string()
+    } else if archs.is_empty() {
+        format!("{} libraries, no GPU code", needs.libraries.len())
+    } else {
+        format!(
+            "{} libraries, GPU code {}",
+            needs.libraries.len(),
+            archs.join(" ")
+        )
+    };
+    format!(
+        "{} {}: {req}; {code}",
+        &needs.manifest_digest.get(..19).unwrap_or(""),
+        needs.platform
+    )
+}
+
+/// Places an image from its needs under `cfg`.
+pub fn place(needs: &Needs, cfg: &Config) -> Placement {
+    let container = gpu_guard::commands::image_check::container_for(&needs.env, &[]);
+    let (scanned, compat) = needs.scanned();
+    let subject =
+        Subject::new(&container, cfg, Stage::Edit, Some(scanned)).with_compat(Some(compat));
+    let decisions: Vec<_> = best_case_hosts()
+        .iter()
+        .map(|h| subject.decide(h))
+        .collect();
+    if !decisions.is_empty() && decisions.iter().all(|d| d.verdict == Verdict::Refuse) {
+        // The diagnosis on the newest, most capable node.
+        let d = decisions
+            .last()
+            .map(|d| d.findings.clone())
+            .unwrap_or_default();
+        let diagnosis: Vec<String> = d
+            .iter()
+            .filter(|f| f.severity == Severity::Error)
+            .map(|f| f.message.clone())
+            .take(3)
+            .collect();
+        return Placement::Nowhere {
+            diagnosis: if diagnosis.is_empty() {
+                "refused on every GPU node".to_string()
+            } else {
+                diagnosis.join("; ")
+            },
+        };
+    }
+    let aff =
+        gpu_guard::fleet::affinity::for_requirements(&subject.requirements, subject.has_scan());
+    let terms: Vec<NodeSelectorTerm> = aff
+        .terms
+        .iter()
+        .map(|t| {
+            let exprs = t
+                .match_expressions
+                .iter()
+                .map(|e| {
+                    expr(
+                        &e.key,
+                        e.operator,
+                        &e.values.iter().map(String::as_str).collect::<Vec<_>>(),
+                    )
+                })
+                .collect();
+            term(exprs)
+        })
+        .collect();
+    let reqs: Vec<String> = needs
+        .env
+        .iter()
+        .filter(|e| e.starts_with("NVIDIA_REQUIRE_") || e.starts_with("CUDA_VERSION="))
+        .map(|e| e.chars().take(120).collect())
+        .take(4)
+        .collect();
+    Placement::Terms {
+        terms,
+        summary: summary(needs, &reqs),
+        notes: aff.notes.clone(),
+    }
+}
