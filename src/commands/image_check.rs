@@ -35,7 +35,7 @@ use crate::image::scan::ImageScan;
 use crate::image::{Image, Limits, Options, Platform};
 use std::path::Path;
 
-fn usage(msg: impl std::fmt::Display) -> i32 {
+pub fn usage(msg: impl std::fmt::Display) -> i32 {
     eprintln!(
         "gpu-guard check: {}",
         crate::core::sanitize::one_line(&msg.to_string())
@@ -63,7 +63,7 @@ pub fn container_for(image_env: &[String], env: &[(String, String)]) -> Containe
     c
 }
 
-fn parse_env(args: &CheckArgs) -> Result<Vec<(String, String)>, String> {
+pub fn parse_env(args: &CheckArgs) -> Result<Vec<(String, String)>, String> {
     args.env
         .iter()
         .map(|raw| {
@@ -80,7 +80,7 @@ fn parse_env(args: &CheckArgs) -> Result<Vec<(String, String)>, String> {
 }
 
 /// The `image` object of the fleet JSON and a line for people.
-fn report(img: &Image, container: &Container, scan: Option<&ImageScan>) -> ImageReport {
+pub fn report(img: &Image, container: &Container, scan: Option<&ImageScan>) -> ImageReport {
     let info = img.info();
     let mut json = serde_json::Map::new();
     let digest = info
@@ -147,7 +147,7 @@ fn report(img: &Image, container: &Container, scan: Option<&ImageScan>) -> Image
 /// The image reader's budgets. TEST ONLY (feature test-hooks):
 /// GPU_GUARD_IMAGE_MAX_BYTES and GPU_GUARD_IMAGE_MAX_SECS lower them, so
 /// the hostile-input tests run in seconds.
-fn limits() -> Limits {
+pub fn limits() -> Limits {
     #[allow(unused_mut)]
     let mut l = Limits::default();
     #[cfg(feature = "test-hooks")]
@@ -202,15 +202,28 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
             Err(e) => return usage(e),
         }
     };
+    let image = report(&img, &container, scan.as_ref());
+    judge(&cfg, args, &container, scan, &image)
+}
+
+/// Judges an image already read (from a file here, or from a registry by
+/// gpu-guard-admission) on the hosts `args` names, prints, and returns the
+/// exit status.
+pub fn judge(
+    cfg: &Config,
+    args: &CheckArgs,
+    container: &Container,
+    scan: Option<ImageScan>,
+    image: &ImageReport,
+) -> i32 {
     let stage = match args.stage {
         CheckStage::Runtime => Stage::Edit,
         CheckStage::Prestart => Stage::Verify,
     };
-    let image = report(&img, &container, scan.as_ref());
     if fleet_report::wanted(args) {
         let code = scan.map(|s| (Some(s.scanned), Some(s.compat)));
         let code = code.unwrap_or((None, None));
-        return fleet_report::main_with(&cfg, &container, stage, args, code, Some(&image));
+        return fleet_report::main_with(cfg, container, stage, args, code, Some(image));
     }
     let host: HostReport = match args.host.first() {
         Some(p) => FactsFile(p.to_path_buf()).report(),
@@ -221,7 +234,7 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
         Some(s) => (Some(s.scanned), Some(s.compat)),
         None => (None, None),
     };
-    let d = decide_one(&container, &cfg, stage, (scanned, compat), &host, &notes);
+    let d = decide_one(container, cfg, stage, (scanned, compat), &host, &notes);
     if !args.json {
         println!("{}", image.line);
     }

@@ -9,6 +9,7 @@ pub mod hook;
 pub mod host;
 pub mod image_check;
 pub mod install;
+pub mod network;
 pub mod pipeline;
 pub mod runtime;
 pub mod runtime_exec;

@@ -4,6 +4,7 @@
 //! (`gpu-guard admission`) and the registry reads of `check --image docker://...`.
 
 pub mod affinity;
+pub mod check;
 pub mod judge;
 pub mod needs;
 pub mod placement;

@@ -31,6 +31,8 @@ struct Cli {
 enum Command {
     /// Serve the mutating admission webhook (POST /mutate, GET /healthz) over TLS
     Admission(AdmissionArgs),
+    /// `gpu-guard check --image docker://...`: judge a registry image
+    Check(gpu_guard::commands::cli::CheckArgs),
 }
 
 #[derive(Args)]
@@ -127,6 +129,7 @@ fn main() {
     let cli = Cli::parse();
     let code = match &cli.command {
         Command::Admission(a) => admission(cli.config.as_deref(), a),
+        Command::Check(a) => gpu_guard_admission::check::main(cli.config.as_deref(), a),
     };
     std::process::exit(code);
 }
