@@ -11,7 +11,7 @@ for tool in cargo-deb cargo-generate-rpm; do
     command -v "$tool" >/dev/null || { echo "build-packages: $tool is not installed (cargo install --locked $tool)" >&2; exit 1; }
 done
 
-cargo build --release --locked --bin gpu-guard --bin gpu-guard-admission
+cargo build --release --locked -p gpu-guard -p gpu-guard-admission
 mkdir -p target/man
 target/release/gpu-guard man > target/man/gpu-guard.1
 # -n: no name or timestamp in the header, so the package is reproducible.

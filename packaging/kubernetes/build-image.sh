@@ -42,7 +42,7 @@ fi
     { echo "build-image: needs a static /bin/busybox (apt-get install busybox-static)" >&2; exit 1; }
 /bin/busybox --list | grep -qx nsenter || { echo "build-image: this busybox has no nsenter applet" >&2; exit 1; }
 
-[ "${NO_BUILD:-0}" = 1 ] || cargo build --release --locked --bin gpu-guard --bin gpu-guard-admission >&2
+[ "${NO_BUILD:-0}" = 1 ] || cargo build --release --locked -p gpu-guard -p gpu-guard-admission >&2
 BIN=target/release/gpu-guard
 NET=target/release/gpu-guard-admission
 for b in "$BIN" "$NET"; do

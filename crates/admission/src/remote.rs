@@ -39,6 +39,8 @@ impl Access {
             plain_http: self.all_plain_http || self.plain_http.iter().any(|h| h == &r.registry),
             ca_files: self.ca_files.clone(),
             timeout,
+            // A stalled body must not outlive the deadline either.
+            call_timeout: timeout,
             ..ClientOptions::default()
         };
         gpu_guard_registry::client_for(r, opts, &self.cred_files)

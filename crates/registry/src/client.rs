@@ -40,6 +40,9 @@ pub struct Options {
     pub credential_source: Option<String>,
     /// Connect and response-header timeout; body reads are bounded by the caller's budget.
     pub timeout: Option<Duration>,
+    /// The most one request may take, body included (the webhook's deadline);
+    /// None for `check`, where a layer may take minutes.
+    pub call_timeout: Option<Duration>,
 }
 
 /// Requests sent, by kind, so tests and the benchmark can see what a read cost.
@@ -156,6 +159,7 @@ impl Client {
             .user_agent(concat!("gpu-guard/", env!("CARGO_PKG_VERSION")))
             .timeout_connect(options.timeout)
             .timeout_recv_response(options.timeout)
+            .timeout_global(options.call_timeout)
             .build()
             .new_agent();
         let scheme = if options.plain_http { "http" } else { "https" };
