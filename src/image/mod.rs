@@ -158,6 +158,8 @@ pub enum Format {
     DockerArchive,
     /// An OCI distribution registry (`docker://...`).
     Registry,
+    /// The docker daemon's image export (`docker-daemon:...`).
+    DockerDaemon,
 }
 
 /// What was read, for the report.
@@ -381,8 +383,11 @@ impl Image {
     /// registry's, see [`registry_source`]); `blobs` gives the config and
     /// layers. `by_platform`: the manifest was picked from an index for
     /// `opts.platform` (otherwise the config's platform must match it).
+    /// `format` is [`Format::Registry`] or [`Format::DockerDaemon`].
+    #[allow(clippy::too_many_arguments)]
     pub fn open_manifest(
         blobs: Box<dyn BlobSource>,
+        format: Format,
         shown: String,
         reference: Option<String>,
         manifest: &[u8],
@@ -402,7 +407,7 @@ impl Image {
         Image::from_manifest(
             Source::Remote(blobs),
             shown,
-            Format::Registry,
+            format,
             reference,
             m,
             d,

@@ -135,8 +135,8 @@ pub fn main(config: Option<&Path>, args: &CheckArgs) -> i32 {
         // A file: the same code as `gpu-guard check`.
         return gpu_guard::commands::check::main(config, args);
     }
-    if image.starts_with("docker-daemon:") {
-        return usage("docker-daemon: images are not supported yet; use `docker save NAME -o FILE.tar` and --image FILE.tar");
+    if let Some(name) = image.strip_prefix("docker-daemon:") {
+        return daemon_check(config, args, name);
     }
     let cfg = match gpu_guard::config::load(config) {
         Ok(c) => c,
@@ -223,5 +223,52 @@ pub fn main(config: Option<&Path>, args: &CheckArgs) -> i32 {
             Err(e) => return usage(format!("the attestation could not be pushed: {e}")),
         }
     }
+    image_check::judge(&cfg, args, &container, scan, &report)
+}
+
+/// `--image docker-daemon:NAME[:TAG]`.
+fn daemon_check(config: Option<&Path>, args: &CheckArgs, name: &str) -> i32 {
+    if args.attest || args.plain_http || args.registry_ca.is_some() {
+        return usage("--attest, --plain-http and --registry-ca are for docker:// images");
+    }
+    let cfg = match gpu_guard::config::load(config) {
+        Ok(c) => c,
+        Err(e) => return usage(e),
+    };
+    let env = match image_check::parse_env(args) {
+        Ok(e) => e,
+        Err(e) => return usage(e),
+    };
+    let platform = match gpu_guard::image::Platform::parse(
+        args.platform.as_deref().unwrap_or("linux/amd64"),
+    ) {
+        Ok(p) => p,
+        Err(e) => return usage(e),
+    };
+    let socket =
+        match gpu_guard_registry::daemon::socket_path(std::env::var("DOCKER_HOST").ok().as_deref())
+        {
+            Ok(s) => s,
+            Err(e) => return usage(e),
+        };
+    let opts = gpu_guard::image::Options {
+        platform,
+        reference: None,
+        limits: image_check::limits(),
+    };
+    let img = match crate::daemon_source::open(socket, name, &opts) {
+        Ok(i) => i,
+        Err(e) => return usage(e),
+    };
+    let container = image_check::container_for(&img.env(), &env);
+    let scan = if cfg.kernel_image.severity == KernelImageSeverity::Off {
+        None
+    } else {
+        match gpu_guard::image::scan::scan(&img, &cfg.kernel_image) {
+            Ok(s) => Some(s),
+            Err(e) => return usage(e),
+        }
+    };
+    let report = image_check::report(&img, &container, scan.as_ref());
     image_check::judge(&cfg, args, &container, scan, &report)
 }

@@ -5,6 +5,7 @@
 
 pub mod affinity;
 pub mod check;
+pub mod daemon_source;
 pub mod judge;
 pub mod needs;
 pub mod placement;

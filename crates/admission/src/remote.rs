@@ -105,6 +105,7 @@ pub fn open_image(
     let by_platform = res.top_digest != res.manifest.digest;
     Image::open_manifest(
         Box::new(blobs),
+        gpu_guard::image::Format::Registry,
         format!("docker://{r}"),
         Some(r.to_string()),
         &res.manifest.bytes,
