@@ -458,3 +458,91 @@ fn base64_encode(b: &[u8]) -> String {
     }
     out
 }
+
+/// The webhook's terms, on every labelled node of `--nodes`, admit exactly
+/// the nodes `check --nodes` allows (nodes without GFD driver labels cannot
+/// be placed by labels and are left out), for the official CUDA images'
+/// requirements. Needs the exact label terms of issue 21 A4
+/// (`fleet::affinity`), which land with the fleet work.
+#[test]
+#[ignore = "waits for the exact label-only affinity of issue 21 A4 (fleet work on main)"]
+fn webhook_terms_admit_exactly_what_check_nodes_allows() {
+    let Some(reg) = Registry::start(false, false) else {
+        return;
+    };
+    let dir = support::tempdir("exact");
+    let cfg = config(&dir);
+    let nodes_file = data("nodes/fleet.json");
+    let nodes: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&nodes_file).unwrap()).unwrap();
+    let mut c: gpu_guard::core::policy::Config = gpu_guard::config::load(Some(&cfg)).unwrap();
+    c.admission.plain_http_registries = vec![reg.host.clone()];
+    let j = gpu_guard_admission::webhook::RegistryJudge::new(c).unwrap();
+    use gpu_guard_admission::judge::ImageJudge;
+    for (i, name) in [
+        "cuda-11.8.0-base-ubuntu2204",
+        "cuda-12.2.2-base-ubuntu2204",
+        "cuda-12.4.1-base-ubuntu2204",
+        "cuda-12.8.0-base-ubuntu2404",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let layout = dir.join(name);
+        let env = env_of(name);
+        let env: Vec<&str> = env.iter().map(String::as_str).collect();
+        support::oci_layout(&layout, &env, &[support::layer(&[("etc/x", b"y")])]);
+        reg.push(&layout, "official/cuda", &format!("t{i}"));
+        let o = check(
+            &cfg,
+            &[
+                "--image",
+                layout.to_str().unwrap(),
+                "--nodes",
+                nodes_file.to_str().unwrap(),
+                "--json",
+            ],
+            &[],
+        );
+        let v = decision(&o);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let (_, res) = j
+            .resolve(&format!("{}/official/cuda:t{i}", reg.host), deadline)
+            .unwrap();
+        let terms = match j.judge(res, deadline).unwrap() {
+            gpu_guard_admission::judge::Placement::Terms { terms, .. } => {
+                serde_json::to_value(terms).unwrap()
+            }
+            other => panic!("{name}: {other:?}"),
+        };
+        assert!(
+            k8s_rules::validate(&terms).is_empty(),
+            "{name}: {:?}",
+            k8s_rules::validate(&terms)
+        );
+        for n in nodes["items"].as_array().unwrap() {
+            let node = n["metadata"]["name"].as_str().unwrap();
+            let labels: k8s_rules::Labels = n["metadata"]["labels"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
+                .collect();
+            if !labels.contains_key("nvidia.com/cuda.driver-version.major") {
+                continue;
+            }
+            let allowed = v["results"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["host"] == node)
+                .map(|r| r["decision"]["verdict"] == "allow")
+                .unwrap();
+            assert_eq!(
+                k8s_rules::admits(&terms, node, &labels),
+                allowed,
+                "{name} on {node}: terms {terms}"
+            );
+        }
+    }
+}
