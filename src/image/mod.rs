@@ -204,7 +204,7 @@ pub struct ReadStats {
 // fields). Own types rather than oci-spec's, so a bad digest gets our
 // error, naming the referrer, before it becomes a path.
 #[derive(Deserialize)]
-struct Manifestish {
+pub(crate) struct Manifestish {
     #[serde(default)]
     manifests: Option<Vec<Desc>>,
     #[serde(default)]
@@ -268,7 +268,10 @@ struct DockerManifest {
     layers: Vec<String>,
 }
 
-fn parse_json<T: for<'de> Deserialize<'de>>(what: &str, b: &[u8]) -> Result<T, ImageError> {
+pub(crate) fn parse_json<T: for<'de> Deserialize<'de>>(
+    what: &str,
+    b: &[u8],
+) -> Result<T, ImageError> {
     serde_json::from_slice(b).map_err(|e| ImageError::BadJson {
         what: what.to_string(),
         msg: e.to_string(),
@@ -379,46 +382,9 @@ impl Image {
         )
     }
 
-    /// An image whose manifest was fetched and verified by the caller (a
-    /// registry's, see [`registry_source`]); `blobs` gives the config and
-    /// layers. `by_platform`: the manifest was picked from an index for
-    /// `opts.platform` (otherwise the config's platform must match it).
-    /// `format` is [`Format::Registry`] or [`Format::DockerDaemon`].
-    #[allow(clippy::too_many_arguments)]
-    pub fn open_manifest(
-        blobs: Box<dyn BlobSource>,
-        format: Format,
-        shown: String,
-        reference: Option<String>,
-        manifest: &[u8],
-        manifest_digest: &str,
-        by_platform: bool,
-        opts: &Options,
-    ) -> Result<Image, ImageError> {
-        let d = Digest::parse(manifest_digest, "manifest")?;
-        digest::check("manifest", &d, &Digest::of_bytes(manifest))?;
-        let m: Manifestish = parse_json(&format!("manifest {d}"), manifest)?;
-        if m.manifests.is_some() && m.config.is_none() {
-            return Err(ImageError::BadJson {
-                what: format!("manifest {d}"),
-                msg: "an index, not an image manifest".to_string(),
-            });
-        }
-        Image::from_manifest(
-            Source::Remote(blobs),
-            shown,
-            format,
-            reference,
-            m,
-            d,
-            opts,
-            by_platform,
-        )
-    }
-
     /// The config and layers of a chosen image manifest.
     #[allow(clippy::too_many_arguments)]
-    fn from_manifest(
+    pub(crate) fn from_manifest(
         source: Source,
         shown: String,
         format: Format,

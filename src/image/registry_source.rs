@@ -6,7 +6,9 @@
 //! The HTTP side lives outside this crate (crates/registry), so the hook
 //! and the runtime wrapper never link it.
 
-use super::digest::Digest;
+use super::digest::{self, Digest};
+use super::source::Source;
+use super::{parse_json, Format, Image, ImageError, Manifestish, Options};
 use std::io::{self, Read};
 
 /// Blobs addressed by digest.
@@ -16,4 +18,43 @@ pub trait BlobSource: Send + Sync {
     fn open_blob(&self, digest: &Digest) -> io::Result<Box<dyn Read + Send>>;
     /// Where the blobs come from, for messages (`registry HOST/REPO`).
     fn describe(&self) -> String;
+}
+
+impl Image {
+    /// An image whose manifest was fetched and verified by the caller (a
+    /// registry's, see [`registry_source`]); `blobs` gives the config and
+    /// layers. `by_platform`: the manifest was picked from an index for
+    /// `opts.platform` (otherwise the config's platform must match it).
+    /// `format` is [`Format::Registry`] or [`Format::DockerDaemon`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn open_manifest(
+        blobs: Box<dyn BlobSource>,
+        format: Format,
+        shown: String,
+        reference: Option<String>,
+        manifest: &[u8],
+        manifest_digest: &str,
+        by_platform: bool,
+        opts: &Options,
+    ) -> Result<Image, ImageError> {
+        let d = Digest::parse(manifest_digest, "manifest")?;
+        digest::check("manifest", &d, &Digest::of_bytes(manifest))?;
+        let m: Manifestish = parse_json(&format!("manifest {d}"), manifest)?;
+        if m.manifests.is_some() && m.config.is_none() {
+            return Err(ImageError::BadJson {
+                what: format!("manifest {d}"),
+                msg: "an index, not an image manifest".to_string(),
+            });
+        }
+        Image::from_manifest(
+            Source::Remote(blobs),
+            shown,
+            format,
+            reference,
+            m,
+            d,
+            opts,
+            by_platform,
+        )
+    }
 }

@@ -142,6 +142,11 @@ pub fn main(config: Option<&Path>, args: &CheckArgs) -> i32 {
         Ok(c) => c,
         Err(e) => return usage(e),
     };
+    registry_check(&cfg, args, &image)
+}
+
+/// `--image docker://...`.
+fn registry_check(cfg: &Config, args: &CheckArgs, image: &str) -> i32 {
     let platform = args
         .platform
         .clone()
@@ -160,7 +165,7 @@ pub fn main(config: Option<&Path>, args: &CheckArgs) -> i32 {
         ca_files: args.registry_ca.iter().cloned().collect(),
         cred_files: gpu_guard_registry::credentials::default_files(&|k| std::env::var(k).ok()),
     };
-    let r = match Reference::parse(&image) {
+    let r = match Reference::parse(image) {
         Ok(r) => r,
         Err(e) => return usage(e),
     };
@@ -180,13 +185,13 @@ pub fn main(config: Option<&Path>, args: &CheckArgs) -> i32 {
                 let report = report_from_needs(&r, &n, &origin, &container);
                 let scan = (cfg.kernel_image.severity != KernelImageSeverity::Off)
                     .then(|| scan_from_needs(&n));
-                return image_check::judge(&cfg, args, &container, scan, &report);
+                return image_check::judge(cfg, args, &container, scan, &report);
             }
             Ok(None) => {}
             Err(e) => return usage(e),
         }
     }
-    let (needs, report, scan, container) = match read_layers(&cfg, args, &c, &r, &res, &platform) {
+    let (needs, report, scan, container) = match read_layers(cfg, args, &c, &r, &res, &platform) {
         Ok(x) => x,
         Err(e) => return usage(e),
     };
@@ -223,7 +228,7 @@ pub fn main(config: Option<&Path>, args: &CheckArgs) -> i32 {
             Err(e) => return usage(format!("the attestation could not be pushed: {e}")),
         }
     }
-    image_check::judge(&cfg, args, &container, scan, &report)
+    image_check::judge(cfg, args, &container, scan, &report)
 }
 
 /// `--image docker-daemon:NAME[:TAG]`.

@@ -347,6 +347,47 @@ struct Entry {
     layers: Vec<String>,
 }
 
+/// The image config (from the first stream), its digest, and its diff_ids
+/// (one per layer of the manifest entry).
+fn read_config(l: &Listing, e: &Entry) -> Result<(Vec<u8>, String, Vec<String>), String> {
+    let cpath = resolve(l, &e.config).ok_or_else(|| format!("no config {}", e.config))?;
+    let config = l
+        .small
+        .get(&cpath)
+        .ok_or_else(|| format!("the config {cpath} is too large"))?
+        .clone();
+    let cdigest = sha256_digest(&config);
+    // Legacy names the config <hex>.json; OCI blobs/sha256/<hex>: the name is its digest.
+    let named = cpath
+        .trim_end_matches(".json")
+        .rsplit('/')
+        .next()
+        .unwrap_or("")
+        .to_string();
+    if named.len() == 64 && format!("sha256:{named}") != cdigest {
+        return Err(format!(
+            "config digest mismatch: named sha256:{named}, got {cdigest}"
+        ));
+    }
+    #[derive(serde::Deserialize)]
+    struct Cfg {
+        rootfs: Rootfs,
+    }
+    #[derive(serde::Deserialize)]
+    struct Rootfs {
+        diff_ids: Vec<String>,
+    }
+    let c: Cfg = serde_json::from_slice(&config).map_err(|e| format!("config: {e}"))?;
+    if c.rootfs.diff_ids.len() != e.layers.len() {
+        return Err(format!(
+            "{} diff_ids for {} layers",
+            c.rootfs.diff_ids.len(),
+            e.layers.len()
+        ));
+    }
+    Ok((config, cdigest, c.rootfs.diff_ids))
+}
+
 /// Opens `docker-daemon:NAME[:TAG]` from the daemon at `socket`.
 pub fn open(socket: PathBuf, name: &str, opts: &Options) -> Result<Image, String> {
     let mut shared = Shared {
@@ -380,44 +421,10 @@ pub fn open(socket: PathBuf, name: &str, opts: &Options) -> Result<Image, String
                 ))
             })?,
     };
-    let cpath = resolve(&l, &e.config).ok_or_else(|| err(format!("no config {}", e.config)))?;
-    let config = l
-        .small
-        .get(&cpath)
-        .ok_or_else(|| err(format!("the config {cpath} is too large")))?
-        .clone();
-    let cdigest = sha256_digest(&config);
-    // Legacy names the config <hex>.json; OCI blobs/sha256/<hex>: the name is its digest.
-    let named = cpath
-        .trim_end_matches(".json")
-        .rsplit('/')
-        .next()
-        .unwrap_or("")
-        .to_string();
-    if named.len() == 64 && format!("sha256:{named}") != cdigest {
-        return Err(err(format!(
-            "config digest mismatch: named sha256:{named}, got {cdigest}"
-        )));
-    }
-    #[derive(serde::Deserialize)]
-    struct Cfg {
-        rootfs: Rootfs,
-    }
-    #[derive(serde::Deserialize)]
-    struct Rootfs {
-        diff_ids: Vec<String>,
-    }
-    let c: Cfg = serde_json::from_slice(&config).map_err(|e| err(format!("config: {e}")))?;
-    if c.rootfs.diff_ids.len() != e.layers.len() {
-        return Err(err(format!(
-            "{} diff_ids for {} layers",
-            c.rootfs.diff_ids.len(),
-            e.layers.len()
-        )));
-    }
+    let (config, cdigest, diff_ids) = read_config(&l, e).map_err(&err)?;
     let mut layers = HashMap::new();
     let mut descs = Vec::new();
-    for (p, d) in e.layers.iter().zip(&c.rootfs.diff_ids) {
+    for (p, d) in e.layers.iter().zip(&diff_ids) {
         let real = resolve(&l, p).ok_or_else(|| err(format!("no layer {p}")))?;
         let size = l.sizes.get(&real).copied().unwrap_or(0);
         descs.push(serde_json::json!({"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": d, "size": size}));
