@@ -4,8 +4,14 @@
 //! the pod's own required node affinity ([`crate::affinity`]) and adds the
 //! `gpu-guard.io/needs` annotation. The patch touches nothing else.
 //! Style after kube-rs `examples/admission_controller.rs` and linkerd2
-//! `policy-controller/src/admission.rs` (a typed review in, a typed
-//! response out; an unreadable request answered as invalid).
+//! `policy-controller/src/admission.rs`: the review parsed as kube-core's
+//! `AdmissionReview<DynamicObject>`, `try_into` the request, the response
+//! built `from(&req)` and then denied or patched. One deliberate
+//! difference: both answer an unparsable body with HTTP 200 and an invalid
+//! (not allowed) response, which makes the API server refuse the object;
+//! here it is HTTP 400, a failed call, which the webhook's
+//! `failurePolicy: Ignore` turns into "admitted unchanged" (a broken caller
+//! never blocks pods; the node's check still decides).
 
 use crate::affinity;
 use crate::judge::{self, Cache, ImageJudge, Placement};
