@@ -35,8 +35,11 @@ try:
     oci_layout(f"{t}/layout", env, lib, 8)
     subprocess.run(["skopeo", "copy", "--quiet", "--dest-tls-verify=false", f"oci:{t}/layout",
                     f"docker://{host}/bench/cuda:v1"], check=True)
-    with open(f"{t}/config.toml", "a") as f:
-        f.write(f'\n[admission]\nplain_http_registries = ["{host}"]\n')
+    cfg = open(f"{t}/config.toml").read()
+    if "\nplain_http_registries = []\n" not in cfg:
+        sys.exit("bench-admission: the shipped config has no plain_http_registries line")
+    with open(f"{t}/config.toml", "w") as f:
+        f.write(cfg.replace("\nplain_http_registries = []\n", f'\nplain_http_registries = ["{host}"]\n'))
     port = free_port()
     hook = subprocess.Popen([gg, "--config", f"{t}/config.toml", "admission", "--listen", f"127.0.0.1:{port}",
                              "--tls-cert", f"{t}/tls.pem", "--tls-key", f"{t}/tls.key"],
