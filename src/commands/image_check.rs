@@ -27,7 +27,7 @@ use crate::core::container::Container;
 use crate::core::decision::{Check, Finding};
 use crate::core::facts::{HostReport, HostSource};
 use crate::core::kernel_image::escape;
-use crate::core::policy::{Config, KernelImageSeverity};
+use crate::core::policy::{Config, Enforcement};
 use crate::core::security::Stage;
 use crate::fleet::Subject;
 use crate::host::facts_file::FactsFile;
@@ -194,7 +194,7 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
         Err(e) => return usage(e),
     };
     let container = container_for(&img.env(), &env);
-    let scan = if cfg.kernel_image.severity == KernelImageSeverity::Off {
+    let scan = if cfg.kernel_image.severity == Enforcement::Off {
         None
     } else {
         match crate::image::scan::scan(&img, &cfg.kernel_image) {

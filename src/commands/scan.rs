@@ -5,7 +5,7 @@ use crate::commands::cli::ScanArgs;
 use crate::core::arch::{self, Kind};
 use crate::core::decision::{Finding, Severity};
 use crate::core::facts::HostFacts;
-use crate::core::policy::{KernelImageConfig, KernelImageSeverity};
+use crate::core::policy::{Enforcement, KernelImageConfig};
 use crate::core::version::Version;
 use crate::scan::fatbin::{self, Budget, Entry, FatbinError};
 use crate::scan::read::{self, SizedFile};
@@ -125,8 +125,8 @@ fn rootfs_inputs(
         .ok_or("scan --rootfs needs --host FILE")?;
     let facts = crate::host::facts_file::read_facts_file(host).map_err(|e| e.to_string())?;
     let mut ki = cfg.kernel_image.clone();
-    if ki.severity == KernelImageSeverity::Off {
-        ki.severity = KernelImageSeverity::Warn;
+    if ki.severity == Enforcement::Off {
+        ki.severity = Enforcement::Warn;
     }
     Ok((ki, facts))
 }

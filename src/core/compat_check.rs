@@ -36,12 +36,12 @@
 //! libraries and every one runs on every visible GPU as SASS.
 
 use crate::core::arch::Cc;
-use crate::core::compat::{self, CompatScan, Incompatibility, Verdict as GpuVerdict};
+use crate::core::compat::{self, CompatScan, CompatVerdict, Incompatibility};
 use crate::core::cuda_tables;
 use crate::core::decision::{Check, Finding, Severity};
 use crate::core::facts::Gpu;
-use crate::core::kernel_image::{self, Scanned, Verdict as KiVerdict};
-use crate::core::policy::{CompatConfig, MissingLibrary};
+use crate::core::kernel_image::{self, CodeFit, Scanned};
+use crate::core::policy::{CompatConfig, Enforcement};
 use crate::core::requirement::MinorVersion;
 use crate::core::sanitize::esc;
 use crate::core::version::Version;
@@ -179,12 +179,12 @@ fn gpu_finding(
     need: &FwdNeed,
     host: &FwdHost,
     note: &compat::CompatNote,
-    v: GpuVerdict,
+    v: CompatVerdict,
 ) -> Option<Finding> {
     let cuda = need.cuda();
     Some(match v {
-        GpuVerdict::Works { message } => Finding::info(Check::Compat, message),
-        GpuVerdict::Incompatible {
+        CompatVerdict::Works { message } => Finding::info(Check::Compat, message),
+        CompatVerdict::Incompatible {
             reason: reason @ Incompatibility::BrandNotListed { .. },
             message,
         } => Finding::error(
@@ -195,7 +195,7 @@ fn gpu_finding(
             "install {}, or run it on a data-center GPU (forward compatibility needs a data-center GPU)",
             native_fix(cuda)
         )),
-        GpuVerdict::Incompatible {
+        CompatVerdict::Incompatible {
             reason: Incompatibility::BranchNotListed { branch },
             message,
         } => {
@@ -228,11 +228,11 @@ fn gpu_finding(
                 )),
             }
         }
-        GpuVerdict::NotApplicable { message } => {
+        CompatVerdict::NotApplicable { message } => {
             need.only_via_fwd.as_ref()?;
             Finding::info(Check::Compat, message)
         }
-        GpuVerdict::NoDriverList { message } | GpuVerdict::UnknownBrand { message } => {
+        CompatVerdict::NoDriverList { message } | CompatVerdict::UnknownBrand { message } => {
             Finding::warning(Check::Compat, message)
         }
     })
@@ -300,7 +300,7 @@ fn missing_library(
         compat::COMPAT_DIR,
         host_cuda_text(host),
     );
-    let refuse = major_gap || cfg.missing_library == MissingLibrary::Refuse;
+    let refuse = major_gap || cfg.missing_library == Enforcement::Refuse;
     let f = if refuse {
         Finding::error(Check::Compat, message)
     } else {
@@ -481,8 +481,8 @@ pub fn sass_only(
                 ));
             };
             match kernel_image::judge(images, cc, driver_cuda) {
-                KiVerdict::Native(_) => {}
-                KiVerdict::Jit { ptx, isa } => {
+                CodeFit::Native(_) => {}
+                CodeFit::Jit { ptx, isa } => {
                     return Err(format!(
                         "{path} has no machine code for GPU {} (compute capability {cc}) and needs the driver to JIT-compile PTX {}{}",
                         g.index,
@@ -490,7 +490,7 @@ pub fn sass_only(
                         isa.map(|(a, b)| format!(" (PTX ISA {a}.{b})")).unwrap_or_default()
                     ))
                 }
-                KiVerdict::NoImage {
+                CodeFit::NoImage {
                     blocked: Some((arch, (a, b))),
                 } => {
                     return Err(format!(
@@ -499,7 +499,7 @@ pub fn sass_only(
                         arch.ptx_name()
                     ))
                 }
-                KiVerdict::NoImage { blocked: None } => {
+                CodeFit::NoImage { blocked: None } => {
                     return Err(format!(
                         "{path} has no code for GPU {} (compute capability {cc})",
                         g.index

@@ -8,7 +8,7 @@ use crate::core::arch::{
 };
 use crate::core::decision::{Check, Finding, Severity};
 use crate::core::facts::Gpu;
-use crate::core::policy::{KernelImageSeverity, OnIncomplete};
+use crate::core::policy::Enforcement;
 use crate::core::version::Version;
 use serde::{Deserialize, Serialize};
 
@@ -57,14 +57,14 @@ pub struct Scanned {
     pub bytes_read: u64,
     /// `kernel_image.on_incomplete` of the config the scan ran under, so
     /// whoever judges this scan applies the same policy to what it left.
-    pub on_incomplete: OnIncomplete,
+    pub on_incomplete: Enforcement,
     /// The rootfs could not be opened at all.
     pub rootfs_error: Option<String>,
 }
 
 /// How a library's code runs on one device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub enum CodeFit {
     /// Machine code for the device (the best such `sm_XY`).
     Native(Arch),
     /// Only PTX fits: the driver JIT-compiles it at first start.
@@ -77,14 +77,14 @@ pub enum Verdict {
 
 /// Picks code for a device of capability `cc` from `images`, with the host
 /// driver's CUDA version `driver` (`None`: unknown, PTX assumed loadable).
-pub fn judge(images: &[Image], cc: Cc, driver: Option<(u64, u64)>) -> Verdict {
+pub fn judge(images: &[Image], cc: Cc, driver: Option<(u64, u64)>) -> CodeFit {
     let best_sass = images
         .iter()
         .filter(|i| i.kind == Kind::Sass && sass_runs_on(i.arch, cc))
         .map(|i| i.arch)
         .max();
     if let Some(a) = best_sass {
-        return Verdict::Native(a);
+        return CodeFit::Native(a);
     }
     let mut best_jit: Option<(Arch, Option<(u16, u16)>)> = None;
     let mut blocked: Option<(Arch, (u16, u16))> = None;
@@ -116,8 +116,8 @@ pub fn judge(images: &[Image], cc: Cc, driver: Option<(u64, u64)>) -> Verdict {
         }
     }
     match best_jit {
-        Some((ptx, isa)) => Verdict::Jit { ptx, isa },
-        None => Verdict::NoImage { blocked },
+        Some((ptx, isa)) => CodeFit::Jit { ptx, isa },
+        None => CodeFit::NoImage { blocked },
     }
 }
 
@@ -268,10 +268,10 @@ fn fix_for_no_image(path: &str, cc: Cc, blocked: Option<(Arch, (u16, u16))>) -> 
     )
 }
 
-fn severity_for_no_image(severity: KernelImageSeverity) -> Severity {
+fn severity_for_no_image(severity: Enforcement) -> Severity {
     match severity {
-        KernelImageSeverity::Enforce => Severity::Error,
-        KernelImageSeverity::Warn | KernelImageSeverity::Off => Severity::Warning,
+        Enforcement::Refuse => Severity::Error,
+        Enforcement::Warn | Enforcement::Off => Severity::Warning,
     }
 }
 
@@ -281,7 +281,7 @@ fn severity_for_no_image(severity: KernelImageSeverity) -> Severity {
 struct Judging<'a> {
     groups: Vec<GpuGroup<'a>>,
     driver: Option<(u64, u64)>,
-    severity: KernelImageSeverity,
+    severity: Enforcement,
 }
 
 /// The `kernel-image` findings of `scanned` on one host: on the GPUs the
@@ -293,11 +293,11 @@ pub fn assess_on_host(
     scanned: &Scanned,
     request: &crate::core::detect::Request,
     facts: &crate::core::facts::HostFacts,
-    severity: KernelImageSeverity,
+    severity: Enforcement,
 ) -> Vec<Finding> {
     let (idx, _) = crate::core::detect::resolve(request, facts);
     let gpus: Vec<Gpu> = idx.iter().map(|i| facts.gpus[*i].clone()).collect();
-    if severity == KernelImageSeverity::Off || gpus.is_empty() {
+    if severity == Enforcement::Off || gpus.is_empty() {
         return Vec::new();
     }
     let cuda = facts
@@ -313,10 +313,10 @@ pub fn assess(
     scanned: &Scanned,
     gpus: &[Gpu],
     cuda_driver_version: Option<&Version>,
-    severity: KernelImageSeverity,
+    severity: Enforcement,
 ) -> Vec<Finding> {
     let mut out = Vec::new();
-    if severity == KernelImageSeverity::Off || gpus.is_empty() {
+    if severity == Enforcement::Off || gpus.is_empty() {
         return out;
     }
     if let Some(e) = &scanned.rootfs_error {
@@ -395,9 +395,9 @@ fn library_findings(lib: &Library, judging: &Judging) -> Vec<Finding> {
             cc,
         };
         match judge(images, cc, judging.driver) {
-            Verdict::Native(_) => {}
-            Verdict::Jit { ptx, isa } => out.push(jit_finding(&case, ptx, isa)),
-            Verdict::NoImage { blocked } => out.push(no_image_finding(&case, blocked, judging)),
+            CodeFit::Native(_) => {}
+            CodeFit::Jit { ptx, isa } => out.push(jit_finding(&case, ptx, isa)),
+            CodeFit::NoImage { blocked } => out.push(no_image_finding(&case, blocked, judging)),
         }
     }
     out
@@ -430,7 +430,7 @@ struct LibOnGroup<'a> {
     cc: Cc,
 }
 
-/// The warning for [`Verdict::Jit`]: the library runs, but only after the
+/// The warning for [`CodeFit::Jit`]: the library runs, but only after the
 /// driver JIT-compiles its PTX. One helper per verdict kind.
 fn jit_finding(case: &LibOnGroup, ptx: Arch, isa: Option<(u16, u16)>) -> Finding {
     let LibOnGroup {
@@ -458,7 +458,7 @@ fn jit_finding(case: &LibOnGroup, ptx: Arch, isa: Option<(u16, u16)>) -> Finding
     ))
 }
 
-/// The finding for [`Verdict::NoImage`]: nothing in the library runs on the
+/// The finding for [`CodeFit::NoImage`]: nothing in the library runs on the
 /// group, at the configured severity. One helper per verdict kind.
 fn no_image_finding(
     case: &LibOnGroup,
@@ -495,7 +495,7 @@ fn no_image_finding(
 /// about any library or GPU. A warning, unless `on_incomplete = "refuse"`
 /// under `severity = "enforce"`: then an error, as a library without code
 /// for a visible GPU is, since an unjudged library may be one.
-fn incomplete_finding(reason: &str, scanned: &Scanned, severity: KernelImageSeverity) -> Finding {
+fn incomplete_finding(reason: &str, scanned: &Scanned, severity: Enforcement) -> Finding {
     let listed = &scanned.not_scanned;
     let total = scanned.not_scanned_total.max(listed.len());
     let mut names: Vec<String> = listed
@@ -511,8 +511,7 @@ fn incomplete_finding(reason: &str, scanned: &Scanned, severity: KernelImageSeve
         0 => String::new(),
         _ => format!(": {}", names.join(", ")),
     };
-    let refuse =
-        scanned.on_incomplete == OnIncomplete::Refuse && severity == KernelImageSeverity::Enforce;
+    let refuse = scanned.on_incomplete == Enforcement::Refuse && severity == Enforcement::Refuse;
     let (level, fix) = if refuse {
         (
             Severity::Error,
@@ -577,31 +576,31 @@ mod tests {
     #[test]
     fn judge_table() {
         let torch_like = [sass(80, P), sass(86, P), sass(90, P), ptx(90, (8, 4))];
-        type Case = (Vec<Image>, &'static str, Option<(u64, u64)>, Verdict);
+        type Case = (Vec<Image>, &'static str, Option<(u64, u64)>, CodeFit);
         let cases: Vec<Case> = vec![
             (
                 torch_like.to_vec(),
                 "8.0",
                 Some((12, 4)),
-                Verdict::Native(Arch::new(80, P)),
+                CodeFit::Native(Arch::new(80, P)),
             ),
             (
                 torch_like.to_vec(),
                 "8.9",
                 Some((12, 4)),
-                Verdict::Native(Arch::new(86, P)),
+                CodeFit::Native(Arch::new(86, P)),
             ),
             (
                 torch_like.to_vec(),
                 "9.0",
                 None,
-                Verdict::Native(Arch::new(90, P)),
+                CodeFit::Native(Arch::new(90, P)),
             ),
             (
                 torch_like.to_vec(),
                 "10.0",
                 Some((12, 8)),
-                Verdict::Jit {
+                CodeFit::Jit {
                     ptx: Arch::new(90, P),
                     isa: Some((8, 4)),
                 },
@@ -611,7 +610,7 @@ mod tests {
                 torch_like.to_vec(),
                 "10.0",
                 Some((12, 2)),
-                Verdict::NoImage {
+                CodeFit::NoImage {
                     blocked: Some((Arch::new(90, P), (8, 4))),
                 },
             ),
@@ -619,51 +618,51 @@ mod tests {
                 torch_like.to_vec(),
                 "7.5",
                 Some((12, 4)),
-                Verdict::NoImage { blocked: None },
+                CodeFit::NoImage { blocked: None },
             ),
             (
                 torch_like.to_vec(),
                 "3.7",
                 Some((11, 4)),
-                Verdict::NoImage { blocked: None },
+                CodeFit::NoImage { blocked: None },
             ),
             // Arch-specific only: H100 yes, B200 and A100 no.
             (
                 vec![sass(90, A)],
                 "9.0",
                 None,
-                Verdict::Native(Arch::new(90, A)),
+                CodeFit::Native(Arch::new(90, A)),
             ),
             (
                 vec![sass(90, A)],
                 "10.0",
                 None,
-                Verdict::NoImage { blocked: None },
+                CodeFit::NoImage { blocked: None },
             ),
             // Family: sm_100f on B300 (10.3), not on RTX 50 (12.0).
             (
                 vec![sass(100, F)],
                 "10.3",
                 None,
-                Verdict::Native(Arch::new(100, F)),
+                CodeFit::Native(Arch::new(100, F)),
             ),
             (
                 vec![sass(100, F)],
                 "12.0",
                 None,
-                Verdict::NoImage { blocked: None },
+                CodeFit::NoImage { blocked: None },
             ),
             // Unknown driver: PTX assumed loadable.
             (
                 vec![ptx(75, (9, 5))],
                 "8.0",
                 None,
-                Verdict::Jit {
+                CodeFit::Jit {
                     ptx: Arch::new(75, P),
                     isa: Some((9, 5)),
                 },
             ),
-            (vec![], "8.0", None, Verdict::NoImage { blocked: None }),
+            (vec![], "8.0", None, CodeFit::NoImage { blocked: None }),
         ];
         for (images, dev, drv, want) in cases {
             assert_eq!(
@@ -705,7 +704,7 @@ mod tests {
             gpu(4, "mystery", None),
         ];
         let v = Version::parse("12.8").unwrap();
-        let f = assess(&scanned, &gpus, Some(&v), KernelImageSeverity::Enforce);
+        let f = assess(&scanned, &gpus, Some(&v), Enforcement::Refuse);
         let msgs: Vec<&str> = f.iter().map(|f| f.message.as_str()).collect();
         assert_eq!(f.len(), 4, "{msgs:#?}");
         // Unknown CC.
@@ -738,10 +737,10 @@ mod tests {
         assert!(!f[3].message.contains('\n'));
 
         // warn severity downgrades the error; off yields nothing.
-        let w = assess(&scanned, &gpus, Some(&v), KernelImageSeverity::Warn);
+        let w = assess(&scanned, &gpus, Some(&v), Enforcement::Warn);
         assert!(w.iter().all(|f| f.severity == Severity::Warning));
-        assert!(assess(&scanned, &gpus, Some(&v), KernelImageSeverity::Off).is_empty());
-        assert!(assess(&scanned, &[], Some(&v), KernelImageSeverity::Enforce).is_empty());
+        assert!(assess(&scanned, &gpus, Some(&v), Enforcement::Off).is_empty());
+        assert!(assess(&scanned, &[], Some(&v), Enforcement::Refuse).is_empty());
     }
 
     #[test]
@@ -778,7 +777,7 @@ mod tests {
             not_scanned: vec!["usr/lib/a.so".into(), "usr/lib/b.so".into()],
             ..Default::default()
         };
-        let f = assess(&s, &gpus, None, KernelImageSeverity::Enforce);
+        let f = assess(&s, &gpus, None, Enforcement::Refuse);
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].severity, Severity::Warning);
         assert!(f[0].message.contains("2 matched libraries not checked"));
@@ -791,9 +790,9 @@ mod tests {
         );
         // on_incomplete = "refuse": an error under enforce, a warning under warn.
         let mut r = s.clone();
-        r.on_incomplete = OnIncomplete::Refuse;
+        r.on_incomplete = Enforcement::Refuse;
         r.not_scanned_total = 12;
-        let f = assess(&r, &gpus, None, KernelImageSeverity::Enforce);
+        let f = assess(&r, &gpus, None, Enforcement::Refuse);
         assert_eq!(f[0].severity, Severity::Error);
         assert!(
             f[0].message
@@ -802,13 +801,13 @@ mod tests {
             f[0].message
         );
         assert!(f[0].fix.as_deref().unwrap().contains("refuse"));
-        let f = assess(&r, &gpus, None, KernelImageSeverity::Warn);
+        let f = assess(&r, &gpus, None, Enforcement::Warn);
         assert_eq!(f[0].severity, Severity::Warning);
         let s = Scanned {
             rootfs_error: Some("cannot open the container rootfs /x: No such file".into()),
             ..Default::default()
         };
-        let f = assess(&s, &gpus, None, KernelImageSeverity::Enforce);
+        let f = assess(&s, &gpus, None, Enforcement::Refuse);
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].severity, Severity::Warning);
     }

@@ -16,6 +16,7 @@ pub mod diagnosis;
 pub mod facts;
 pub mod kernel_image;
 pub mod policy;
+pub mod policy_check;
 pub mod profiles;
 pub mod report;
 pub mod requirement;

@@ -1,6 +1,7 @@
 //! The host policy: gpu-guard's configuration as values. Reading the file
-//! is [`crate::config`]'s job; this module only holds the types, their
-//! defaults and the checks that need no I/O.
+//! is [`crate::config`]'s job; this module only holds the types and their
+//! defaults ([`crate::core::policy_check`] holds the checks serde cannot
+//! make).
 //!
 //! `Config::default()` equals the shipped `config/config.toml` (a test in
 //! [`crate::config`] holds them together). Unknown keys are errors that name
@@ -9,9 +10,6 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-
-use crate::core::capability;
-use crate::core::version::Version;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -38,26 +36,119 @@ pub enum ApplyTo {
     All,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum KernelImageSeverity {
+/// What a check does with what it finds wrong: refuse the container (an
+/// error finding), warn (a warning, the container starts), or nothing (the
+/// check is off). The one type behind every key of that meaning:
+/// `kernel_image.severity`, `kernel_image.on_incomplete` and
+/// `compat.missing_library`. Each key keeps the spellings it always had
+/// (the `spelling` tables below), so existing config files read the same.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Enforcement {
     Off,
-    Warn,
-    Enforce,
-}
-
-/// What an unfinished `kernel_image` scan (a budget ran out before every
-/// matched library was judged) does under `severity = "enforce"`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OnIncomplete {
-    /// A warning naming the libraries not judged; the container starts.
     #[default]
     Warn,
-    /// An error naming them: the container is refused, as for a library
-    /// without code for a visible GPU. Under `severity = "warn"` still a
-    /// warning.
     Refuse,
+}
+
+/// The spellings of [`Enforcement`] per config key, for serde's
+/// `with = "..."`. A key accepts exactly the words it always did, and a
+/// wrong one gets serde's own `unknown variant` message listing them.
+mod spelling {
+    use super::Enforcement;
+
+    /// One key's words, in the order error messages list them.
+    struct Words {
+        names: &'static [&'static str],
+        values: &'static [Enforcement],
+    }
+
+    /// `kernel_image.severity`: `off`, `warn`, `enforce`.
+    const OFF_WARN_ENFORCE: Words = Words {
+        names: &["off", "warn", "enforce"],
+        values: &[Enforcement::Off, Enforcement::Warn, Enforcement::Refuse],
+    };
+    /// `kernel_image.on_incomplete`: `warn`, `refuse`.
+    const WARN_REFUSE: Words = Words {
+        names: &["warn", "refuse"],
+        values: &[Enforcement::Warn, Enforcement::Refuse],
+    };
+    /// `compat.missing_library`: `refuse`, `warn`.
+    const REFUSE_WARN: Words = Words {
+        names: &["refuse", "warn"],
+        values: &[Enforcement::Refuse, Enforcement::Warn],
+    };
+
+    fn serialize<S: serde::Serializer>(w: &Words, v: Enforcement, s: S) -> Result<S::Ok, S::Error> {
+        match w.values.iter().position(|x| *x == v) {
+            Some(i) => s.serialize_str(w.names[i]),
+            None => Err(serde::ser::Error::custom(format!(
+                "{v:?} cannot be written here (one of {})",
+                w.names.join(", ")
+            ))),
+        }
+    }
+
+    fn deserialize<'de, D: serde::Deserializer<'de>>(
+        w: &'static Words,
+        d: D,
+    ) -> Result<Enforcement, D::Error> {
+        #[derive(Clone, Copy)]
+        struct V(&'static Words);
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Enforcement;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                let quoted: Vec<String> = self.0.names.iter().map(|n| format!("`{n}`")).collect();
+                write!(f, "one of {}", quoted.join(", "))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Enforcement, E> {
+                match self.0.names.iter().position(|n| *n == v) {
+                    Some(i) => Ok(self.0.values[i]),
+                    None => Err(E::unknown_variant(v, self.0.names)),
+                }
+            }
+            // serde's derived enums also read the externally tagged form
+            // `{ enforce = {} }`; a file that wrote it still parses.
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Enforcement, A::Error> {
+                use serde::de::{Error, IgnoredAny};
+                let Some(name) = map.next_key::<String>()? else {
+                    return Err(A::Error::invalid_length(0, &self));
+                };
+                let value = self.visit_str::<A::Error>(&name)?;
+                let body: std::collections::BTreeMap<String, IgnoredAny> = map.next_value()?;
+                if !body.is_empty() || map.next_key::<IgnoredAny>()?.is_some() {
+                    return Err(A::Error::invalid_length(2, &self));
+                }
+                Ok(value)
+            }
+        }
+        d.deserialize_any(V(w))
+    }
+
+    macro_rules! key {
+        ($module:ident, $words:ident) => {
+            #[doc = concat!("serde `with` for a key spelled as [`", stringify!($words), "`].")]
+            pub mod $module {
+                use super::super::Enforcement;
+                pub fn serialize<S: serde::Serializer>(
+                    v: &Enforcement,
+                    s: S,
+                ) -> Result<S::Ok, S::Error> {
+                    super::serialize(&super::$words, *v, s)
+                }
+                pub fn deserialize<'de, D: serde::Deserializer<'de>>(
+                    d: D,
+                ) -> Result<Enforcement, D::Error> {
+                    super::deserialize(&super::$words, d)
+                }
+            }
+        };
+    }
+    key!(off_warn_enforce, OFF_WARN_ENFORCE);
+    key!(warn_refuse, WARN_REFUSE);
+    key!(refuse_warn, REFUSE_WARN);
 }
 
 /// When an env request for GPUs (`NVIDIA_VISIBLE_DEVICES`, a legacy
@@ -145,22 +236,15 @@ pub enum MinorVersionCompat {
 #[serde(deny_unknown_fields, default)]
 pub struct CompatConfig {
     /// A requirement met only through a forward-compatibility alternative
-    /// while the image ships no compat library.
-    pub missing_library: MissingLibrary,
-}
-
-/// `compat.missing_library`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum MissingLibrary {
-    Refuse,
-    Warn,
+    /// while the image ships no compat library: `refuse` or `warn`.
+    #[serde(with = "spelling::refuse_warn")]
+    pub missing_library: Enforcement,
 }
 
 impl Default for CompatConfig {
     fn default() -> Self {
         CompatConfig {
-            missing_library: MissingLibrary::Warn,
+            missing_library: Enforcement::Warn,
         }
     }
 }
@@ -335,7 +419,9 @@ pub struct RuntimeConfig {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct KernelImageConfig {
-    pub severity: KernelImageSeverity,
+    /// `off`, `warn` or `enforce` (refuse).
+    #[serde(with = "spelling::off_warn_enforce")]
+    pub severity: Enforcement,
     /// Globs relative to the rootfs (`*`, `?`, `[..]`, `{a,b}`, `**`).
     pub libraries: Vec<String>,
     /// Empty: no cache.
@@ -350,8 +436,13 @@ pub struct KernelImageConfig {
     /// Fatbin entry headers read per container.
     pub max_entries: u64,
     pub time_budget_ms: u64,
-    /// What a scan that could not judge every matched library does.
-    pub on_incomplete: OnIncomplete,
+    /// What a scan that stopped on a budget before judging every matched
+    /// library does under `severity = "enforce"`: `warn` (a warning naming
+    /// the libraries not judged; the container starts) or `refuse` (an
+    /// error, as for a library without code for a visible GPU). Under
+    /// `severity = "warn"` always a warning.
+    #[serde(with = "spelling::warn_refuse")]
+    pub on_incomplete: Enforcement,
 }
 
 /// Where Python packages live in images: distro Python (dist-packages on
@@ -509,7 +600,7 @@ impl Default for SecurityConfig {
 impl Default for KernelImageConfig {
     fn default() -> Self {
         KernelImageConfig {
-            severity: KernelImageSeverity::Warn,
+            severity: Enforcement::Warn,
             libraries: default_kernel_image_libraries(),
             cache_dir: "/run/gpu-guard/scan".into(),
             max_files: 64,
@@ -517,7 +608,7 @@ impl Default for KernelImageConfig {
             max_file_bytes: 64 << 20,
             max_entries: 1_000_000,
             time_budget_ms: 2000,
-            on_incomplete: OnIncomplete::Warn,
+            on_incomplete: Enforcement::Warn,
         }
     }
 }
@@ -531,105 +622,83 @@ impl Default for LogConfig {
     }
 }
 
-/// The longest probe deadline `host.probe_timeout_ms` accepts.
-pub const MAX_PROBE_TIMEOUT_MS: u64 = 600_000;
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl Config {
-    /// Checks what serde cannot and needs no I/O: capability names,
-    /// versions, framework names, limits. [`crate::config::parse`] adds the
-    /// library globs.
-    pub fn validate(&self) -> Result<(), String> {
-        for (i, cap) in self.security.capabilities.iter().flatten().enumerate() {
-            if capability::parse(cap).is_none() {
-                return Err(format!(
-                    "key `security.capabilities[{i}]`: unknown capability `{cap}`"
-                ));
-            }
-        }
-        crate::core::profiles::validate(&self.security)?;
-        for (i, rule) in self.tuning.env.iter().enumerate() {
-            if !valid_env_name(&rule.name) {
-                return Err(format!(
-                    "key `tuning.env[{i}].name`: `{}` is not an environment variable name",
-                    rule.name
-                ));
-            }
-            if let Some(cc) = &rule.min_compute_capability {
-                Version::parse(cc)
-                    .map_err(|e| format!("key `tuning.env[{i}].min_compute_capability`: {e}"))?;
-            }
-            for fw in rule.frameworks.iter() {
-                if !self.tuning.frameworks.contains_key(fw) {
-                    return Err(format!(
-                        "key `tuning.env[{i}].frameworks`: framework `{fw}` is not defined in [tuning.frameworks]"
-                    ));
-                }
-            }
-            for (j, name) in rule.unless_env.iter().enumerate() {
-                if !valid_env_name(name) {
-                    return Err(format!(
-                        "key `tuning.env[{i}].unless_env[{j}]`: `{name}` is not an environment variable name"
-                    ));
-                }
-            }
-            for (fw, v) in rule.framework_min_version.iter() {
-                if !self.tuning.frameworks.contains_key(fw) {
-                    return Err(format!(
-                        "key `tuning.env[{i}].framework_min_version`: framework `{fw}` is not defined in [tuning.frameworks]"
-                    ));
-                }
-                Version::parse(v).map_err(|e| {
-                    format!("key `tuning.env[{i}].framework_min_version.{fw}`: {e}")
-                })?;
-            }
-        }
-        for (i, kind) in self.detect.cdi_kinds.iter().enumerate() {
-            if !valid_cdi_kind(kind) {
-                return Err(format!(
-                    "key `detect.cdi_kinds[{i}]`: `{kind}` is not a CDI kind (vendor/class, e.g. nvidia.com/gpu)"
-                ));
-            }
-        }
-        if self.host.probe_timeout_ms == 0 {
-            return Err("key `host.probe_timeout_ms`: must be at least 1".into());
-        }
-        // A container start waits this long on a hung GPU: more than ten
-        // minutes is a typo (seconds for milliseconds the other way round).
-        if self.host.probe_timeout_ms > MAX_PROBE_TIMEOUT_MS {
-            return Err(format!(
-                "key `host.probe_timeout_ms`: must be at most {MAX_PROBE_TIMEOUT_MS} (10 minutes)"
-            ));
-        }
-        Ok(())
+    fn parse(text: &str) -> Result<Config, String> {
+        toml::from_str::<Config>(text).map_err(|e| e.message().to_string())
     }
 
-    /// The capability allowlist of the default profile, normalized
-    /// (`CAP_` prefix, upper case), sorted: `security.capabilities` when
-    /// set, else the list of `security.profile`.
-    pub fn capability_allowlist(&self) -> Vec<String> {
-        crate::core::profiles::default_profile(&self.security).capabilities
+    #[test]
+    fn each_key_keeps_its_own_words() {
+        let cases: [(
+            &str,
+            &str,
+            fn(&Config) -> Enforcement,
+            &[(&str, Enforcement)],
+        ); 3] = [
+            (
+                "kernel_image",
+                "severity",
+                |c| c.kernel_image.severity,
+                &[
+                    ("off", Enforcement::Off),
+                    ("warn", Enforcement::Warn),
+                    ("enforce", Enforcement::Refuse),
+                ],
+            ),
+            (
+                "kernel_image",
+                "on_incomplete",
+                |c| c.kernel_image.on_incomplete,
+                &[("warn", Enforcement::Warn), ("refuse", Enforcement::Refuse)],
+            ),
+            (
+                "compat",
+                "missing_library",
+                |c| c.compat.missing_library,
+                &[("refuse", Enforcement::Refuse), ("warn", Enforcement::Warn)],
+            ),
+        ];
+        for (table, key, get, words) in cases {
+            for (word, want) in words {
+                let c = parse(&format!("[{table}]\n{key} = \"{word}\"\n")).unwrap();
+                assert_eq!(get(&c), *want, "{table}.{key} = {word}");
+                // The externally tagged form serde's derive also read.
+                let c = parse(&format!("[{table}]\n{key} = {{ {word} = {{}} }}\n")).unwrap();
+                assert_eq!(get(&c), *want, "{table}.{key} = {{ {word} = {{}} }}");
+                // Written back with the same word.
+                let text = toml::to_string(&c).unwrap();
+                assert!(text.contains(&format!("{key} = \"{word}\"")), "{text}");
+            }
+            let listed: Vec<String> = words.iter().map(|(w, _)| format!("`{w}`")).collect();
+            let e = parse(&format!("[{table}]\n{key} = \"loud\"\n")).unwrap_err();
+            assert!(e.contains("unknown variant `loud`, expected"), "{e}");
+            for w in &listed {
+                assert!(e.contains(w.as_str()), "{e}");
+            }
+            let e = parse(&format!("[{table}]\n{key} = 1\n")).unwrap_err();
+            assert!(e.contains("invalid type: integer `1`"), "{e}");
+            assert!(parse(&format!("[{table}]\n{key} = {{ warn = 1 }}\n")).is_err());
+            assert!(parse(&format!("[{table}]\n{key} = {{}}\n")).is_err());
+        }
+        // Words of one key are not accepted by another.
+        assert!(parse("[kernel_image]\nseverity = \"refuse\"\n").is_err());
+        assert!(parse("[kernel_image]\non_incomplete = \"off\"\n").is_err());
+        assert!(parse("[compat]\nmissing_library = \"enforce\"\n").is_err());
     }
-}
 
-/// A CDI kind `vendor/class` as the CDI parser accepts it
-/// (tags.cncf.io/container-device-interface pkg/parser ValidateVendorName,
-/// ValidateClassName): vendor a dotted name of letters, digits, `-`, `_`,
-/// `.`; class letters, digits, `-`, `_`; both start with a letter or digit.
-fn valid_cdi_kind(s: &str) -> bool {
-    let Some((vendor, class)) = s.split_once('/') else {
-        return false;
-    };
-    let ok = |part: &str, extra: &[char]| {
-        part.chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphanumeric())
-            && part
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || extra.contains(&c))
-    };
-    ok(vendor, &['.']) && ok(class, &[])
-}
-
-fn valid_env_name(s: &str) -> bool {
-    !s.is_empty() && !s.contains('=') && !s.bytes().any(|b| b.is_ascii_control() || b == b' ')
+    #[test]
+    fn exact_messages_for_a_wrong_word() {
+        let e = parse("[kernel_image]\nseverity = \"loud\"\n").unwrap_err();
+        assert_eq!(
+            e,
+            "unknown variant `loud`, expected one of `off`, `warn`, `enforce`"
+        );
+        let e = parse("[kernel_image]\non_incomplete = \"off\"\n").unwrap_err();
+        assert_eq!(e, "unknown variant `off`, expected `warn` or `refuse`");
+        let e = parse("[compat]\nmissing_library = \"off\"\n").unwrap_err();
+        assert_eq!(e, "unknown variant `off`, expected `refuse` or `warn`");
+    }
 }

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 
 use crate::core::capability;
 use crate::core::container::Container;
-use crate::core::policy::{Exception, ProfileDef, SecurityConfig};
+use crate::core::policy::{Config, Exception, ProfileDef, SecurityConfig};
 
 /// Docker's default capabilities (moby oci/caps/defaults.go,
 /// `DefaultCapabilities`): 14, in moby's order.
@@ -149,6 +149,15 @@ pub fn default_profile(sec: &SecurityConfig) -> Profile {
         p.capabilities = normalized(caps.iter().map(String::as_str));
     }
     p
+}
+
+impl Config {
+    /// The capability allowlist of the default profile, normalized
+    /// (`CAP_` prefix, upper case), sorted: `security.capabilities` when
+    /// set, else the list of `security.profile`.
+    pub fn capability_allowlist(&self) -> Vec<String> {
+        default_profile(&self.security).capabilities
+    }
 }
 
 /// Checks profile names and definitions (no I/O): the default and every
