@@ -26,8 +26,8 @@ use crate::config;
 use crate::core::container::Container;
 use crate::core::decision::{Check, Finding};
 use crate::core::facts::{HostReport, HostSource};
-use crate::core::kernel_image::escape;
 use crate::core::policy::{Config, Enforcement};
+use crate::core::sanitize::esc_bounded;
 use crate::core::security::Stage;
 use crate::fleet::Subject;
 use crate::host::facts_file::FactsFile;
@@ -133,10 +133,10 @@ fn report(img: &Image, container: &Container, scan: Option<&ImageScan>) -> Image
     }
     let line = format!(
         "Image: {} ({}{}, {})",
-        escape(&info.path, 200),
+        esc_bounded(&info.path, 200),
         info.reference
             .as_deref()
-            .map(|r| format!("{}, ", escape(r, 200)))
+            .map(|r| format!("{}, ", esc_bounded(r, 200)))
             .unwrap_or_default(),
         digest,
         info.platform

@@ -244,8 +244,8 @@ fn report_error(out: &mut impl Write, json: bool, first: &mut bool, path: &Path,
         let _ = out.flush();
         eprintln!(
             "gpu-guard: {}: {}",
-            crate::core::kernel_image::escape(&shown(path), 4096),
-            crate::core::kernel_image::escape(error, 4096)
+            crate::core::sanitize::esc_bounded(&shown(path), 4096),
+            crate::core::sanitize::esc_bounded(error, 4096)
         );
     }
 }
@@ -350,7 +350,7 @@ fn scan_summary(
             .entry((e.kind, e.arch, e.ptx_isa, e.compressed))
             .or_insert(0) += 1;
     });
-    let name = crate::core::kernel_image::escape(&shown(path), 4096);
+    let name = crate::core::sanitize::esc_bounded(&shown(path), 4096);
     let total: u64 = counts.values().sum();
     if total == 0 && result.is_ok() {
         let _ = writeln!(out, "{name}: no device code");

@@ -43,7 +43,7 @@ use crate::core::facts::Gpu;
 use crate::core::kernel_image::{self, CodeFit, Scanned};
 use crate::core::policy::{CompatConfig, Enforcement};
 use crate::core::requirement::MinorVersion;
-use crate::core::sanitize::esc;
+use crate::core::sanitize::{esc, esc_bounded};
 use crate::core::version::Version;
 
 /// Most per-GPU findings of one severity; the rest are counted.
@@ -450,13 +450,13 @@ pub fn sass_only(
     if let Some(e) = &s.rootfs_error {
         return Err(format!(
             "no libraries found: the rootfs could not be read ({})",
-            kernel_image::escape(e, 200)
+            esc_bounded(e, 200)
         ));
     }
     if let Some(why) = &s.incomplete {
         return Err(format!(
             "the library scan stopped early ({}), so not every library was checked",
-            kernel_image::escape(why, 200)
+            esc_bounded(why, 200)
         ));
     }
     if gpus.is_empty() {
@@ -464,7 +464,7 @@ pub fn sass_only(
     }
     let mut n = 0usize;
     for lib in &s.libraries {
-        let path = kernel_image::escape(&lib.path, 200);
+        let path = esc_bounded(&lib.path, 200);
         let images = match &lib.outcome {
             Ok(i) => i,
             Err(_) => return Err(format!("{path} could not be read")),

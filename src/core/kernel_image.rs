@@ -9,6 +9,7 @@ use crate::core::arch::{
 use crate::core::decision::{Check, Finding, Severity};
 use crate::core::facts::Gpu;
 use crate::core::policy::Enforcement;
+use crate::core::sanitize::esc_bounded;
 use crate::core::version::Version;
 use serde::{Deserialize, Serialize};
 
@@ -121,32 +122,6 @@ pub fn judge(images: &[Image], cc: Cc, driver: Option<(u64, u64)>) -> CodeFit {
     }
 }
 
-/// Makes text from an image safe for a one-line message: control and
-/// bidi-override characters become `\xNN` / `\u{NNNN}`, a backslash becomes
-/// `\\`, and the result is cut to `max` characters.
-pub fn escape(s: &str, max: usize) -> String {
-    let mut out = String::new();
-    for (n, c) in s.chars().enumerate() {
-        if n >= max {
-            out.push('…');
-            break;
-        }
-        match c {
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x80 && c.is_control() => {
-                out.push_str(&format!("\\x{:02x}", c as u32))
-            }
-            c if c.is_control()
-                || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}') =>
-            {
-                out.push_str(&format!("\\u{{{:04x}}}", c as u32))
-            }
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 /// `sm_80, sm_90a, compute_90 (PTX ISA 8.4)`, sorted, deduplicated, bounded.
 pub fn describe_images(images: &[Image]) -> String {
     let mut sass: Vec<Arch> = images
@@ -190,7 +165,7 @@ impl GpuGroup<'_> {
     fn describe(&self) -> String {
         let first = self.gpus[0];
         let cc = first.compute_capability.as_deref().unwrap_or("unknown");
-        let name = escape(&first.name, 80);
+        let name = esc_bounded(&first.name, 80);
         let ids = self
             .gpus
             .iter()
@@ -345,7 +320,7 @@ fn rootfs_error_finding(e: &str) -> Finding {
         Check::KernelImage,
         format!(
             "cannot check the GPU code in the image: {}",
-            escape(e, MAX_QUOTE)
+            esc_bounded(e, MAX_QUOTE)
         ),
     )
     .with_fix("check the bundle's root.path; gpu-guard could not open it")
@@ -375,7 +350,7 @@ fn unknown_cc_findings(groups: &[GpuGroup]) -> Vec<Finding> {
 /// one finding per GPU group that cannot run it natively. The seam is the
 /// library: each is judged on its own against every GPU group.
 fn library_findings(lib: &Library, judging: &Judging) -> Vec<Finding> {
-    let path = escape(&lib.path, MAX_QUOTE);
+    let path = esc_bounded(&lib.path, MAX_QUOTE);
     let images = match &lib.outcome {
         Ok(images) => images,
         Err(e) => return vec![unreadable_finding(&path, e)],
@@ -410,7 +385,7 @@ fn unreadable_finding(path: &str, e: &str) -> Finding {
         Check::KernelImage,
         format!(
             "cannot read the GPU code in {path}: {}",
-            escape(e, MAX_QUOTE)
+            esc_bounded(e, MAX_QUOTE)
         ),
     )
     .with_fix(format!(
@@ -501,7 +476,7 @@ fn incomplete_finding(reason: &str, scanned: &Scanned, severity: Enforcement) ->
     let mut names: Vec<String> = listed
         .iter()
         .take(MAX_UNJUDGED_NAMED)
-        .map(|p| escape(p, MAX_QUOTE))
+        .map(|p| esc_bounded(p, MAX_QUOTE))
         .collect();
     let unnamed = total - names.len();
     if unnamed > 0 {
@@ -528,7 +503,7 @@ fn incomplete_finding(reason: &str, scanned: &Scanned, severity: Enforcement) ->
         level,
         format!(
             "the GPU code check stopped early ({}); {total} matched librar{} not checked{which}",
-            escape(reason, MAX_QUOTE),
+            esc_bounded(reason, MAX_QUOTE),
             if total == 1 { "y" } else { "ies" }
         ),
     )
@@ -536,7 +511,7 @@ fn incomplete_finding(reason: &str, scanned: &Scanned, severity: Enforcement) ->
     f.details = listed
         .iter()
         .take(MAX_ARCHS_SHOWN)
-        .map(|p| escape(p, MAX_QUOTE))
+        .map(|p| esc_bounded(p, MAX_QUOTE))
         .collect();
     f
 }
@@ -810,17 +785,6 @@ mod tests {
         let f = assess(&s, &gpus, None, Enforcement::Refuse);
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].severity, Severity::Warning);
-    }
-
-    #[test]
-    fn escaping_bounds_and_cleans() {
-        assert_eq!(escape("a\tb\x1b[31m", 100), "a\\x09b\\x1b[31m");
-        assert_eq!(escape("x\\y", 100), "x\\\\y");
-        assert_eq!(escape("\u{85}", 100), "\\u{0085}");
-        let long = "é".repeat(500);
-        let e = escape(&long, 10);
-        assert_eq!(e.chars().count(), 11);
-        assert!(e.ends_with('…'));
     }
 
     #[test]
