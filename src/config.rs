@@ -6,11 +6,12 @@ use std::path::{Path, PathBuf};
 use crate::core::policy::{default_kernel_image_libraries, Config};
 
 /// Where the config lives when neither `--config` nor `GPU_GUARD_CONFIG` says.
-pub const DEFAULT_CONFIG_PATH: &str = "/etc/gpu-guard/config.toml";
+const DEFAULT_CONFIG_PATH: &str = "/etc/gpu-guard/config.toml";
 /// Environment variable naming the config file (design.md, global options).
-pub const CONFIG_ENV: &str = "GPU_GUARD_CONFIG";
+const CONFIG_ENV: &str = "GPU_GUARD_CONFIG";
 /// The shipped config, compiled in so a test can hold `Default` to it.
-pub const SHIPPED_CONFIG: &str = include_str!("../config/config.toml");
+#[cfg(test)]
+const SHIPPED_CONFIG: &str = include_str!("../config/config.toml");
 
 /// A config that could not be used. The message names the file and the key.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -45,7 +46,7 @@ pub fn drop_in_dir(config: &Path) -> PathBuf {
 }
 
 /// The drop-in directory's name: `/etc/gpu-guard/config.d` beside the default config.
-pub const DROP_IN_DIR_NAME: &str = "config.d";
+const DROP_IN_DIR_NAME: &str = "config.d";
 
 /// A config as loaded, with where it came from.
 #[derive(Debug, Clone, PartialEq)]
@@ -202,7 +203,7 @@ fn parse_file_table(text: &str) -> Result<toml::Table, String> {
 
 /// Merges `over` into `base`: tables key by key, anything else (values,
 /// arrays, arrays of tables) replaced whole.
-pub fn merge_tables(base: &mut toml::Table, over: toml::Table) {
+fn merge_tables(base: &mut toml::Table, over: toml::Table) {
     for (k, v) in over {
         match (base.get_mut(&k), v) {
             (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge_tables(b, o),

@@ -170,7 +170,7 @@ pub fn ptx_jits_on(arch: Arch, cc: Cc) -> bool {
 }
 
 /// A `(major, minor)` version pair.
-pub type MajorMinor = (u16, u16);
+type MajorMinor = (u16, u16);
 
 /// PTX ISA version -> the CUDA release that introduced it, so the first
 /// driver (by the CUDA version it reports) that can JIT it. Source: PTX ISA
@@ -180,7 +180,7 @@ pub type MajorMinor = (u16, u16);
 /// nvcc 13.5 writes `.version 9.5` (checked with the nvidia-cuda-nvcc wheel);
 /// 9.2 and 9.3 follow the same one-to-one 13.x numbering.
 /// A driver too old for the ISA fails with CUDA_ERROR_UNSUPPORTED_PTX_VERSION.
-pub const PTX_ISA_TO_CUDA: &[(MajorMinor, MajorMinor)] = &[
+const PTX_ISA_TO_CUDA: &[(MajorMinor, MajorMinor)] = &[
     ((1, 0), (1, 0)),
     ((1, 1), (1, 1)),
     ((1, 2), (2, 0)),

@@ -46,9 +46,9 @@ pub const NOTE_TYPE: u32 = 0;
 pub const NOTE_SECTION: &str = ".note.cuda.fwd_compatibility";
 
 /// `CUDA_ERROR_SYSTEM_DRIVER_MISMATCH` (cuda.h).
-pub const CUDA_ERROR_SYSTEM_DRIVER_MISMATCH: u32 = 803;
+const CUDA_ERROR_SYSTEM_DRIVER_MISMATCH: u32 = 803;
 /// `CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE` (cuda.h).
-pub const CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE: u32 = 804;
+const CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE: u32 = 804;
 
 /// The brand names of host facts (`facts::BRANDS`) and their
 /// `nvmlBrandType_t` codes, from nvml.h (NVIDIA/go-nvml `gen/nvml/nvml.h`,
@@ -57,7 +57,7 @@ pub const CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE: u32 = 804;
 /// NVIDIA_VWS 10, NVIDIA_CLOUD_GAMING 11 (VGAMING is an alias),
 /// QUADRO_RTX 12, NVIDIA_RTX 13, NVIDIA 14, GEFORCE_RTX 15 and TITAN_RTX 16
 /// (both marked "Unused" there).
-pub const NVML_BRANDS: &[(&str, u32)] = &[
+const NVML_BRANDS: &[(&str, u32)] = &[
     ("unknown", 0),
     ("quadro", 1),
     ("tesla", 2),
@@ -79,7 +79,7 @@ pub const NVML_BRANDS: &[(&str, u32)] = &[
 
 /// The NVML brand code of a host-facts brand name (`tesla` → 2); None for a
 /// name not in [`NVML_BRANDS`].
-pub fn brand_code(brand: &str) -> Option<u32> {
+fn brand_code(brand: &str) -> Option<u32> {
     NVML_BRANDS
         .iter()
         .find(|(name, _)| *name == brand)
@@ -196,7 +196,7 @@ impl CompatNote {
     }
 
     /// Is the NVML brand code listed?
-    pub fn lists_brand(&self, code: u32) -> bool {
+    fn lists_brand(&self, code: u32) -> bool {
         self.device
             .as_ref()
             .is_some_and(|d| d.iter().any(|&c| c == i64::from(code)))
@@ -226,7 +226,8 @@ fn int_list(v: &serde_json::Value, name: &str) -> Result<Vec<i64>, String> {
 /// cuda-elf-header.go: the host branch is listed in `driver` and the compat
 /// library is newer than the host driver.) Without a driver list (Tegra
 /// notes) a discrete-GPU host never qualifies.
-pub fn forward_compat_applies(
+#[cfg(test)]
+fn forward_compat_applies(
     host_driver: &Version,
     compat_lib: &Version,
     note: &CompatNote,

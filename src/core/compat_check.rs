@@ -439,7 +439,7 @@ pub fn minor_version(
 
 /// Checks that the scan found CUDA libraries and that every one runs on
 /// every visible GPU as SASS (no PTX JIT). Ok: how many; Err: why not.
-pub fn sass_only(
+fn sass_only(
     scanned: Option<&Scanned>,
     gpus: &[&Gpu],
     driver_cuda: Option<(u64, u64)>,

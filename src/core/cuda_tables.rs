@@ -8,7 +8,7 @@
 use crate::core::version::Version;
 
 /// (CUDA toolkit major.minor, minimum Linux driver).
-pub const TOOLKIT_MIN_DRIVER: &[(&str, &str)] = &[
+const TOOLKIT_MIN_DRIVER: &[(&str, &str)] = &[
     ("10.0", "410.48"),
     ("10.1", "418.39"),
     ("10.2", "440.33"),
@@ -51,7 +51,7 @@ pub const TOOLKIT_MIN_DRIVER: &[(&str, &str)] = &[
 /// CUDA 13.x is left out on purpose: research/cuda-facts.md records only
 /// ">= 580" for it, without the exact version NVIDIA's table gives, so a
 /// 13.x gap is never admitted until it is checked against the source.
-pub const MINOR_VERSION_FAMILY_MIN_DRIVER: &[(u64, &str)] = &[(11, "450.80.02"), (12, "525.60.13")];
+const MINOR_VERSION_FAMILY_MIN_DRIVER: &[(u64, &str)] = &[(11, "450.80.02"), (12, "525.60.13")];
 
 /// The family minimum driver for minor-version compatibility within CUDA
 /// `major`; None for a major the table does not cover (10 and older had no
@@ -75,7 +75,8 @@ pub fn min_driver_for_cuda(cuda: &Version) -> Option<&'static str> {
 
 /// The newest CUDA a driver branch runs, from the same table: the newest
 /// toolkit whose minimum driver is not above `driver`.
-pub fn max_cuda_for_driver(driver: &Version) -> Option<&'static str> {
+#[cfg(test)]
+fn max_cuda_for_driver(driver: &Version) -> Option<&'static str> {
     TOOLKIT_MIN_DRIVER
         .iter()
         .rev()

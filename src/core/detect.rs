@@ -141,7 +141,7 @@ const NVIDIA_RUNTIMES: &[&str] = &[
 ];
 const CDI_PREFIXES: &[&str] = &["cdi.k8s.io/", "nvidia.cdi.k8s.io/"];
 /// CDI kinds that always name NVIDIA GPUs.
-pub const BUILTIN_CDI_KINDS: &[&str] =
+const BUILTIN_CDI_KINDS: &[&str] =
     &["nvidia.com/gpu", "nvidia.com/mig", "runtime.nvidia.com/gpu"];
 
 fn is_legacy_image(c: &Container) -> bool {

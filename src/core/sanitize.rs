@@ -89,7 +89,7 @@ pub fn esc_bounded(s: &str, max_chars: usize) -> String {
 
 /// Longest text of one finding field (message, fix, detail line). Quotes
 /// are bounded by [`esc`] already; this bounds what a caller forgot to quote.
-pub const MAX_FIELD: usize = 16 * 1024;
+const MAX_FIELD: usize = 16 * 1024;
 
 /// The one pass every finding field goes through ([`crate::core::decision::Finding`]'s
 /// constructors): characters of the set above escaped as in [`esc`], and
