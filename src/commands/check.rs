@@ -94,6 +94,11 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
     let mut decision = pipeline::assess(&cfg, &container, stage, host);
     if let Ok(l) = &loaded {
         chained_runtime_note(&mut decision, l);
+        if let Some(line) = config::drop_ins_line(l) {
+            let f =
+                crate::core::decision::Finding::info(crate::core::decision::Check::Config, line);
+            decision.findings.push(f);
+        }
     }
     print_decision(&decision, args.json)
 }

@@ -227,11 +227,7 @@ fn int_list(v: &serde_json::Value, name: &str) -> Result<Vec<i64>, String> {
 /// library is newer than the host driver.) Without a driver list (Tegra
 /// notes) a discrete-GPU host never qualifies.
 #[cfg(test)]
-fn forward_compat_applies(
-    host_driver: &Version,
-    compat_lib: &Version,
-    note: &CompatNote,
-) -> bool {
+fn forward_compat_applies(host_driver: &Version, compat_lib: &Version, note: &CompatNote) -> bool {
     note.lists_branch(host_driver.major()) && compat_lib > host_driver
 }
 

@@ -141,8 +141,7 @@ const NVIDIA_RUNTIMES: &[&str] = &[
 ];
 const CDI_PREFIXES: &[&str] = &["cdi.k8s.io/", "nvidia.cdi.k8s.io/"];
 /// CDI kinds that always name NVIDIA GPUs.
-const BUILTIN_CDI_KINDS: &[&str] =
-    &["nvidia.com/gpu", "nvidia.com/mig", "runtime.nvidia.com/gpu"];
+const BUILTIN_CDI_KINDS: &[&str] = &["nvidia.com/gpu", "nvidia.com/mig", "runtime.nvidia.com/gpu"];
 
 fn is_legacy_image(c: &Container) -> bool {
     let cuda = c.env.get("CUDA_VERSION").unwrap_or("");

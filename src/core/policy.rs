@@ -632,12 +632,14 @@ mod tests {
 
     #[test]
     fn each_key_keeps_its_own_words() {
-        let cases: [(
-            &str,
-            &str,
+        /// Table, key, the field it sets, its words and what each means.
+        type Case = (
+            &'static str,
+            &'static str,
             fn(&Config) -> Enforcement,
-            &[(&str, Enforcement)],
-        ); 3] = [
+            &'static [(&'static str, Enforcement)],
+        );
+        let cases: [Case; 3] = [
             (
                 "kernel_image",
                 "severity",
