@@ -7,7 +7,7 @@ use crate::core::policy::{default_kernel_image_libraries, Config};
 
 /// Where the config lives when neither `--config` nor `GPU_GUARD_CONFIG` says.
 const DEFAULT_CONFIG_PATH: &str = "/etc/gpu-guard/config.toml";
-/// Environment variable naming the config file (design.md, global options).
+/// Environment variable naming the config file (docs/interfaces.md, "Config file").
 const CONFIG_ENV: &str = "GPU_GUARD_CONFIG";
 /// The shipped config, compiled in so a test can hold `Default` to it.
 #[cfg(test)]

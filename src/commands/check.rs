@@ -1,6 +1,6 @@
 //! `gpu-guard check`: describe one container, decide as the hook or wrapper
 //! would, change nothing. Exit 0 when it would start, 1 when refused, 2 for
-//! bad usage or unreadable input (design.md).
+//! bad usage or unreadable input (docs/interfaces.md, "`gpu-guard check`").
 
 use crate::commands::cli::{CheckArgs, CheckStage};
 use crate::commands::fleet_report;

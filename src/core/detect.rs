@@ -1,6 +1,7 @@
 //! Is this a GPU container, and which GPUs does it ask for?
 //!
-//! A container asks for GPUs in one of two ways (shared/research/nvidia-requirements.md):
+//! A container asks for GPUs in one of two ways (NVIDIA's container toolkit,
+//! internal/config/image and internal/modifier/cdi):
 //!
 //! Requests that something else must act on ("env requests"):
 //! - `NVIDIA_VISIBLE_DEVICES`: `all`, `none` (a GPU container without

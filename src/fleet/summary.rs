@@ -52,7 +52,7 @@ pub fn exit_status(c: &Counts, any: bool) -> i32 {
     }
 }
 
-/// The multi-host JSON of design.md.
+/// The multi-host JSON (docs/interfaces.md, "`gpu-guard check`").
 #[derive(serde::Serialize)]
 pub struct FleetJson<'a> {
     pub image: &'a ImageInfo,
