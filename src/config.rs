@@ -75,7 +75,7 @@ pub fn load(flag: Option<&Path>) -> Result<Config, ConfigError> {
 /// conffile) is never rewritten.
 ///
 /// Every file and directory is read as policy
-/// ([`crate::sys::fsutil::read_policy_file`]): owned by root or the
+/// ([`crate::sys::policy_file::read_policy_file`]): owned by root or the
 /// effective uid, not writable by group or others, a regular file of at
 /// most 1 MiB; `config.d` itself not writable by group or others. A file
 /// or drop-in that fails is an error naming it, never skipped (a
@@ -177,7 +177,7 @@ struct NotRead {
 /// that cannot be read as a config (missing, a dangling symlink, a FIFO,
 /// a device, too large, not UTF-8) is unreadable.
 fn read_config_file(path: &Path) -> Result<String, NotRead> {
-    use crate::sys::fsutil::{read_policy_file, PolicyFileError};
+    use crate::sys::policy_file::{read_policy_file, PolicyFileError};
     let unreadable = |message: String, absent: bool| NotRead {
         error: ConfigError {
             path: path.to_path_buf(),
@@ -213,7 +213,7 @@ fn read_config_file(path: &Path) -> Result<String, NotRead> {
 /// skipped). A missing directory has none; one that others can write is an
 /// error.
 fn list_drop_ins(dir: &Path) -> Result<Vec<PathBuf>, ConfigError> {
-    use crate::sys::fsutil::{check_policy_dir, PolicyFileError};
+    use crate::sys::policy_file::{check_policy_dir, PolicyFileError};
     let fail = |message: String, unreadable: bool| ConfigError {
         path: dir.to_path_buf(),
         message,

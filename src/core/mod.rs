@@ -13,6 +13,7 @@ pub mod decide;
 pub mod decision;
 pub mod detect;
 pub mod diagnosis;
+pub mod enforcement;
 pub mod facts;
 pub mod kernel_image;
 pub mod policy;

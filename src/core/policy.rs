@@ -8,6 +8,8 @@
 //! the key, so a typo never silently weakens the policy.
 
 use serde::{Deserialize, Serialize};
+
+pub use crate::core::enforcement::Enforcement;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -34,121 +36,6 @@ pub enum OnFailure {
 pub enum ApplyTo {
     Gpu,
     All,
-}
-
-/// What a check does with what it finds wrong: refuse the container (an
-/// error finding), warn (a warning, the container starts), or nothing (the
-/// check is off). The one type behind every key of that meaning:
-/// `kernel_image.severity`, `kernel_image.on_incomplete` and
-/// `compat.missing_library`. Each key keeps the spellings it always had
-/// (the `spelling` tables below), so existing config files read the same.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Enforcement {
-    Off,
-    #[default]
-    Warn,
-    Refuse,
-}
-
-/// The spellings of [`Enforcement`] per config key, for serde's
-/// `with = "..."`. A key accepts exactly the words it always did, and a
-/// wrong one gets serde's own `unknown variant` message listing them.
-mod spelling {
-    use super::Enforcement;
-
-    /// One key's words, in the order error messages list them.
-    struct Words {
-        names: &'static [&'static str],
-        values: &'static [Enforcement],
-    }
-
-    /// `kernel_image.severity`: `off`, `warn`, `enforce`.
-    const OFF_WARN_ENFORCE: Words = Words {
-        names: &["off", "warn", "enforce"],
-        values: &[Enforcement::Off, Enforcement::Warn, Enforcement::Refuse],
-    };
-    /// `kernel_image.on_incomplete`: `warn`, `refuse`.
-    const WARN_REFUSE: Words = Words {
-        names: &["warn", "refuse"],
-        values: &[Enforcement::Warn, Enforcement::Refuse],
-    };
-    /// `compat.missing_library`: `refuse`, `warn`.
-    const REFUSE_WARN: Words = Words {
-        names: &["refuse", "warn"],
-        values: &[Enforcement::Refuse, Enforcement::Warn],
-    };
-
-    fn serialize<S: serde::Serializer>(w: &Words, v: Enforcement, s: S) -> Result<S::Ok, S::Error> {
-        match w.values.iter().position(|x| *x == v) {
-            Some(i) => s.serialize_str(w.names[i]),
-            None => Err(serde::ser::Error::custom(format!(
-                "{v:?} cannot be written here (one of {})",
-                w.names.join(", ")
-            ))),
-        }
-    }
-
-    fn deserialize<'de, D: serde::Deserializer<'de>>(
-        w: &'static Words,
-        d: D,
-    ) -> Result<Enforcement, D::Error> {
-        #[derive(Clone, Copy)]
-        struct V(&'static Words);
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = Enforcement;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                let quoted: Vec<String> = self.0.names.iter().map(|n| format!("`{n}`")).collect();
-                write!(f, "one of {}", quoted.join(", "))
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Enforcement, E> {
-                match self.0.names.iter().position(|n| *n == v) {
-                    Some(i) => Ok(self.0.values[i]),
-                    None => Err(E::unknown_variant(v, self.0.names)),
-                }
-            }
-            // serde's derived enums also read the externally tagged form
-            // `{ enforce = {} }`; a file that wrote it still parses.
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> Result<Enforcement, A::Error> {
-                use serde::de::{Error, IgnoredAny};
-                let Some(name) = map.next_key::<String>()? else {
-                    return Err(A::Error::invalid_length(0, &self));
-                };
-                let value = self.visit_str::<A::Error>(&name)?;
-                let body: std::collections::BTreeMap<String, IgnoredAny> = map.next_value()?;
-                if !body.is_empty() || map.next_key::<IgnoredAny>()?.is_some() {
-                    return Err(A::Error::invalid_length(2, &self));
-                }
-                Ok(value)
-            }
-        }
-        d.deserialize_any(V(w))
-    }
-
-    macro_rules! key {
-        ($module:ident, $words:ident) => {
-            #[doc = concat!("serde `with` for a key spelled as [`", stringify!($words), "`].")]
-            pub mod $module {
-                use super::super::Enforcement;
-                pub fn serialize<S: serde::Serializer>(
-                    v: &Enforcement,
-                    s: S,
-                ) -> Result<S::Ok, S::Error> {
-                    super::serialize(&super::$words, *v, s)
-                }
-                pub fn deserialize<'de, D: serde::Deserializer<'de>>(
-                    d: D,
-                ) -> Result<Enforcement, D::Error> {
-                    super::deserialize(&super::$words, d)
-                }
-            }
-        };
-    }
-    key!(off_warn_enforce, OFF_WARN_ENFORCE);
-    key!(warn_refuse, WARN_REFUSE);
-    key!(refuse_warn, REFUSE_WARN);
 }
 
 /// When an env request for GPUs (`NVIDIA_VISIBLE_DEVICES`, a legacy
@@ -237,7 +124,7 @@ pub enum MinorVersionCompat {
 pub struct CompatConfig {
     /// A requirement met only through a forward-compatibility alternative
     /// while the image ships no compat library: `refuse` or `warn`.
-    #[serde(with = "spelling::refuse_warn")]
+    #[serde(with = "crate::core::enforcement::spelling::refuse_warn")]
     pub missing_library: Enforcement,
 }
 
@@ -420,7 +307,7 @@ pub struct RuntimeConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct KernelImageConfig {
     /// `off`, `warn` or `enforce` (refuse).
-    #[serde(with = "spelling::off_warn_enforce")]
+    #[serde(with = "crate::core::enforcement::spelling::off_warn_enforce")]
     pub severity: Enforcement,
     /// Globs relative to the rootfs (`*`, `?`, `[..]`, `{a,b}`, `**`).
     pub libraries: Vec<String>,
@@ -441,7 +328,7 @@ pub struct KernelImageConfig {
     /// the libraries not judged; the container starts) or `refuse` (an
     /// error, as for a library without code for a visible GPU). Under
     /// `severity = "warn"` always a warning.
-    #[serde(with = "spelling::warn_refuse")]
+    #[serde(with = "crate::core::enforcement::spelling::warn_refuse")]
     pub on_incomplete: Enforcement,
 }
 
@@ -619,88 +506,5 @@ impl Default for LogConfig {
             syslog: true,
             syslog_socket: String::new(),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse(text: &str) -> Result<Config, String> {
-        toml::from_str::<Config>(text).map_err(|e| e.message().to_string())
-    }
-
-    #[test]
-    fn each_key_keeps_its_own_words() {
-        /// Table, key, the field it sets, its words and what each means.
-        type Case = (
-            &'static str,
-            &'static str,
-            fn(&Config) -> Enforcement,
-            &'static [(&'static str, Enforcement)],
-        );
-        let cases: [Case; 3] = [
-            (
-                "kernel_image",
-                "severity",
-                |c| c.kernel_image.severity,
-                &[
-                    ("off", Enforcement::Off),
-                    ("warn", Enforcement::Warn),
-                    ("enforce", Enforcement::Refuse),
-                ],
-            ),
-            (
-                "kernel_image",
-                "on_incomplete",
-                |c| c.kernel_image.on_incomplete,
-                &[("warn", Enforcement::Warn), ("refuse", Enforcement::Refuse)],
-            ),
-            (
-                "compat",
-                "missing_library",
-                |c| c.compat.missing_library,
-                &[("refuse", Enforcement::Refuse), ("warn", Enforcement::Warn)],
-            ),
-        ];
-        for (table, key, get, words) in cases {
-            for (word, want) in words {
-                let c = parse(&format!("[{table}]\n{key} = \"{word}\"\n")).unwrap();
-                assert_eq!(get(&c), *want, "{table}.{key} = {word}");
-                // The externally tagged form serde's derive also read.
-                let c = parse(&format!("[{table}]\n{key} = {{ {word} = {{}} }}\n")).unwrap();
-                assert_eq!(get(&c), *want, "{table}.{key} = {{ {word} = {{}} }}");
-                // Written back with the same word.
-                let text = toml::to_string(&c).unwrap();
-                assert!(text.contains(&format!("{key} = \"{word}\"")), "{text}");
-            }
-            let listed: Vec<String> = words.iter().map(|(w, _)| format!("`{w}`")).collect();
-            let e = parse(&format!("[{table}]\n{key} = \"loud\"\n")).unwrap_err();
-            assert!(e.contains("unknown variant `loud`, expected"), "{e}");
-            for w in &listed {
-                assert!(e.contains(w.as_str()), "{e}");
-            }
-            let e = parse(&format!("[{table}]\n{key} = 1\n")).unwrap_err();
-            assert!(e.contains("invalid type: integer `1`"), "{e}");
-            assert!(parse(&format!("[{table}]\n{key} = {{ warn = 1 }}\n")).is_err());
-            assert!(parse(&format!("[{table}]\n{key} = {{}}\n")).is_err());
-        }
-        // Words of one key are not accepted by another.
-        assert!(parse("[kernel_image]\nseverity = \"refuse\"\n").is_err());
-        assert!(parse("[kernel_image]\non_incomplete = \"off\"\n").is_err());
-        assert!(parse("[compat]\nmissing_library = \"enforce\"\n").is_err());
-    }
-
-    #[test]
-    fn exact_messages_for_a_wrong_word() {
-        let e = parse("[kernel_image]\nseverity = \"loud\"\n").unwrap_err();
-        assert_eq!(
-            e,
-            "unknown variant `loud`, expected one of `off`, `warn`, `enforce`"
-        );
-        let e = parse("[kernel_image]\non_incomplete = \"off\"\n").unwrap_err();
-        assert_eq!(e, "unknown variant `off`, expected `warn` or `refuse`");
-        let e = parse("[compat]\nmissing_library = \"off\"\n").unwrap_err();
-        assert_eq!(e, "unknown variant `off`, expected `refuse` or `warn`");
     }
 }
