@@ -96,7 +96,7 @@ fn lstat(p: &Path) -> Result<fs::Metadata, PolicyFileError> {
 /// Checking the directories makes the later open safe without openat2:
 /// once every directory on the way is writable only by trusted users, no
 /// one else can swap an entry between this walk and the open.
-pub fn resolve_trusted(path: &Path) -> Result<PathBuf, PolicyFileError> {
+fn resolve_trusted(path: &Path) -> Result<PathBuf, PolicyFileError> {
     let abs = std::path::absolute(path).map_err(PolicyFileError::Unreadable)?;
     let mut walk = Walk::start(path)?;
     walk.push_front(&abs, false);
