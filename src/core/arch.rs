@@ -235,7 +235,7 @@ const PTX_ISA_TO_CUDA: &[(MajorMinor, MajorMinor)] = &[
 pub enum IsaNeed {
     /// The CUDA version that introduced it.
     Cuda(u16, u16),
-    /// Newer than any version in [`PTX_ISA_TO_CUDA`]: only a driver newer
+    /// Newer than any version in `PTX_ISA_TO_CUDA`: only a driver newer
     /// than the newest CUDA we know can possibly have it.
     Unknown,
 }

@@ -282,7 +282,7 @@ pub enum CompatVerdict {
     /// CUDA versions instead), so nothing can be judged for this GPU.
     NoDriverList { message: String },
     /// The GPU's brand is not known (facts from /proc, or a name outside
-    /// [`NVML_BRANDS`]): whether the brand is supported cannot be said.
+    /// `NVML_BRANDS`): whether the brand is supported cannot be said.
     UnknownBrand { message: String },
 }
 

@@ -93,7 +93,7 @@ const MAX_FIELD: usize = 16 * 1024;
 
 /// The one pass every finding field goes through ([`crate::core::decision::Finding`]'s
 /// constructors): characters of the set above escaped as in [`esc`], and
-/// the text cut to [`MAX_FIELD`] characters. Backslashes are left alone,
+/// the text cut to `MAX_FIELD` characters. Backslashes are left alone,
 /// so text already passed through [`esc`] comes out unchanged: applying it
 /// twice changes nothing.
 pub fn clean(s: String) -> String {

@@ -252,7 +252,7 @@ fn kind_of(m: &fs::Metadata) -> &'static str {
 }
 
 /// Reads a file whose content is policy (gpu-guard's config, a drop-in):
-/// resolved through [`resolve_trusted`], opened without following a
+/// resolved through `resolve_trusted`, opened without following a
 /// symlink and without blocking (a FIFO with no writer), then checked on
 /// the open file (fstat, so nothing can be swapped in between): a regular
 /// file of at most `limit` bytes, owned by root or the effective uid and
@@ -311,7 +311,7 @@ pub fn read_policy_file(path: &Path, limit: u64) -> Result<Vec<u8>, PolicyFileEr
 }
 
 /// Checks a directory whose entries are policy (`config.d`): resolved
-/// through [`resolve_trusted`], a directory owned by root or the effective
+/// through `resolve_trusted`, a directory owned by root or the effective
 /// uid, and not writable by group or others, sticky or not: anyone who
 /// may add a file there could add a drop-in. Returns the resolved path to
 /// list.

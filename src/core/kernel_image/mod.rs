@@ -1,7 +1,7 @@
 //! Judges scanned libraries against the visible GPUs, as the CUDA driver
 //! would pick code for them, and words the `kernel-image` findings. Pure:
-//! no I/O, table-tested. [`fit`] picks the code a device runs (the
-//! driver's rules); [`findings`] turns that into findings a person can act
+//! no I/O, table-tested. `fit` picks the code a device runs (the
+//! driver's rules); `findings` turns that into findings a person can act
 //! on.
 
 use crate::core::arch::{Arch, Kind};
