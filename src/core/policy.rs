@@ -13,6 +13,9 @@ pub use crate::core::enforcement::Enforcement;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+/// The top-level `mode`: what the whole decision does. Not an
+/// [`Enforcement`]: it also says whether edits are applied (`warn` still
+/// applies them, `off` does nothing at all).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
@@ -24,6 +27,9 @@ pub enum Mode {
     Off,
 }
 
+/// `host.on_probe_failure`, `security.privileged`: refuse the container,
+/// or let it start (with a warning). Not an [`Enforcement`]: there is no
+/// "off" that would skip the check, and `allow` is what the key is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OnFailure {
@@ -105,7 +111,8 @@ pub struct RequirementsConfig {
     pub minor_version_compatibility: MinorVersionCompat,
 }
 
-/// `requirements.minor_version_compatibility`.
+/// `requirements.minor_version_compatibility`. Not an [`Enforcement`]:
+/// `allow` admits what the requirement check refuses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum MinorVersionCompat {
