@@ -108,7 +108,7 @@ mod tests {
     use Variant::{Arch as A, Family as F, Plain as P};
 
     #[test]
-    fn judge_table() {
+    fn judge_table_plain_architectures() {
         let torch_like = [sass(80, P), sass(86, P), sass(90, P), ptx(90, (8, 4))];
         type Case = (Vec<Image>, &'static str, Option<(u64, u64)>, CodeFit);
         let cases: Vec<Case> = vec![
@@ -160,6 +160,20 @@ mod tests {
                 Some((11, 4)),
                 CodeFit::NoImage { blocked: None },
             ),
+        ];
+        for (images, dev, drv, want) in cases {
+            assert_eq!(
+                judge(&images, cc(dev), drv),
+                want,
+                "{images:?} on {dev} drv {drv:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn judge_table_arch_and_family_variants() {
+        type Case = (Vec<Image>, &'static str, Option<(u64, u64)>, CodeFit);
+        let cases: Vec<Case> = vec![
             // Arch-specific only: H100 yes, B200 and A100 no.
             (
                 vec![sass(90, A)],
