@@ -378,13 +378,13 @@ impl AllOf {
 /// A requirement judged for one GPU context.
 #[derive(Clone, Debug)]
 pub struct Judgement {
-    pub outcome: Verdict,
+    pub outcome: RequirementOutcome,
     /// Every alternative's result, in order (empty when one passed early).
     pub terms: Vec<TermResult>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub enum RequirementOutcome {
     Holds,
     Fails,
     CannotJudge,
@@ -398,7 +398,7 @@ impl Requirement {
             let r = t.eval(ctx);
             if r.outcome == Outcome::Pass {
                 return Judgement {
-                    outcome: Verdict::Holds,
+                    outcome: RequirementOutcome::Holds,
                     terms: Vec::new(),
                 };
             }
@@ -406,7 +406,7 @@ impl Requirement {
         }
         if terms.is_empty() {
             return Judgement {
-                outcome: Verdict::Holds,
+                outcome: RequirementOutcome::Holds,
                 terms,
             };
         }
@@ -414,9 +414,9 @@ impl Requirement {
             .iter()
             .any(|t| matches!(t.outcome, Outcome::Unknown(_)))
         {
-            Verdict::CannotJudge
+            RequirementOutcome::CannotJudge
         } else {
-            Verdict::Fails
+            RequirementOutcome::Fails
         };
         Judgement { outcome, terms }
     }
@@ -634,7 +634,7 @@ mod tests {
         }
     }
 
-    fn judge(req: &str, driver: &str, cuda: &str, g: Option<&Gpu>) -> Verdict {
+    fn judge(req: &str, driver: &str, cuda: &str, g: Option<&Gpu>) -> RequirementOutcome {
         let r = Requirement::parse("NVIDIA_REQUIRE_CUDA", req).unwrap();
         let d = Version::parse(driver).unwrap();
         let c = Version::parse(cuda).unwrap();
@@ -685,15 +685,15 @@ mod tests {
         let t = gpu(0, "tesla", Some("8.0"));
         assert_eq!(
             judge("cuda>=12.4", "535.104.05", "12.2", Some(&t)),
-            Verdict::Fails
+            RequirementOutcome::Fails
         );
         assert_eq!(
             judge("cuda>=12.2", "535.104.05", "12.2", Some(&t)),
-            Verdict::Holds
+            RequirementOutcome::Holds
         );
         assert_eq!(
             judge("cuda>=12.2.1", "535.104.05", "12.2", Some(&t)),
-            Verdict::Fails
+            RequirementOutcome::Fails
         );
         assert_eq!(
             judge(
@@ -702,7 +702,7 @@ mod tests {
                 "12.2",
                 Some(&t)
             ),
-            Verdict::Holds
+            RequirementOutcome::Holds
         );
         assert_eq!(
             judge(
@@ -711,37 +711,40 @@ mod tests {
                 "12.2",
                 Some(&t)
             ),
-            Verdict::Fails
+            RequirementOutcome::Fails
         );
         assert_eq!(
             judge("driver>535.54.03", "535.104.05", "12.2", Some(&t)),
-            Verdict::Holds
+            RequirementOutcome::Holds
         );
         assert_eq!(
             judge("arch>=8.0", "535.104.05", "12.2", Some(&t)),
-            Verdict::Holds
+            RequirementOutcome::Holds
         );
         assert_eq!(
             judge("arch>8.0", "535.104.05", "12.2", Some(&t)),
-            Verdict::Fails
+            RequirementOutcome::Fails
         );
         assert_eq!(
             judge("arch=8", "535.104.05", "12.2", Some(&t)),
-            Verdict::Holds
+            RequirementOutcome::Holds
         );
         assert_eq!(
             judge("brand=TESLA", "535.104.05", "12.2", Some(&t)),
-            Verdict::Holds
+            RequirementOutcome::Holds
         );
         assert_eq!(
             judge("brand!=tesla", "535.104.05", "12.2", Some(&t)),
-            Verdict::Fails
+            RequirementOutcome::Fails
         );
-        assert_eq!(judge("", "535.104.05", "12.2", Some(&t)), Verdict::Holds);
+        assert_eq!(
+            judge("", "535.104.05", "12.2", Some(&t)),
+            RequirementOutcome::Holds
+        );
         // unknown keys are ignored
         assert_eq!(
             judge("cudnn>=99", "535.104.05", "12.2", Some(&t)),
-            Verdict::Holds
+            RequirementOutcome::Holds
         );
     }
 
@@ -761,24 +764,27 @@ mod tests {
         // `foo=bar` no longer satisfies it on its own
         assert_eq!(
             judge("cuda>=12.4 foo=bar", "535.104.05", "12.2", None),
-            Verdict::Fails
+            RequirementOutcome::Fails
         );
-        assert_eq!(judge("foo=bar", "535.104.05", "12.2", None), Verdict::Holds);
+        assert_eq!(
+            judge("foo=bar", "535.104.05", "12.2", None),
+            RequirementOutcome::Holds
+        );
     }
 
     #[test]
     fn no_gpu_passes_arch_and_brand_only() {
         assert_eq!(
             judge("arch>=9.0", "535.104.05", "12.2", None),
-            Verdict::Holds
+            RequirementOutcome::Holds
         );
         assert_eq!(
             judge("brand=geforce", "535.104.05", "12.2", None),
-            Verdict::Holds
+            RequirementOutcome::Holds
         );
         assert_eq!(
             judge("cuda>=12.4", "535.104.05", "12.2", None),
-            Verdict::Fails
+            RequirementOutcome::Fails
         );
     }
 
@@ -789,7 +795,7 @@ mod tests {
         for r in ["brand=tesla", "brand!=tesla", "brand=unknown"] {
             assert_eq!(
                 judge(r, "535.104.05", "12.2", Some(&g)),
-                Verdict::CannotJudge,
+                RequirementOutcome::CannotJudge,
                 "{r}"
             );
         }
@@ -801,17 +807,17 @@ mod tests {
                 "12.2",
                 Some(&g)
             ),
-            Verdict::CannotJudge
+            RequirementOutcome::CannotJudge
         );
         // NVML's own "unknown" brand is a brand, as in NVIDIA's images.
         let u = gpu(0, "unknown", Some("8.0"));
         assert_eq!(
             judge("brand=unknown", "535.104.05", "12.2", Some(&u)),
-            Verdict::Holds
+            RequirementOutcome::Holds
         );
         assert_eq!(
             judge("brand=tesla", "535.104.05", "12.2", Some(&u)),
-            Verdict::Fails
+            RequirementOutcome::Fails
         );
     }
 
@@ -820,17 +826,17 @@ mod tests {
         let g = gpu(0, "tesla", None);
         assert_eq!(
             judge("arch>=8.0", "535.104.05", "12.2", Some(&g)),
-            Verdict::CannotJudge
+            RequirementOutcome::CannotJudge
         );
         // another alternative holding still decides
         assert_eq!(
             judge("arch>=8.0 cuda>=12.0", "535.104.05", "12.2", Some(&g)),
-            Verdict::Holds
+            RequirementOutcome::Holds
         );
         // a definite failure in the same alternative wins over unknown
         assert_eq!(
             judge("arch>=8.0,cuda>=13", "535.104.05", "12.2", Some(&g)),
-            Verdict::Fails
+            RequirementOutcome::Fails
         );
     }
 
@@ -850,7 +856,7 @@ mod tests {
             cuda: Some(&c),
             gpu: Some(&g),
         });
-        assert_eq!(j.outcome, Verdict::Fails);
+        assert_eq!(j.outcome, RequirementOutcome::Fails);
         assert_eq!(
             j.terms[0].outcome,
             Outcome::Fail("driver 545.23.06 provides CUDA 12.3".into())
