@@ -262,12 +262,16 @@ struct Rlimit {
     hard: u64,
 }
 
-/// Raises rlimit type `kind` to at least `want` on the first entry of
-/// that type, or adds one. The entry keeps its soft or hard value where
-/// that is higher (the decision never lowers a limit, and the spec may have
-/// changed since). Returns whether anything changed.
+/// Raises rlimit type `kind` to at least `want` on the entry runc applies:
+/// runc sets every entry in order (runc utils_linux.go newProcess keeps the
+/// spec's order; libcontainer/init_linux.go setupRlimits calls prlimit for
+/// each), so the last entry of a type is the one in force and the earlier
+/// ones are overridden by it. Without an entry of that type, one is added.
+/// The entry keeps its soft or hard value where that is higher (the
+/// decision never lowers a limit, and the spec may have changed since).
+/// Returns whether anything changed.
 fn raise(list: &mut Vec<Rlimit>, kind: &str, want: &crate::core::decision::Rlimit) -> bool {
-    match list.iter_mut().find(|r| r.kind == kind) {
+    match list.iter_mut().rev().find(|r| r.kind == kind) {
         Some(r) if r.soft >= want.soft && r.hard >= want.hard => false,
         Some(r) => {
             r.soft = r.soft.max(want.soft);
@@ -585,6 +589,43 @@ mod tests {
         // refuses the spec, and so the view is an error too.
         let src = r#"{"process": {"rlimits": [1]}, "process": {"rlimits": [{"soft": 2}]}}"#;
         assert!(LoadedSpec::from_bytes(Path::new("c"), src.as_bytes().to_vec(), None).is_err());
+    }
+
+    #[test]
+    fn rlimits_raise_the_entry_runc_applies() {
+        use crate::core::decision::Rlimit;
+        // runc applies every entry in order, so the last of a type is in
+        // force: that one is raised, whatever the earlier ones say.
+        let src = r#"{"process": {"rlimits": [
+            {"type": "RLIMIT_MEMLOCK", "hard": 65536, "soft": 65536},
+            {"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024},
+            {"type": "RLIMIT_MEMLOCK", "hard": 65536, "soft": 65536}]}}"#;
+        let want = Rlimit {
+            soft: 1 << 30,
+            hard: 1 << 30,
+        };
+        let mut edits = Edits::default();
+        edits.rlimits.insert("RLIMIT_MEMLOCK".into(), want);
+        // Any type the decision raises is handled alike (RLIMIT_STACK).
+        edits.rlimits.insert("RLIMIT_STACK".into(), want);
+        let out = patched(src, &edits).expect("raised");
+        let again = reread(&out);
+        assert_eq!(again.rlimits["RLIMIT_MEMLOCK"], want, "{out}");
+        assert_eq!(again.rlimits["RLIMIT_STACK"], want, "{out}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(
+            v["process"]["rlimits"][0],
+            json!({"type": "RLIMIT_MEMLOCK", "hard": 65536, "soft": 65536})
+        );
+        assert_eq!(patched(&out, &edits), None);
+        // The last entry already high enough: nothing to raise, even though
+        // an earlier, overridden one is lower.
+        let src = r#"{"process": {"rlimits": [
+            {"type": "RLIMIT_MEMLOCK", "hard": 1, "soft": 1},
+            {"type": "RLIMIT_MEMLOCK", "hard": 2147483648, "soft": 2147483648}]}}"#;
+        let mut edits = Edits::default();
+        edits.rlimits.insert("RLIMIT_MEMLOCK".into(), want);
+        assert_eq!(patched(src, &edits), None);
     }
 
     #[test]
