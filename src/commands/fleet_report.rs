@@ -9,7 +9,7 @@ use crate::commands::cli::CheckArgs;
 use crate::core::container::Container;
 use crate::core::decision::Verdict;
 use crate::core::facts::{HostFacts as Facts, HostReport};
-use crate::core::policy::{Config, KernelImageSeverity};
+use crate::core::policy::{Config, Enforcement};
 use crate::core::security::Stage;
 use crate::fleet::nodes::{self, NodeLabels};
 use crate::fleet::{affinity, summary, Host, HostFacts, HostResult, ImageInfo, Subject};
@@ -68,7 +68,7 @@ pub fn main(cfg: &Config, container: &Container, stage: Stage, args: &CheckArgs)
     let scanned = container
         .rootfs
         .as_ref()
-        .filter(|_| cfg.kernel_image.severity != KernelImageSeverity::Off)
+        .filter(|_| cfg.kernel_image.severity != Enforcement::Off)
         .map(|r| crate::scan::libraries::scan_rootfs(r, &cfg.kernel_image));
     main_with(cfg, container, stage, args, (scanned, None), None)
 }

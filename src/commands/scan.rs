@@ -5,7 +5,7 @@ use crate::commands::cli::ScanArgs;
 use crate::core::arch::{self, Kind};
 use crate::core::decision::{Finding, Severity};
 use crate::core::facts::HostFacts;
-use crate::core::policy::{KernelImageConfig, KernelImageSeverity};
+use crate::core::policy::{Enforcement, KernelImageConfig};
 use crate::core::version::Version;
 use crate::scan::fatbin::{self, Budget, Entry, FatbinError};
 use crate::scan::read::{self, SizedFile};
@@ -125,8 +125,8 @@ fn rootfs_inputs(
         .ok_or("scan --rootfs needs --host FILE")?;
     let facts = crate::host::facts_file::read_facts_file(host).map_err(|e| e.to_string())?;
     let mut ki = cfg.kernel_image.clone();
-    if ki.severity == KernelImageSeverity::Off {
-        ki.severity = KernelImageSeverity::Warn;
+    if ki.severity == Enforcement::Off {
+        ki.severity = Enforcement::Warn;
     }
     Ok((ki, facts))
 }
@@ -244,8 +244,8 @@ fn report_error(out: &mut impl Write, json: bool, first: &mut bool, path: &Path,
         let _ = out.flush();
         eprintln!(
             "gpu-guard: {}: {}",
-            crate::core::kernel_image::escape(&shown(path), 4096),
-            crate::core::kernel_image::escape(error, 4096)
+            crate::core::sanitize::esc_bounded(&shown(path), 4096),
+            crate::core::sanitize::esc_bounded(error, 4096)
         );
     }
 }
@@ -350,7 +350,7 @@ fn scan_summary(
             .entry((e.kind, e.arch, e.ptx_isa, e.compressed))
             .or_insert(0) += 1;
     });
-    let name = crate::core::kernel_image::escape(&shown(path), 4096);
+    let name = crate::core::sanitize::esc_bounded(&shown(path), 4096);
     let total: u64 = counts.values().sum();
     if total == 0 && result.is_ok() {
         let _ = writeln!(out, "{name}: no device code");

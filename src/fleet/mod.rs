@@ -1,6 +1,5 @@
 //! One container judged on many hosts (`gpu-guard check --host F --host G`,
-//! `--hosts DIR`, `--nodes FILE`; design.md "`gpu-guard check` before
-//! scheduling").
+//! `--hosts DIR`, `--nodes FILE`; docs/interfaces.md, "`gpu-guard check`").
 //!
 //! The container is built, its requirements parsed and its image scanned
 //! once ([`Subject`]); each host then costs one pure [`crate::core::decide`]

@@ -10,7 +10,7 @@
 use super::{HostResult, ImageInfo, Subject};
 use crate::core::decision::{Check, Decision, Severity, Verdict};
 use crate::core::facts::HostFacts;
-use crate::core::requirement::{Context, Key, Outcome, Verdict as ReqVerdict};
+use crate::core::requirement::{Context, Key, Outcome, RequirementOutcome};
 use crate::core::version::Version;
 use std::collections::BTreeMap;
 
@@ -52,7 +52,7 @@ pub fn exit_status(c: &Counts, any: bool) -> i32 {
     }
 }
 
-/// The multi-host JSON of design.md.
+/// The multi-host JSON (docs/interfaces.md, "`gpu-guard check`").
 #[derive(serde::Serialize)]
 pub struct FleetJson<'a> {
     pub image: &'a ImageInfo,
@@ -217,7 +217,7 @@ fn requirement_reason(subject: &Subject, facts: &HostFacts) -> Option<String> {
                 cuda: cuda.as_ref(),
                 gpu,
             });
-            if j.outcome != ReqVerdict::Fails {
+            if j.outcome != RequirementOutcome::Fails {
                 continue;
             }
             let failed = |k| {

@@ -1,5 +1,5 @@
 //! Reads a container image without running it or unpacking it to disk
-//! (design.md, "`gpu-guard check` before scheduling"): an OCI image layout
+//! (docs/interfaces.md, "`gpu-guard check`"): an OCI image layout
 //! directory, a docker-archive tar (`docker save`) or an OCI archive tar.
 //!
 //! - [`Image::open`] finds the manifest (picking a platform from an index),
@@ -83,7 +83,7 @@ impl Default for Limits {
             max_uncompressed_bytes: 64 << 30,
             max_entries: 2_000_000,
             max_time: Duration::from_secs(600),
-            // Real configs are a few KiB; 1 MiB allows long histories.
+            // Real configs are a few KiB; 4 MiB allows long histories.
             max_json_bytes: 4 << 20,
             max_extension_header: 1 << 20,
             max_archive_entries: 100_000,

@@ -352,7 +352,7 @@ pub fn scan(img: &Image, cfg: &KernelImageConfig) -> Result<ImageScan, ImageErro
         let shown: Vec<String> = unknown_sections
             .iter()
             .take(4)
-            .map(|p| crate::core::kernel_image::escape(p, 200))
+            .map(|p| crate::core::sanitize::esc_bounded(p, 200))
             .collect();
         out.notes.push(format!(
             "the section names of {} could not be kept while streaming; every fat binary \

@@ -13,8 +13,8 @@ use crate::remote::{self, Access, Origin};
 use gpu_guard::commands::cli::CheckArgs;
 use gpu_guard::commands::fleet_report::ImageReport;
 use gpu_guard::commands::image_check::{self, usage};
-use gpu_guard::core::kernel_image::escape;
-use gpu_guard::core::policy::{Config, KernelImageSeverity};
+use gpu_guard::core::policy::{Config, Enforcement};
+use gpu_guard::core::sanitize::esc_bounded as escape;
 use gpu_guard::image::scan::ImageScan;
 use gpu_guard_registry::{Reference, Resolved};
 use std::path::Path;
@@ -99,7 +99,7 @@ fn read_layers(
         remote::open_image(c, r, res, platform, image_check::limits(), None).map_err(named)?;
     let env = image_check::parse_env(args)?;
     let container = image_check::container_for(&img.env(), &env);
-    let scan = if cfg.kernel_image.severity == KernelImageSeverity::Off {
+    let scan = if cfg.kernel_image.severity == Enforcement::Off {
         None
     } else {
         Some(
@@ -183,8 +183,8 @@ fn registry_check(cfg: &Config, args: &CheckArgs, image: &str) -> i32 {
                 let origin = Origin::Attestation(at);
                 let container = image_check::container_for(&n.env, &env);
                 let report = report_from_needs(&r, &n, &origin, &container);
-                let scan = (cfg.kernel_image.severity != KernelImageSeverity::Off)
-                    .then(|| scan_from_needs(&n));
+                let scan =
+                    (cfg.kernel_image.severity != Enforcement::Off).then(|| scan_from_needs(&n));
                 return image_check::judge(cfg, args, &container, scan, &report);
             }
             Ok(None) => {}
@@ -266,7 +266,7 @@ fn daemon_check(config: Option<&Path>, args: &CheckArgs, name: &str) -> i32 {
         Err(e) => return usage(e),
     };
     let container = image_check::container_for(&img.env(), &env);
-    let scan = if cfg.kernel_image.severity == KernelImageSeverity::Off {
+    let scan = if cfg.kernel_image.severity == Enforcement::Off {
         None
     } else {
         match gpu_guard::image::scan::scan(&img, &cfg.kernel_image) {

@@ -32,10 +32,7 @@ const CAPABILITIES: &[&str] = &[
 
 /// The newest driver and its CUDA version in gpu-guard's tables.
 fn newest_driver() -> (String, String) {
-    let (cuda, driver) = gpu_guard::core::cuda_tables::TOOLKIT_MIN_DRIVER
-        .last()
-        .copied()
-        .unwrap_or(("13.0", "580.65.06"));
+    let (cuda, driver) = gpu_guard::core::cuda_tables::newest_toolkit();
     (driver.to_string(), cuda.to_string())
 }
 
