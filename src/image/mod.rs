@@ -47,7 +47,8 @@ mod tree;
 pub use digest::Digest;
 pub use error::ImageError;
 pub use platform::Platform;
-pub use readat::{scan_fatbin, FatbinScan, ReadAtBuf, MAX_READAT_BYTES};
+pub use readat::{scan_fatbin, FatbinScan};
+pub(crate) use readat::{ReadAtBuf, MAX_READAT_BYTES};
 pub use tree::{normalize, ContentRef, Kind, Node, Tree};
 
 use layer::{Budget, Flow, LayerRef};

@@ -188,6 +188,19 @@ fn content_of(tree: &Tree, p: &str) -> Option<(String, ContentRef, u64)> {
     Some((real, node.content?, node.size))
 }
 
+/// A final library: its path, where its bytes are, its size.
+type Lib = (String, ContentRef, u64);
+
+/// A compat library of the final tree.
+struct Compat {
+    path: String,
+    version: String,
+    content: ContentRef,
+}
+
+/// The results of reading files, by where their content is.
+type Results = HashMap<ContentRef, FileResult>;
+
 /// Reads the configured libraries and the compat libraries of `img`.
 pub fn scan(img: &Image, cfg: &KernelImageConfig) -> Result<ImageScan, ImageError> {
     let patterns: Vec<Pattern> = crate::scan::libraries::patterns(cfg)
@@ -195,7 +208,7 @@ pub fn scan(img: &Image, cfg: &KernelImageConfig) -> Result<ImageScan, ImageErro
         .map(|(_, p)| p)
         .collect();
     let is_lib = |p: &str| patterns.iter().any(|g| glob::match_path(g, p));
-    let mut results: HashMap<ContentRef, FileResult> = HashMap::new();
+    let mut results: Results = HashMap::new();
     let mut out = ImageScan::default();
     let max_entries = cfg.max_entries;
     let tree = img.index_with(&|p| is_lib(p) || maybe_compat(p), &mut |c, f, r| {
@@ -204,95 +217,158 @@ pub fn scan(img: &Image, cfg: &KernelImageConfig) -> Result<ImageScan, ImageErro
         results.insert(c, res);
         Ok(())
     })?;
+    let libs = final_libraries(&tree, &is_lib);
+    let compat = compat_libraries(&tree, &mut out.compat);
+    let lib_refs: BTreeSet<ContentRef> = libs.iter().map(|l| l.1).collect();
+    let compat_refs: BTreeSet<ContentRef> = compat.iter().map(|c| c.content).collect();
+    out.stats.discarded = results
+        .keys()
+        .filter(|c| !lib_refs.contains(c) && !compat_refs.contains(c))
+        .count();
+    let wanted = Wanted {
+        libs: &libs,
+        compat: &compat,
+        lib_refs: &lib_refs,
+        compat_refs: &compat_refs,
+    };
+    second_pass(
+        img,
+        &tree,
+        &wanted,
+        max_entries,
+        &mut results,
+        &mut out.stats,
+    )?;
+    judge_libraries(libs, &results, cfg, &mut out);
+    for c in compat {
+        let note = results
+            .get(&c.content)
+            .and_then(|r| r.note.clone())
+            .unwrap_or_else(|| Err("the file could not be read from the image".to_string()));
+        out.compat.libs.push(CompatLib {
+            path: c.path,
+            version: c.version,
+            note,
+        });
+    }
+    Ok(out)
+}
 
-    // The final libraries, in path order, one per distinct content.
-    let mut libs: Vec<(String, ContentRef, u64)> = Vec::new();
+/// The final libraries, in path order, one per distinct content.
+fn final_libraries(tree: &Tree, is_lib: &dyn Fn(&str) -> bool) -> Vec<Lib> {
+    let mut libs = Vec::new();
     let mut seen = BTreeSet::new();
     for (p, _) in tree.iter() {
         if !is_lib(p) {
             continue;
         }
-        if let Some((_, c, size)) = content_of(&tree, p) {
+        if let Some((_, c, size)) = content_of(tree, p) {
             if seen.insert(c) {
                 libs.push((p.to_string(), c, size));
             }
         }
     }
-    // The compat directory as the hook finds it: resolved, regular files
-    // named libcuda.so.X.Y directly in it.
-    let mut compat: Vec<(String, String, ContentRef, u64)> = Vec::new();
-    if let Ok(dir) = tree.resolve(COMPAT_DIR) {
-        if tree.get(&dir).is_some_and(|n| n.kind == Kind::Dir) {
-            let prefix = format!("{dir}/");
-            for (p, n) in tree.iter() {
-                let Some(name) = p.strip_prefix(&prefix) else {
-                    continue;
-                };
-                if name.contains('/') || !is_compat_name(name) || n.kind != Kind::File {
-                    continue;
-                }
-                if compat.len() >= MAX_LIBS {
-                    out.compat.truncated = true;
-                    break;
-                }
-                if let Some(c) = n.content {
-                    let version = name["libcuda.so.".len()..].to_string();
-                    compat.push((p.to_string(), version, c, n.size));
-                }
-            }
+    libs
+}
+
+/// The compat directory as the hook finds it: resolved, regular files
+/// named libcuda.so.X.Y directly in it (at most [`MAX_LIBS`]).
+fn compat_libraries(tree: &Tree, scan: &mut CompatScan) -> Vec<Compat> {
+    let mut compat = Vec::new();
+    let Ok(dir) = tree.resolve(COMPAT_DIR) else {
+        return compat;
+    };
+    if !tree.get(&dir).is_some_and(|n| n.kind == Kind::Dir) {
+        return compat;
+    }
+    let prefix = format!("{dir}/");
+    for (p, n) in tree.iter() {
+        let Some(name) = p.strip_prefix(&prefix) else {
+            continue;
+        };
+        if name.contains('/') || !is_compat_name(name) || n.kind != Kind::File {
+            continue;
+        }
+        if compat.len() >= MAX_LIBS {
+            scan.truncated = true;
+            break;
+        }
+        if let Some(content) = n.content {
+            compat.push(Compat {
+                path: p.to_string(),
+                version: name["libcuda.so.".len()..].to_string(),
+                content,
+            });
         }
     }
+    compat
+}
 
-    // What the first pass could not know: read it now.
-    let kept: BTreeSet<ContentRef> = libs
-        .iter()
-        .map(|l| l.1)
-        .chain(compat.iter().map(|c| c.2))
-        .collect();
-    out.stats.discarded = results.keys().filter(|c| !kept.contains(c)).count();
-    let compat_refs: BTreeSet<ContentRef> = compat.iter().map(|c| c.2).collect();
-    let lib_refs: BTreeSet<ContentRef> = libs.iter().map(|l| l.1).collect();
-    let missing = |c: &ContentRef, results: &HashMap<ContentRef, FileResult>| {
+/// What the final tree keeps, and what each content is read for.
+struct Wanted<'a> {
+    libs: &'a [Lib],
+    compat: &'a [Compat],
+    lib_refs: &'a BTreeSet<ContentRef>,
+    compat_refs: &'a BTreeSet<ContentRef>,
+}
+
+/// Reads what the first pass could not know (files the globs reach only
+/// through a symlink or a hard link) in a second, targeted pass.
+fn second_pass(
+    img: &Image,
+    tree: &Tree,
+    w: &Wanted,
+    max_entries: u64,
+    results: &mut Results,
+    stats: &mut ScanStats,
+) -> Result<(), ImageError> {
+    let missing = |c: &ContentRef| {
         let r = results.get(c);
-        (lib_refs.contains(c) && !matches!(r, Some(x) if x.code.is_some()))
-            || (compat_refs.contains(c) && !matches!(r, Some(x) if x.note.is_some()))
+        (w.lib_refs.contains(c) && !matches!(r, Some(x) if x.code.is_some()))
+            || (w.compat_refs.contains(c) && !matches!(r, Some(x) if x.note.is_some()))
     };
-    let todo: BTreeSet<String> = libs
+    let todo: BTreeSet<String> = w
+        .libs
         .iter()
         .map(|l| (l.0.as_str(), l.1))
-        .chain(compat.iter().map(|c| (c.0.as_str(), c.2)))
-        .filter(|(_, c)| missing(c, &results))
-        .filter_map(|(p, _)| content_of(&tree, p).map(|x| x.0))
+        .chain(w.compat.iter().map(|c| (c.path.as_str(), c.content)))
+        .filter(|(_, c)| missing(c))
+        .filter_map(|(p, _)| content_of(tree, p).map(|x| x.0))
         .collect();
-    if !todo.is_empty() {
-        let mut by_content: BTreeMap<String, ContentRef> = BTreeMap::new();
-        for p in &todo {
-            if let Some((_, c, _)) = content_of(&tree, p) {
-                by_content.insert(p.clone(), c);
-            }
-        }
-        let mut fresh: Vec<(ContentRef, FileResult)> = Vec::new();
-        let stats = img.read_files(&tree, &|p| todo.contains(p), &mut |f, r| {
-            let Some(c) = by_content.get(&f.path).copied() else {
-                return Ok(());
-            };
-            let res = read_file(
-                f,
-                r,
-                lib_refs.contains(&c),
-                compat_refs.contains(&c),
-                max_entries,
-            )?;
-            fresh.push((c, res));
-            Ok(())
-        })?;
-        out.stats.second_pass_files = stats.files;
-        out.stats.layers_read_again = stats.layers_read;
-        results.extend(fresh);
+    if todo.is_empty() {
+        return Ok(());
     }
+    let mut by_content: BTreeMap<String, ContentRef> = BTreeMap::new();
+    for p in &todo {
+        if let Some((_, c, _)) = content_of(tree, p) {
+            by_content.insert(p.clone(), c);
+        }
+    }
+    let mut fresh: Vec<(ContentRef, FileResult)> = Vec::new();
+    let read = img.read_files(tree, &|p| todo.contains(p), &mut |f, r| {
+        let Some(c) = by_content.get(&f.path).copied() else {
+            return Ok(());
+        };
+        let (code, note) = (w.lib_refs.contains(&c), w.compat_refs.contains(&c));
+        fresh.push((c, read_file(f, r, code, note, max_entries)?));
+        Ok(())
+    })?;
+    stats.second_pass_files = read.files;
+    stats.layers_read_again = read.layers_read;
+    results.extend(fresh);
+    Ok(())
+}
 
-    // Budgets over the final libraries, as the rootfs scan counts them.
+/// Budgets over the final libraries, as the rootfs scan counts them
+/// (files, bytes, fatbin entries, in path order), into `out.scanned`.
+fn judge_libraries(
+    libs: Vec<Lib>,
+    results: &Results,
+    cfg: &KernelImageConfig,
+    out: &mut ImageScan,
+) {
     let (mut files, mut bytes, mut entries) = (0u64, 0u64, 0u64);
+    let entry_budget = || format!("entry budget of {} fatbin entries used up", cfg.max_entries);
     let mut unknown_sections = Vec::new();
     let mut rest = libs.into_iter();
     for (path, c, size) in rest.by_ref() {
@@ -318,10 +394,7 @@ pub fn scan(img: &Image, cfg: &KernelImageConfig) -> Result<ImageScan, ImageErro
             (None, Some(Ok((images, n, known)))) => {
                 entries = entries.saturating_add(n);
                 if entries > cfg.max_entries {
-                    out.scanned.incomplete = Some(format!(
-                        "entry budget of {} fatbin entries used up",
-                        cfg.max_entries
-                    ));
+                    out.scanned.incomplete = Some(entry_budget());
                     out.scanned.not_scanned.push(path);
                     break;
                 }
@@ -331,10 +404,7 @@ pub fn scan(img: &Image, cfg: &KernelImageConfig) -> Result<ImageScan, ImageErro
                 Ok(images)
             }
             (None, Some(Err(Failure::Budget))) => {
-                out.scanned.incomplete = Some(format!(
-                    "entry budget of {} fatbin entries used up",
-                    cfg.max_entries
-                ));
+                out.scanned.incomplete = Some(entry_budget());
                 out.scanned.not_scanned.push(path);
                 break;
             }
@@ -360,16 +430,4 @@ pub fn scan(img: &Image, cfg: &KernelImageConfig) -> Result<ImageScan, ImageErro
             shown.join(", ")
         ));
     }
-    for (path, version, c, _) in compat {
-        let note = results
-            .get(&c)
-            .and_then(|r| r.note.clone())
-            .unwrap_or_else(|| Err("the file could not be read from the image".to_string()));
-        out.compat.libs.push(CompatLib {
-            path,
-            version,
-            note,
-        });
-    }
-    Ok(out)
 }

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// An opened file of the layout and its size.
-pub struct Opened {
+pub(crate) struct Opened {
     pub reader: Box<dyn Read + Send>,
     pub size: u64,
 }

@@ -225,7 +225,7 @@ impl Walker<'_> {
 
 /// What the globs matched inside the root.
 #[derive(Debug, Default)]
-pub struct Expansion {
+struct Expansion {
     /// Paths the patterns match (not yet opened), in scan order: by config
     /// glob, literal names before wildcard matches, then as found.
     pub paths: Vec<String>,
@@ -238,7 +238,7 @@ pub struct Expansion {
 /// Expands `patterns` (each with the index of its config glob) inside the
 /// root; `tap` sees every directory listing ([`rootfs::no_tap`] outside
 /// tests).
-pub fn expand(
+fn expand(
     root: &Root,
     patterns: &[(usize, Pattern)],
     limits: &Limits,
@@ -349,11 +349,7 @@ impl<R: ReadAt + ?Sized> ReadAt for Metered<'_, R> {
     }
 }
 
-/// Scans one opened library into its distinct images.
-pub fn scan_found(found: &Found, budget: &mut Budget) -> Result<Vec<Image>, ScanFailure> {
-    scan_metered(found, budget, &Meter::new(u64::MAX, None))
-}
-
+/// Scans one opened library into its distinct images, its reads metered.
 fn scan_metered(
     found: &Found,
     budget: &mut Budget,
@@ -379,7 +375,7 @@ fn scan_metered(
 
 /// Why one library could not be scanned.
 #[derive(Debug, thiserror::Error)]
-pub enum ScanFailure {
+enum ScanFailure {
     #[error(transparent)]
     Open(RootfsError),
     #[error(transparent)]
