@@ -1,6 +1,7 @@
 //! Reads a container image without running it or unpacking it to disk
-//! (design.md, "`gpu-guard check` before scheduling"): an OCI image layout
-//! directory, a docker-archive tar (`docker save`) or an OCI archive tar.
+//! (`gpu-guard check --image`, README "Before scheduling"):
+//! an OCI image layout directory, a docker-archive tar (`docker save`) or
+//! an OCI archive tar.
 //!
 //! - [`Image::open`] finds the manifest (picking a platform from an index),
 //!   reads and verifies the config: env, labels, digests.
@@ -30,10 +31,14 @@
 //! Every blob is checked against its digest while it streams (manifest and
 //! config before they are parsed; layers at the end of each stream, so a
 //! caller must discard what it computed when a call returns an error).
-//! Budgets ([`Limits`]) bound uncompressed bytes, entries, time, JSON
-//! sizes and tar extension headers; memory is the decoders' windows plus
-//! the tree's metadata.
+//! One budget ([`Limits`], `budget.rs`), from `open` to the last pass,
+//! bounds decompressed bytes and their ratio to the compressed ones,
+//! entries, entry-name bytes (each name also at most PATH_MAX), time, JSON
+//! sizes and tar extension headers (of the layers and of the outer
+//! archive); memory is the decoders' windows plus the tree's metadata.
 
+mod budget;
+mod decoder;
 mod digest;
 mod error;
 mod layer;
@@ -42,6 +47,7 @@ mod platform;
 mod readat;
 pub mod scan;
 mod source;
+mod tar_guard;
 mod tree;
 
 pub use digest::Digest;
@@ -51,7 +57,8 @@ pub use readat::{scan_fatbin, FatbinScan};
 pub(crate) use readat::{ReadAtBuf, MAX_READAT_BYTES};
 pub use tree::{normalize, ContentRef, Kind, Node, Tree};
 
-use layer::{Budget, Flow, LayerRef};
+use budget::Budget;
+use layer::{Flow, LayerRef};
 use oci_spec::image::ImageConfiguration;
 use serde::Serialize;
 use source::Source;
@@ -60,15 +67,24 @@ use std::io::{self, Read};
 use std::path::Path;
 use std::time::Duration;
 
-/// Bounds on what reading one image may cost. Each call (`open`, `index`,
-/// `read_files`) gets the full budget.
+/// Bounds on what reading one image may cost: one budget from
+/// [`Image::open`] on, shared by every pass over the image (`index`,
+/// `index_with`, `read_files`), so the whole check stays within them.
 #[derive(Clone, Debug)]
 pub struct Limits {
-    /// Uncompressed layer bytes streamed, all layers together.
+    /// Uncompressed layer bytes streamed, all layers and passes together.
     pub max_uncompressed_bytes: u64,
-    /// Tar entries, all layers together.
+    /// Past this many decompressed bytes, the layers may decompress to at
+    /// most `max_expansion` times the compressed bytes read (a bomb stops
+    /// here rather than at `max_uncompressed_bytes`).
+    pub expansion_allowance: u64,
+    pub max_expansion: u64,
+    /// Tar entries of the tree, all layers together.
     pub max_entries: u64,
-    /// Wall-clock time.
+    /// Bytes of entry paths and link targets kept, the outer archive's and
+    /// all layers' together (each one also at most PATH_MAX).
+    pub max_path_bytes: u64,
+    /// Wall-clock time, from `open` to the end of the last pass.
     pub max_time: Duration,
     /// index.json, manifest.json, a manifest or the config.
     pub max_json_bytes: u64,
@@ -83,7 +99,12 @@ impl Default for Limits {
         Limits {
             // The largest CUDA images (cudnn devel) are about 20 GB unpacked.
             max_uncompressed_bytes: 64 << 30,
+            expansion_allowance: 1 << 30,
+            max_expansion: 100,
             max_entries: 2_000_000,
+            // Real images keep tens of MB of names (500k paths of ~100
+            // bytes); each is held about twice while a layer is applied.
+            max_path_bytes: 128 << 20,
             max_time: Duration::from_secs(600),
             // Real configs are a few KiB; 1 MiB allows long histories.
             max_json_bytes: 4 << 20,
@@ -156,20 +177,28 @@ pub struct Image {
     info: ImageInfo,
     config: ImageConfiguration,
     layers: Vec<LayerRef>,
-    limits: Limits,
+    /// Spent by every pass from `open` on.
+    budget: Budget,
 }
 
 impl Image {
-    /// Opens `path`, telling the format from what it holds.
+    /// Opens `path`, telling the format from what it holds. The budget of
+    /// `opts.limits` starts here and covers every pass after.
     pub fn open(path: &Path, opts: &Options) -> Result<Image, ImageError> {
-        let p = open::open(path, opts)?;
+        let budget = Budget::new(&opts.limits);
+        let p = open::open(path, opts, &budget)?;
         Ok(Image {
             source: p.source,
             info: p.info,
             config: p.config,
             layers: p.layers,
-            limits: opts.limits.clone(),
+            budget,
         })
+    }
+
+    /// The image's deadline, for work on what it gave (a tree's paths).
+    pub(crate) fn check_time(&self) -> Result<(), ImageError> {
+        self.budget.deadline().check()
     }
 
     pub fn info(&self) -> &ImageInfo {
@@ -216,14 +245,15 @@ impl Image {
         matcher: &dyn Fn(&str) -> bool,
         visit: &mut dyn FnMut(ContentRef, &ImageFile, &mut dyn Read) -> io::Result<()>,
     ) -> Result<Tree, ImageError> {
-        let budget = Budget::new(&self.limits);
-        let mut tree = Tree::default();
+        let budget = &self.budget;
+        let mut tree = Tree::with_deadline(budget.deadline());
         for (n, l) in self.layers.iter().enumerate() {
             let what = format!("layer {n} ({})", l.path);
             let raw = self.source.open(&l.path)?;
             let mut entries = Vec::new();
-            layer::stream(n, l, raw.reader, &budget, &mut |e, i| {
-                let r = layer::raw_entry(e, i, &what)?;
+            layer::stream(n, l, raw.reader, budget, &mut |e, i| {
+                budget.take_entry()?;
+                let r = layer::raw_entry(e, i, &what, budget)?;
                 if matches!(r.kind, tree::RawKind::File) && !r.path.is_empty() && matcher(&r.path) {
                     let f = ImageFile {
                         path: r.path.clone(),
@@ -257,14 +287,22 @@ impl Image {
         visit: &mut dyn FnMut(&ImageFile, &mut dyn Read) -> io::Result<()>,
     ) -> Result<ReadStats, ImageError> {
         let mut wanted: BTreeMap<ContentRef, ImageFile> = BTreeMap::new();
-        for (p, node) in tree.iter() {
+        for (k, (p, node)) in tree.iter().enumerate() {
+            if k % 1024 == 0 {
+                self.check_time()?;
+            }
             if !matcher(p) {
                 continue;
             }
             let (real, node) = match node.kind {
                 Kind::File => (p.to_string(), node),
                 Kind::Symlink(_) => {
-                    let Ok(r) = tree.resolve(p) else { continue };
+                    let r = match tree.resolve(p) {
+                        Ok(r) => r,
+                        Err(e) if e.is_budget() => return Err(e),
+                        // A loop: nothing to read there.
+                        Err(_) => continue,
+                    };
                     match tree.get(&r) {
                         Some(n) if n.kind == Kind::File => (r, n),
                         _ => continue,
@@ -280,7 +318,8 @@ impl Image {
                 mode: node.mode,
                 layer: c.layer,
             });
-            if f.path != p && !f.aliases.iter().any(|a| a == p) {
+            // Each final path comes once: no alias repeats.
+            if f.path != p {
                 f.aliases.push(p.to_string());
             }
         }
@@ -288,14 +327,14 @@ impl Image {
         for (c, f) in wanted {
             by_layer.entry(c.layer).or_default().insert(c.entry, f);
         }
-        let budget = Budget::new(&self.limits);
+        let budget = &self.budget;
         let mut stats = ReadStats::default();
         for (n, mut files) in by_layer {
             let l = &self.layers[n];
             let raw = self.source.open(&l.path)?;
             stats.layers_read += 1;
             let what = format!("layer {n} ({})", l.path);
-            layer::stream(n, l, raw.reader, &budget, &mut |e, i| {
+            layer::stream(n, l, raw.reader, budget, &mut |e, i| {
                 if let Some(f) = files.remove(&i) {
                     stats.files += 1;
                     visit(&f, e).map_err(|source| ImageError::Corrupt {

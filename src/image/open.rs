@@ -5,6 +5,7 @@
 //! image-layout.md, image-index.md, manifest.md; docker's `docker save`
 //! format, moby image/tarexport).
 
+use super::budget::Budget;
 use super::digest::{self, Digest};
 use super::layer::LayerRef;
 use super::source::Source;
@@ -36,13 +37,13 @@ struct Found {
 }
 
 /// Opens `path`, telling the format from what it holds.
-pub(super) fn open(path: &Path, opts: &Options) -> Result<Parts, ImageError> {
+pub(super) fn open(path: &Path, opts: &Options, budget: &Budget) -> Result<Parts, ImageError> {
     let shown = path.display().to_string();
     let md = std::fs::metadata(path).map_err(ImageError::io(&shown))?;
     let (source, format) = if md.is_dir() {
         (Source::dir(path), Format::OciLayout)
     } else {
-        let s = Source::archive(path, opts.limits.max_archive_entries)?;
+        let s = Source::archive(path, budget)?;
         if s.has("index.json") && s.has("oci-layout") {
             (s, Format::OciArchive)
         } else {

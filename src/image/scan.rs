@@ -171,21 +171,29 @@ fn read_file(
     Ok(out)
 }
 
-/// Where a final path's bytes are: its own content, or a symlink's target's.
-fn content_of(tree: &Tree, p: &str) -> Option<(String, ContentRef, u64)> {
-    let node = tree.get(p)?;
+/// Where a final path's bytes are: its own content, or a symlink's
+/// target's. A symlink loop is nothing; a budget that runs out while
+/// resolving ends the scan.
+fn content_of(tree: &Tree, p: &str) -> Result<Option<(String, ContentRef, u64)>, ImageError> {
+    let Some(node) = tree.get(p) else {
+        return Ok(None);
+    };
     let (real, node) = match &node.kind {
         Kind::File => (p.to_string(), node),
         Kind::Symlink(_) => {
-            let r = tree.resolve(p).ok()?;
+            let r = match tree.resolve(p) {
+                Ok(r) => r,
+                Err(e) if e.is_budget() => return Err(e),
+                Err(_) => return Ok(None),
+            };
             match tree.get(&r) {
                 Some(n) if n.kind == Kind::File => (r, n),
-                _ => return None,
+                _ => return Ok(None),
             }
         }
-        _ => return None,
+        _ => return Ok(None),
     };
-    Some((real, node.content?, node.size))
+    Ok(node.content.map(|c| (real, c, node.size)))
 }
 
 /// A final library: its path, where its bytes are, its size.
@@ -217,8 +225,8 @@ pub fn scan(img: &Image, cfg: &KernelImageConfig) -> Result<ImageScan, ImageErro
         results.insert(c, res);
         Ok(())
     })?;
-    let libs = final_libraries(&tree, &is_lib);
-    let compat = compat_libraries(&tree, &mut out.compat);
+    let libs = final_libraries(img, &tree, &is_lib)?;
+    let compat = compat_libraries(&tree, &mut out.compat)?;
     let lib_refs: BTreeSet<ContentRef> = libs.iter().map(|l| l.1).collect();
     let compat_refs: BTreeSet<ContentRef> = compat.iter().map(|c| c.content).collect();
     out.stats.discarded = results
@@ -255,37 +263,44 @@ pub fn scan(img: &Image, cfg: &KernelImageConfig) -> Result<ImageScan, ImageErro
 }
 
 /// The final libraries, in path order, one per distinct content.
-fn final_libraries(tree: &Tree, is_lib: &dyn Fn(&str) -> bool) -> Vec<Lib> {
+fn final_libraries(
+    img: &Image,
+    tree: &Tree,
+    is_lib: &dyn Fn(&str) -> bool,
+) -> Result<Vec<Lib>, ImageError> {
     let mut libs = Vec::new();
     let mut seen = BTreeSet::new();
-    for (p, _) in tree.iter() {
+    for (k, (p, _)) in tree.iter().enumerate() {
+        if k % 1024 == 0 {
+            img.check_time()?;
+        }
         if !is_lib(p) {
             continue;
         }
-        if let Some((_, c, size)) = content_of(tree, p) {
+        if let Some((_, c, size)) = content_of(tree, p)? {
             if seen.insert(c) {
                 libs.push((p.to_string(), c, size));
             }
         }
     }
-    libs
+    Ok(libs)
 }
 
 /// The compat directory as the hook finds it: resolved, regular files
 /// named libcuda.so.X.Y directly in it (at most [`MAX_LIBS`]).
-fn compat_libraries(tree: &Tree, scan: &mut CompatScan) -> Vec<Compat> {
+fn compat_libraries(tree: &Tree, scan: &mut CompatScan) -> Result<Vec<Compat>, ImageError> {
     let mut compat = Vec::new();
-    let Ok(dir) = tree.resolve(COMPAT_DIR) else {
-        return compat;
+    let dir = match tree.resolve(COMPAT_DIR) {
+        Ok(d) => d,
+        Err(e) if e.is_budget() => return Err(e),
+        Err(_) => return Ok(compat),
     };
     if !tree.get(&dir).is_some_and(|n| n.kind == Kind::Dir) {
-        return compat;
+        return Ok(compat);
     }
     let prefix = format!("{dir}/");
-    for (p, n) in tree.iter() {
-        let Some(name) = p.strip_prefix(&prefix) else {
-            continue;
-        };
+    for (p, n) in tree.under(&prefix) {
+        let name = &p[prefix.len()..];
         if name.contains('/') || !is_compat_name(name) || n.kind != Kind::File {
             continue;
         }
@@ -301,7 +316,7 @@ fn compat_libraries(tree: &Tree, scan: &mut CompatScan) -> Vec<Compat> {
             });
         }
     }
-    compat
+    Ok(compat)
 }
 
 /// What the final tree keeps, and what each content is read for.
@@ -327,20 +342,20 @@ fn second_pass(
         (w.lib_refs.contains(c) && !matches!(r, Some(x) if x.code.is_some()))
             || (w.compat_refs.contains(c) && !matches!(r, Some(x) if x.note.is_some()))
     };
-    let todo: BTreeSet<String> = w
-        .libs
-        .iter()
-        .map(|l| (l.0.as_str(), l.1))
-        .chain(w.compat.iter().map(|c| (c.path.as_str(), c.content)))
-        .filter(|(_, c)| missing(c))
-        .filter_map(|(p, _)| content_of(tree, p).map(|x| x.0))
-        .collect();
+    let mut todo: BTreeSet<String> = BTreeSet::new();
+    let paths = w.libs.iter().map(|l| (l.0.as_str(), l.1));
+    let paths = paths.chain(w.compat.iter().map(|c| (c.path.as_str(), c.content)));
+    for (p, _) in paths.filter(|(_, c)| missing(c)) {
+        if let Some((real, _, _)) = content_of(tree, p)? {
+            todo.insert(real);
+        }
+    }
     if todo.is_empty() {
         return Ok(());
     }
     let mut by_content: BTreeMap<String, ContentRef> = BTreeMap::new();
     for p in &todo {
-        if let Some((_, c, _)) = content_of(tree, p) {
+        if let Some((_, c, _)) = content_of(tree, p)? {
             by_content.insert(p.clone(), c);
         }
     }
