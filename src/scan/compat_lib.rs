@@ -14,19 +14,25 @@
 //! ELF section reader ([`super::elf::SectionTable`]): the ELF header, the
 //! section header table in chunks, the section name table (or single
 //! names), and the note section itself, at most 64 KiB. A multi-GB (or sparse
-//! 10 GB) library costs a few KiB.
+//! 10 GB) library costs a few KiB: a real one has a few dozen 64-byte
+//! section headers. What a hostile one can make it read is bounded (issue
+//! 17 C4): the section header size must be the ELF class's, the table at
+//! most 1 MiB, the whole directory at most 4 MiB in one second, and the
+//! names of one file (hard links: the same device and inode) are read once.
 
 use super::elf::{ends_past, ElfError, Section, SectionTable};
-use super::read::{read_exact_at, u32_at, ReadAt, SizedFile};
+use super::read::{read_exact_at, u32_at, Meter, Metered, ReadAt, SizedFile, Stop};
 use super::rootfs::{fstat, open_regular, Found, Root};
 use crate::core::compat::{CompatNote, NOTE_OWNER, NOTE_SECTION, NOTE_TYPE};
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 /// Where the hook looks (its `--cuda-compat-container-root` default).
 pub const COMPAT_DIR: &str = crate::core::compat::COMPAT_DIR;
@@ -34,8 +40,12 @@ pub const COMPAT_DIR: &str = crate::core::compat::COMPAT_DIR;
 const MAX_NOTE: u64 = 64 << 10;
 /// The most `libcuda.so.*.*` entries examined in one directory.
 pub const MAX_LIBS: usize = crate::core::compat::MAX_LIBS;
-/// The most section headers looked at.
+/// The most section headers looked at, and the most bytes of them read.
 const MAX_SECTIONS: u64 = 1 << 16;
+const MAX_TABLE_BYTES: u64 = 1 << 20;
+/// What reading one compat directory may cost, all its libraries together.
+const MAX_SCAN_BYTES: u64 = 4 << 20;
+const MAX_SCAN_TIME: Duration = Duration::from_secs(1);
 const SHT_NOTE: u32 = 7;
 const PREFIX: &str = "libcuda.so.";
 
@@ -81,6 +91,9 @@ pub fn scan_root(root: &Root, dir: &str) -> CompatScan {
             return scan;
         }
     };
+    let meter = Meter::new(MAX_SCAN_BYTES, Some(Instant::now() + MAX_SCAN_TIME));
+    // Notes by (device, inode): hard links are one file, read once.
+    let mut read: HashMap<FileId, Result<CompatNote, String>> = HashMap::new();
     for entry in entries {
         if entry.is_dir || !is_candidate(&entry.name) {
             continue;
@@ -95,7 +108,10 @@ pub fn scan_root(root: &Root, dir: &str) -> CompatScan {
         // The entry itself, not what a symlink points at: O_NOFOLLOW on one
         // component below the resolved directory's descriptor.
         let note = match open_entry(&found, &entry.name, &path) {
-            Ok(Some(file)) => read_note(&file),
+            Ok(Some((file, id))) => read
+                .entry(id)
+                .or_insert_with(|| read_metered(&file, &meter))
+                .clone(),
             // A symlink, FIFO, device...: the hook skips it, so do we.
             Ok(None) => continue,
             Err(e) => Err(e),
@@ -107,6 +123,25 @@ pub fn scan_root(root: &Root, dir: &str) -> CompatScan {
         });
     }
     scan
+}
+
+/// Reads one library's note on the directory's meter; once the meter has
+/// stopped a read, every library after is left unread.
+fn read_metered(file: &SizedFile, meter: &Meter) -> Result<CompatNote, String> {
+    let note = match meter.hit.get() {
+        None => read_note(&Metered { inner: file, meter }),
+        Some(_) => Err(String::new()),
+    };
+    match meter.hit.get() {
+        None => note,
+        Some(Stop::Bytes) => Err(format!(
+            "not read: the compat libraries' read budget of {MAX_SCAN_BYTES} bytes ran out"
+        )),
+        Some(Stop::Time) => Err(format!(
+            "not read: the compat libraries' time budget of {} ms ran out",
+            MAX_SCAN_TIME.as_millis()
+        )),
+    }
 }
 
 /// Reads the note of a library at a host path (command line, tests).
@@ -147,7 +182,15 @@ fn io_text(e: &super::rootfs::RootfsError) -> String {
 
 /// Opens `name` in the directory `dir` (an O_PATH descriptor inside the
 /// root) without following a symlink; Ok(None) when it is not a regular file.
-fn open_entry(dir: &Found, name: &OsStr, shown: &str) -> Result<Option<SizedFile>, String> {
+/// A file's (device, inode): the same for all its names.
+type FileId = (u64, u64);
+
+/// The file comes with its [`FileId`].
+fn open_entry(
+    dir: &Found,
+    name: &OsStr,
+    shown: &str,
+) -> Result<Option<(SizedFile, FileId)>, String> {
     // /proc/self/fd/N is the directory the root resolver already found; the
     // single component below it is opened with O_NOFOLLOW, so nothing is
     // resolved outside the root.
@@ -169,7 +212,10 @@ fn open_entry(dir: &Found, name: &OsStr, shown: &str) -> Result<Option<SizedFile
         stat,
     };
     let file = open_regular(&found).map_err(|e| io_text(&e))?;
-    Ok(Some(SizedFile::new(file, stat.size)))
+    Ok(Some((
+        SizedFile::new(file, stat.size),
+        (stat.dev, stat.ino),
+    )))
 }
 
 fn io_err(e: std::io::Error) -> String {
@@ -180,7 +226,7 @@ fn io_err(e: std::io::Error) -> String {
 /// lookup in the hook), through the one ELF section reader of the scanners.
 fn find_note_section<R: ReadAt + ?Sized>(r: &R) -> Result<Option<Section>, String> {
     let text = |e: ElfError| e.to_string();
-    let Some(table) = SectionTable::read(r, MAX_SECTIONS).map_err(text)? else {
+    let Some(table) = SectionTable::read(r, MAX_SECTIONS, MAX_TABLE_BYTES).map_err(text)? else {
         return Ok(None);
     };
     let names = table.names(r).map_err(text)?;

@@ -53,8 +53,8 @@ pub enum ElfError {
     Class(u8),
     #[error("big-endian ELF files are not supported")]
     BigEndian,
-    #[error("ELF section header entry size {0} is too small")]
-    ShEntSize(u16),
+    #[error("ELF section header entry size {size} is not {want}, the size of a section header of its class")]
+    ShEntSize { size: u16, want: u16 },
     #[error("ELF file has {count} sections, more than the {limit} we read")]
     TooManySections { count: u64, limit: u64 },
     #[error("ELF section name table index {0} is out of range")]
@@ -196,18 +196,28 @@ impl SectionTable {
     /// Reads the ELF header and, when e_shnum or e_shstrndx do not fit its
     /// 16-bit fields, section 0 (sh_size holds the count, sh_link the name
     /// table index). `None`: the file has no section header table
-    /// (stripped with sstrip). More than `max_sections` is an error.
+    /// (stripped with sstrip). More than `max_sections`, or a table of
+    /// more than `max_table_bytes`, is an error before it is read.
+    ///
+    /// e_shentsize must be the class's section header size, 40 or 64
+    /// bytes (System V ABI, "ELF Header": e_shentsize is sizeof(ElfN_Shdr);
+    /// every linker writes exactly that): a hostile one of up to 65,535
+    /// would make every header read cost that much.
     pub fn read<R: ReadAt + ?Sized>(
         r: &R,
         max_sections: u64,
+        max_table_bytes: u64,
     ) -> Result<Option<SectionTable>, ElfError> {
         let h = header(r)?;
         if h.shoff == 0 {
             return Ok(None);
         }
-        let min_ent = if h.is64 { 64 } else { 40 };
-        if (h.shentsize as usize) < min_ent {
-            return Err(ElfError::ShEntSize(h.shentsize));
+        let want: u16 = if h.is64 { 64 } else { 40 };
+        if h.shentsize != want {
+            return Err(ElfError::ShEntSize {
+                size: h.shentsize,
+                want,
+            });
         }
         let mut t = SectionTable {
             is64: h.is64,
@@ -226,10 +236,11 @@ impl SectionTable {
                 t.strndx = first.link;
             }
         }
-        if t.count > max_sections {
+        let limit = max_sections.min(max_table_bytes / t.entsize);
+        if t.count > limit {
             return Err(ElfError::TooManySections {
                 count: t.count,
-                limit: max_sections,
+                limit,
             });
         }
         if t.strndx as u64 >= t.count {
@@ -374,7 +385,7 @@ const FATBIN_SECTIONS: [&str; 3] = [
 /// The regions of `r` that hold fat binaries: every `.nv_fatbin` and
 /// `__nv_relfatbin` section and each wrapper target, in file order.
 pub fn fatbin_regions<R: ReadAt + ?Sized>(r: &R) -> Result<Vec<Region>, ElfError> {
-    let Some(table) = SectionTable::read(r, MAX_SECTIONS)? else {
+    let Some(table) = SectionTable::read(r, MAX_SECTIONS, u64::MAX)? else {
         // No section header table (stripped with sstrip): nothing to find.
         return Ok(Vec::new());
     };
@@ -702,5 +713,21 @@ mod tests {
         assert!(fatbin_regions(cut).is_err());
         // Too short for an ELF header.
         assert!(fatbin_regions(&ELF_MAGIC[..]).is_err());
+    }
+
+    #[test]
+    fn the_section_header_size_is_the_class_s() {
+        let mut elf = build_elf(&[(".nv_fatbin", 1, 2, 0, &[0u8; 8])]);
+        elf[0x3a..0x3c].copy_from_slice(&65u16.to_le_bytes());
+        assert!(matches!(
+            fatbin_regions(elf.as_slice()),
+            Err(ElfError::ShEntSize { size: 65, want: 64 })
+        ));
+        // A table over the byte cap is refused before it is read.
+        let elf = build_elf(&[(".nv_fatbin", 1, 2, 0, &[0u8; 8])]);
+        assert!(matches!(
+            SectionTable::read(elf.as_slice(), 1 << 20, 64),
+            Err(ElfError::TooManySections { count: 3, limit: 1 })
+        ));
     }
 }

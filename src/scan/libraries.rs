@@ -32,14 +32,12 @@
 use super::cache::Cache;
 use super::fatbin::{self, Budget, FatbinError};
 use super::glob::{self, Component, Pattern};
-use super::read::{ReadAt, SizedFile};
+use super::read::{Meter, Metered, SizedFile, Stop};
 use super::rootfs::{self, DirEntry, EntriesTap, Found, Root, RootfsError};
 use crate::core::kernel_image::{Image, Library, Outcome, Scanned};
 use crate::core::policy::KernelImageConfig;
 use nix::errno::Errno;
-use std::cell::Cell;
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::io;
 use std::path::Path;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -298,55 +296,6 @@ enum Hit {
     Bytes,
     Entries,
     Time,
-}
-
-/// The read allowance of one attempt at a library: bytes the reads may
-/// return, and a deadline. Records what was read and what stopped it.
-struct Meter {
-    allowance: u64,
-    deadline: Option<Instant>,
-    read: Cell<u64>,
-    hit: Cell<Option<Hit>>,
-}
-
-impl Meter {
-    fn new(allowance: u64, deadline: Option<Instant>) -> Meter {
-        Meter {
-            allowance,
-            deadline,
-            read: Cell::new(0),
-            hit: Cell::new(None),
-        }
-    }
-}
-
-/// A reader that counts what it returns against a [`Meter`] and fails a
-/// read that would go past the allowance or the deadline. The parsers see
-/// an I/O error; the caller asks the meter whether it was the budget.
-struct Metered<'a, R: ?Sized> {
-    inner: &'a R,
-    meter: &'a Meter,
-}
-
-impl<R: ReadAt + ?Sized> ReadAt for Metered<'_, R> {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        let m = self.meter;
-        if m.read.get().saturating_add(buf.len() as u64) > m.allowance {
-            m.hit.set(Some(Hit::Bytes));
-            return Err(io::Error::other("read budget used up"));
-        }
-        if m.deadline.is_some_and(|d| Instant::now() >= d) {
-            m.hit.set(Some(Hit::Time));
-            return Err(io::Error::other("time budget used up"));
-        }
-        let n = self.inner.read_at(buf, offset)?;
-        m.read.set(m.read.get() + n as u64);
-        Ok(n)
-    }
-
-    fn size(&self) -> u64 {
-        self.inner.size()
-    }
 }
 
 /// Scans one opened library into its distinct images, its reads metered.
@@ -628,7 +577,8 @@ impl Scan<'_> {
         // The meter first: a parser may have turned its refusal into any
         // error (or passed over it), and the result is then not the file's.
         let hit = match (meter.hit.get(), &result) {
-            (Some(h), _) => Some(h),
+            (Some(Stop::Bytes), _) => Some(Hit::Bytes),
+            (Some(Stop::Time), _) => Some(Hit::Time),
             (None, Err(ScanFailure::Parse(FatbinError::EntryBudget))) => Some(Hit::Entries),
             (None, Err(ScanFailure::Parse(FatbinError::TimeBudget))) => Some(Hit::Time),
             _ => None,
