@@ -33,8 +33,9 @@ pub(crate) struct TarGuard<'b, R> {
     next_header: u64,
     header: [u8; 512],
     header_len: usize,
-    /// Collecting the data of a PAX extended header.
+    /// Collecting the data of a PAX extended header, `pax_len` bytes.
     pax: Option<Vec<u8>>,
+    pax_len: u64,
     /// A PAX header was read and no entry has taken it yet: its `size`.
     pending: Option<Option<u64>>,
     /// The blocks from `next_header` on are GNU sparse extension headers;
@@ -124,6 +125,7 @@ impl<'b, R> TarGuard<'b, R> {
             header: [0; 512],
             header_len: 0,
             pax: None,
+            pax_len: 0,
             pending: None,
             sparse_ext: false,
             sparse_data: 0,
@@ -184,6 +186,7 @@ impl<'b, R> TarGuard<'b, R> {
         }
         if typ == b'x' && consumed {
             self.pax = Some(Vec::with_capacity(size as usize));
+            self.pax_len = size;
         }
         if typ == b'S' && is_gnu(&h) && h[482] == 1 {
             self.sparse_ext = true;
@@ -201,7 +204,11 @@ impl<'b, R> TarGuard<'b, R> {
                     .len()
                     .min(usize::try_from(self.next_header - self.pos).unwrap_or(usize::MAX));
                 if let Some(p) = &mut self.pax {
-                    p.extend_from_slice(&data[..take]);
+                    // The records, not the block padding after them.
+                    let room = self.pax_len.saturating_sub(p.len() as u64);
+                    p.extend_from_slice(
+                        &data[..take.min(usize::try_from(room).unwrap_or(usize::MAX))],
+                    );
                 }
                 self.pos += take as u64;
                 data = &data[take..];
@@ -239,9 +246,11 @@ impl<R: Read + Seek> Seek for TarGuard<'_, R> {
             SeekFrom::Current(d) => self.pos.checked_add_signed(d),
             SeekFrom::End(_) => None,
         };
-        let in_data = |t: u64| {
-            t >= self.pos && t <= self.next_header && self.header_len == 0 && self.pax.is_none()
-        };
+        // Skipping nothing the guard still has to see: within the data of
+        // the current entry, past what it collects of a PAX header.
+        let pax_done = !matches!(&self.pax, Some(p) if (p.len() as u64) < self.pax_len);
+        let in_data =
+            |t: u64| t >= self.pos && t <= self.next_header && self.header_len == 0 && pax_done;
         match target {
             Some(t) if self.lost || in_data(t) => {
                 self.pos = self.inner.seek(SeekFrom::Start(t))?;
@@ -318,5 +327,53 @@ mod tests {
             let e = guard(&s, step).unwrap_err();
             assert!(e.contains("2147483648 bytes"), "{step}: {e}");
         }
+    }
+
+    /// The outer archive is indexed by seeking past entry data: PAX and
+    /// GNU long names (read, then their padding skipped) and files (data
+    /// skipped) all come out as the tar crate reads them.
+    #[test]
+    fn seeking_past_data_keeps_the_guard_in_step() {
+        let long = "d/".repeat(80) + "file";
+        let mut b = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_gnu();
+        h.set_size(3);
+        b.append_data(&mut h, &long, &b"abc"[..]).unwrap();
+        let rec = format!("{} path=pax/{long}\n", long.len() + 14);
+        assert_eq!(rec.len(), long.len() + 14);
+        let mut x = tar::Header::new_ustar();
+        x.set_entry_type(tar::EntryType::XHeader);
+        x.set_size(rec.len() as u64);
+        x.set_cksum();
+        b.append(&x, rec.as_bytes()).unwrap();
+        let mut h = tar::Header::new_ustar();
+        h.set_path("short").unwrap();
+        h.set_size(1000);
+        h.set_cksum();
+        b.append(&h, &[7u8; 1000][..]).unwrap();
+        let mut h = tar::Header::new_gnu();
+        h.set_size(0);
+        b.append_data(&mut h, "last", &[][..]).unwrap();
+        let bytes = b.into_inner().unwrap();
+        let budget = Budget::new(&Limits::default());
+        let guard = TarGuard::new(std::io::Cursor::new(&bytes), &budget, "t");
+        let mut ar = tar::Archive::new(guard);
+        let got: Vec<(String, u64)> = ar
+            .entries_with_seek()
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                let p = String::from_utf8_lossy(&e.path_bytes()).into_owned();
+                (p, e.size())
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (long.clone(), 3),
+                (format!("pax/{long}"), 1000),
+                ("last".to_string(), 0)
+            ]
+        );
     }
 }
