@@ -6,9 +6,11 @@
 //! The HTTP side lives outside this crate (crates/registry), so the hook
 //! and the runtime wrapper never link it.
 
+use super::budget::Budget;
 use super::digest::{self, Digest};
+use super::open::{self, parse_json, Manifestish};
 use super::source::Source;
-use super::{parse_json, Format, Image, ImageError, Manifestish, Options};
+use super::{Format, Image, ImageError, Options};
 use std::io::{self, Read};
 
 /// Blobs addressed by digest.
@@ -22,10 +24,10 @@ pub trait BlobSource: Send + Sync {
 
 impl Image {
     /// An image whose manifest was fetched and verified by the caller (a
-    /// registry's, see [`registry_source`]); `blobs` gives the config and
-    /// layers. `by_platform`: the manifest was picked from an index for
-    /// `opts.platform` (otherwise the config's platform must match it).
-    /// `format` is [`Format::Registry`] or [`Format::DockerDaemon`].
+    /// registry's); `blobs` gives the config and layers. `by_platform`: the
+    /// manifest was picked from an index for `opts.platform` (otherwise the
+    /// config's platform must match it). `format` is [`Format::Registry`]
+    /// or [`Format::DockerDaemon`]. The budget of `opts.limits` starts here.
     #[allow(clippy::too_many_arguments)]
     pub fn open_manifest(
         blobs: Box<dyn BlobSource>,
@@ -46,7 +48,8 @@ impl Image {
                 msg: "an index, not an image manifest".to_string(),
             });
         }
-        Image::from_manifest(
+        let budget = Budget::new(&opts.limits);
+        let p = open::from_manifest(
             Source::Remote(blobs),
             shown,
             format,
@@ -55,6 +58,13 @@ impl Image {
             d,
             opts,
             by_platform,
-        )
+        )?;
+        Ok(Image {
+            source: p.source,
+            info: p.info,
+            config: p.config,
+            layers: p.layers,
+            budget,
+        })
     }
 }
