@@ -55,8 +55,8 @@ pub use digest::Digest;
 pub use error::ImageError;
 pub use platform::Platform;
 pub use readat::{scan_fatbin, FatbinScan};
-pub use registry_source::BlobSource;
 pub(crate) use readat::{ReadAtBuf, MAX_READAT_BYTES};
+pub use registry_source::BlobSource;
 pub use tree::{normalize, ContentRef, Kind, Node, Tree};
 
 use budget::Budget;

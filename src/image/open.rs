@@ -331,7 +331,10 @@ struct DockerManifest {
     layers: Vec<String>,
 }
 
-pub(super) fn parse_json<T: for<'de> Deserialize<'de>>(what: &str, b: &[u8]) -> Result<T, ImageError> {
+pub(super) fn parse_json<T: for<'de> Deserialize<'de>>(
+    what: &str,
+    b: &[u8],
+) -> Result<T, ImageError> {
     serde_json::from_slice(b).map_err(|e| ImageError::BadJson {
         what: what.to_string(),
         msg: e.to_string(),
