@@ -1,0 +1,52 @@
+//! The container `check` judges when no spec says how GPUs attach: `check
+//! --env` alone (one host or a fleet) and `check --image` are judged as
+//! `docker run --gpus all` would start them (design.md, "`gpu-guard check`
+//! before scheduling"; `check --help`).
+//!
+//! `--gpus all` makes moby's NVIDIA device driver add
+//! `NVIDIA_VISIBLE_DEVICES=all` and NVIDIA's hook to the spec (moby
+//! daemon/nvidia_linux.go). So the variable is set to `all` when neither the
+//! image nor `--env` sets it, except for a legacy CUDA image (`CUDA_VERSION`
+//! without `NVIDIA_REQUIRE_CUDA`), whose unset variable already means every
+//! GPU to NVIDIA's toolkit (internal/config/image/cuda_image.go) and keeps
+//! that wording; a value that is set (`void`, `none`, a list) is kept. The
+//! GPUs count as attached (an env request alone need not be one).
+
+use crate::core::container::Container;
+
+/// Makes `c` the container `docker run --gpus all` with its env would be.
+/// Callers: `check --env` without `--spec`/`--bundle` (one host and
+/// fleets) and `check --image`.
+pub fn as_run_with_all_gpus(c: &mut Container) {
+    let legacy = !c.env.get("CUDA_VERSION").unwrap_or("").is_empty()
+        && c.env.get("NVIDIA_REQUIRE_CUDA").unwrap_or("").is_empty();
+    if !c.env.contains("NVIDIA_VISIBLE_DEVICES") && !legacy {
+        c.env.set("NVIDIA_VISIBLE_DEVICES", "all");
+    }
+    c.assume_attached = true;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::container::Env;
+
+    fn env(pairs: &[&str]) -> Container {
+        Container::from_env(Env::from_entries(pairs))
+    }
+
+    #[test]
+    fn a_requirement_alone_asks_for_every_gpu() {
+        let mut c = env(&["NVIDIA_REQUIRE_CUDA=cuda>=12.6"]);
+        as_run_with_all_gpus(&mut c);
+        assert_eq!(c.env.get("NVIDIA_VISIBLE_DEVICES"), Some("all"));
+        assert!(crate::core::detect::classify(&c).gpu);
+        let mut void = env(&["NVIDIA_VISIBLE_DEVICES=void"]);
+        as_run_with_all_gpus(&mut void);
+        assert_eq!(void.env.get("NVIDIA_VISIBLE_DEVICES"), Some("void"));
+        let mut legacy = env(&["CUDA_VERSION=11.8.0"]);
+        as_run_with_all_gpus(&mut legacy);
+        assert!(!legacy.env.contains("NVIDIA_VISIBLE_DEVICES"));
+        assert!(crate::core::detect::classify(&legacy).gpu);
+    }
+}
