@@ -166,3 +166,70 @@ pub fn to_yaml(a: &Affinity) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::container::{Container, Env};
+    use crate::core::policy::Config;
+    use crate::core::security::Stage;
+
+    fn node(name: &str, major: &str) -> NodeLabels {
+        let l = [
+            ("nvidia.com/cuda.driver-version.major", major),
+            ("nvidia.com/cuda.driver-version.minor", "54"),
+            ("nvidia.com/cuda.driver-version.revision", "15"),
+            ("nvidia.com/cuda.runtime-version.major", "12"),
+            ("nvidia.com/cuda.runtime-version.minor", "4"),
+        ];
+        NodeLabels {
+            name: name.into(),
+            labels: l
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+
+    /// Name patches are what the API server accepts (issue 17 C6): one
+    /// value per field requirement, one term per included node.
+    #[test]
+    fn name_patches_are_one_name_each() {
+        let mut c = Container::from_env(Env::from_entries(["NVIDIA_REQUIRE_CUDA=driver>=550"]));
+        crate::fleet::attached::as_run_with_all_gpus(&mut c);
+        let cfg = Config::default();
+        let s = Subject::new(&c, &cfg, Stage::Edit, None);
+        let nodes = [
+            node("a", "550"),
+            node("b", "550"),
+            node("c", "535"),
+            node("d", "535"),
+        ];
+        // Pretend the decision disagrees with the labels on b, c and d.
+        let allowed: BTreeMap<String, Option<String>> = [
+            ("a", None),
+            ("b", Some("refused".to_string())),
+            ("c", None),
+            ("d", None),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        let a = for_nodes(&s, &nodes, &allowed);
+        selector::validate(&a.terms).unwrap();
+        assert!(a.exact);
+        for (n, want) in nodes.iter().zip([true, false, true, true]) {
+            assert_eq!(admits(&a.terms, n), want, "{}", n.name);
+        }
+        let fields: Vec<&Expr> = a.terms.iter().flat_map(|t| &t.match_fields).collect();
+        assert!(fields.iter().all(|e| e.values.len() == 1), "{fields:?}");
+        // Nothing allowed: a valid term that admits none.
+        let none: BTreeMap<String, Option<String>> = nodes
+            .iter()
+            .map(|n| (n.name.clone(), Some("x".into())))
+            .collect();
+        let a = for_nodes(&s, &nodes, &none);
+        assert_eq!(a.terms, vec![selector::admits_none()]);
+        selector::validate(&a.terms).unwrap();
+    }
+}

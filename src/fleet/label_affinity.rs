@@ -389,6 +389,37 @@ impl Grid {
     }
 }
 
+/// Brand values the decision cannot tell apart, as masks: the absent
+/// label and `mixed` give the same facts (brand unknown), and brands no
+/// requirement names compare alike; with compat libraries (whose notes
+/// list brands) every brand is its own.
+fn brand_classes(subject: &Subject) -> Vec<u32> {
+    let named: Vec<String> = subject
+        .requirements
+        .iter()
+        .flat_map(|r| &r.any_of)
+        .flat_map(|a| &a.factors)
+        .filter_map(|f| match &f.operand {
+            Operand::Brand(b) => Some(b.to_ascii_lowercase()),
+            _ => None,
+        })
+        .collect();
+    let mut classes = vec![ABSENT | MIXED_BIT];
+    let mut others = 0u32;
+    for (i, b) in BRANDS.iter().enumerate() {
+        let bit = 1u32 << (i + 2);
+        if subject.compat.is_some() || named.iter().any(|n| n == b) {
+            classes.push(bit);
+        } else {
+            others |= bit;
+        }
+    }
+    if others != 0 {
+        classes.push(others);
+    }
+    classes
+}
+
 fn judge_grid(subject: &Subject, axes: Vec<Axis>) -> Option<Grid> {
     let sizes: Vec<usize> = axes.iter().map(Axis::slots).collect();
     let mut g = Grid {
@@ -397,7 +428,8 @@ fn judge_grid(subject: &Subject, axes: Vec<Axis>) -> Option<Grid> {
         axes,
         consistent: true,
     };
-    if g.cells().saturating_mul(N_VALUES * 2) > MAX_JUDGED {
+    let classes = brand_classes(subject);
+    if g.cells().saturating_mul(classes.len() * 2) > MAX_JUDGED {
         return None;
     }
     for i in 0..g.cells() {
@@ -415,12 +447,13 @@ fn judge_grid(subject: &Subject, axes: Vec<Axis>) -> Option<Grid> {
         let low: Vec<Option<Point>> = samples.iter().map(|s| s[0].clone()).collect();
         let high: Vec<Option<Point>> = samples.iter().map(|s| s[s.len() - 1].clone()).collect();
         let mut mask = 0u32;
-        for v in 0..N_VALUES {
+        for class in &classes {
+            let v = class.trailing_zeros() as usize;
             let a = allowed(subject, &labels_for(&low, v));
             let b = low == high || allowed(subject, &labels_for(&high, v)) == a;
             g.consistent &= b;
             if a && b {
-                mask |= 1 << v;
+                mask |= class;
             }
         }
         g.masks.push(mask);
@@ -487,22 +520,43 @@ fn in_box(coord: &[usize], b: &SlotBox) -> bool {
     coord.iter().zip(b).all(|(c, (lo, hi))| lo <= c && c <= hi)
 }
 
-/// Boxes covering every allowed (cell, brand value), larger brand sets first.
+/// Boxes covering every allowed (cell, brand value). Cells allowing every
+/// value first (no brand expression); then the brand values grouped by the
+/// cells that allow them (NVIDIA's lists name the same brands on every
+/// forward-compatibility branch), each group's cells covered by boxes.
 fn cover(g: &Grid) -> Vec<(SlotBox, u32)> {
-    let mut sets: Vec<u32> = g.masks.iter().copied().filter(|m| *m != 0).collect();
-    sets.sort_by_key(|m| (std::cmp::Reverse(m.count_ones()), *m));
-    sets.dedup();
+    let mut classes: BTreeMap<Vec<usize>, u32> = BTreeMap::new();
+    for v in 0..N_VALUES {
+        let cells: Vec<usize> = (0..g.cells())
+            .filter(|&i| g.masks[i] >> v & 1 == 1)
+            .collect();
+        if !cells.is_empty() {
+            *classes.entry(cells).or_default() |= 1 << v;
+        }
+    }
+    let mut order: Vec<(Vec<usize>, u32)> = classes.into_iter().collect();
+    order.sort_by_key(|(_, k)| (std::cmp::Reverse(k.count_ones()), *k));
+    let mut covered = vec![0u32; g.cells()];
     let mut out = Vec::new();
-    for s in sets {
-        let mut done: Vec<SlotBox> = Vec::new();
-        for i in 0..g.cells() {
-            let coord = g.coord(i);
-            if g.masks[i] != s || done.iter().any(|b| in_box(&coord, b)) {
+    let sets = std::iter::once((Vec::new(), ALL)).chain(order);
+    for (cells, k) in sets {
+        let targets: Vec<usize> = if k == ALL {
+            (0..g.cells()).filter(|&i| g.masks[i] == ALL).collect()
+        } else {
+            cells
+        };
+        for i in targets {
+            if covered[i] & k == k {
                 continue;
             }
-            done.push(grow(g, &coord, s));
+            let b = grow(g, &g.coord(i), k);
+            for j in 0..g.cells() {
+                if in_box(&g.coord(j), &b) {
+                    covered[j] |= k;
+                }
+            }
+            out.push((b, k));
         }
-        out.extend(done.into_iter().map(|b| (b, s)));
     }
     out
 }
