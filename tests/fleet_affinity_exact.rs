@@ -19,6 +19,8 @@
 //!   apimachinery pkg/util/validation IsQualifiedName, IsValidLabelValue,
 //!   IsDNS1123Subdomain, and labels.NewRequirement (Gt/Lt values integers).
 
+mod image_support;
+
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -400,6 +402,9 @@ fn gg(dir: &Path, env: &[String], extra: &[&str]) -> std::process::Output {
         .arg("--config")
         .arg(dir.join("config.toml"))
         .arg("check");
+    if let Ok(image) = std::fs::read_to_string(dir.join("image")) {
+        c.arg("--image").arg(image);
+    }
     for e in env {
         c.arg("--env").arg(e);
     }
@@ -595,4 +600,44 @@ fn nodes_affinities_are_valid_and_admit_none_when_nothing_runs() {
         assert_eq!(any, req != "cuda>=99.0", "{req}");
         assert_eq!(o.status.code(), Some(if any { 0 } else { 1 }));
     }
+}
+
+/// An image whose GPU code the decision judges per compute capability (its
+/// libcublas has sm_75, sm_80, sm_90a and compute_90; kernel-image findings
+/// refuse): the label affinity follows the scan too.
+#[test]
+fn a_scanned_image_is_exact_too() {
+    use image_support::*;
+    let dir = tmpdir("image");
+    std::fs::write(
+        dir.join("config.toml"),
+        "[host]\ncache_file = \"\"\n[log]\nsyslog = false\n[kernel_image]\nseverity = \"enforce\"\ncache_dir = \"\"\n",
+    )
+    .unwrap();
+    let lib = std::fs::read(data("fatbin/multi-arch.so")).unwrap();
+    let layer = tar_of(&[
+        E::Dir("usr/"),
+        E::Dir("usr/lib/"),
+        E::File("usr/lib/libcublas.so.12", &lib),
+    ]);
+    let layout = oci_layout(
+        "exact-affinity",
+        &image_env("cuda-12.4.1-base-ubuntu2204.env"),
+        &[gz(&layer)],
+    );
+    std::fs::write(dir.join("image"), layout.to_str().unwrap()).unwrap();
+    let nodes = fleet();
+    let file = write_nodes(&dir, &nodes);
+    let (allowed, _) = assert_exact(
+        &dir,
+        &file,
+        &nodes,
+        &[],
+        "image 12.4.1 + multi-arch libcublas",
+    );
+    // Some node runs the requirement but not the code (sm_86, 8.7, 12.0...).
+    let env_only = tmpdir("image-env");
+    let req = image_env("cuda-12.4.1-base-ubuntu2204.env");
+    let (allowed_env, _) = assert_exact(&env_only, &file, &nodes, &req, "12.4.1 env");
+    assert!(allowed < allowed_env, "{allowed} {allowed_env}");
 }

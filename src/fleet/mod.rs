@@ -17,6 +17,7 @@ pub mod affinity;
 pub mod attached;
 pub mod label_affinity;
 pub mod label_exprs;
+mod label_grid;
 pub mod labels;
 pub mod nodes;
 pub mod selector;

@@ -195,7 +195,7 @@ pub fn parse_nodes(text: &str) -> Result<Vec<NodeLabels>, String> {
         (kind, None) => {
             return Err(format!(
                 "no `items` (kind {})",
-                kind.map(|k| crate::core::sanitize::esc(k))
+                kind.map(crate::core::sanitize::esc)
                     .unwrap_or("missing".into())
             ))
         }
