@@ -10,7 +10,7 @@ use super::nodes::{self, NodeLabels, CC_GFD, COUNT, CUDA_NEW, DRIVER_NEW};
 use super::Subject;
 use crate::core::decision::Verdict;
 use crate::core::facts::BRANDS;
-use crate::core::requirement::{Key, Operand};
+use crate::core::requirement::{Key, Op, Operand};
 use std::collections::BTreeMap;
 
 /// Cells x brand values judged at most (a hostile requirement with
@@ -151,6 +151,7 @@ fn with_majors(cuda: &mut Vec<Point>) {
 }
 
 fn requirement_cuts(subject: &Subject, c: &mut Cuts) {
+    let every = reads_more(subject);
     let image_cuda = subject
         .container
         .env
@@ -169,13 +170,40 @@ fn requirement_cuts(subject: &Subject, c: &mut Cuts) {
             continue;
         };
         let p = version_parts(v);
-        match key {
-            Key::Driver => c.driver.extend(cut_pair(&p, 3)),
-            Key::Cuda => c.cuda.extend(cut_pair(&p, 2)),
-            Key::Arch => c.cc.extend(cut_pair(&p, 2)),
-            Key::Brand => {}
-        }
+        let (axis, parts) = match key {
+            Key::Driver => (&mut c.driver, 3),
+            Key::Cuda => (&mut c.cuda, 2),
+            Key::Arch => (&mut c.cc, 2),
+            Key::Brand => continue,
+        };
+        axis.extend(op_cuts(&p, parts, f.op, every));
     }
+}
+
+/// Where `x op v` can change over points of `parts` parts: `>=`/`<` at
+/// `v`, `>`/`<=` just after it, `=`/`!=` at both; both too when `v` has
+/// more parts than the labels (`535.104.05.1`) or `every` (the decision
+/// also relaxes or re-reads the factor: minor-version compatibility, a
+/// scanned image's compat rules).
+fn op_cuts(v: &[u64], parts: usize, op: Op, every: bool) -> Vec<Point> {
+    let [at, after] = cut_pair(v, parts);
+    let longer = v.iter().skip(parts).any(|&x| x > 0);
+    match op {
+        _ if every || longer => vec![at, after],
+        Op::Ge | Op::Lt => vec![at],
+        Op::Gt | Op::Le => vec![after],
+        Op::Eq | Op::Ne => vec![at, after],
+    }
+}
+
+/// The decision reads requirements beyond their plain judgement: CUDA
+/// minor-version compatibility (any mode but "off" words a finding from
+/// it) and a scanned image (kernel-image and compat rules compare CUDA
+/// majors).
+fn reads_more(subject: &Subject) -> bool {
+    subject.scanned.is_some()
+        || subject.config.requirements.minor_version_compatibility
+            != crate::core::policy::MinorVersionCompat::Off
 }
 
 /// With a scanned image: its architectures and where NVIDIA's
@@ -307,7 +335,9 @@ pub(super) fn axes(subject: &Subject) -> Vec<Axis> {
     requirement_cuts(subject, &mut c);
     scan_cuts(subject, &mut c);
     compat_cuts(subject, &mut c);
-    with_majors(&mut c.cuda);
+    if reads_more(subject) {
+        with_majors(&mut c.cuda);
+    }
     let mut out = vec![
         Axis::new(3, false, c.driver),
         Axis::new(2, true, c.cuda),
