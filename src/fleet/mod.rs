@@ -186,7 +186,13 @@ impl<'a> Subject<'a> {
         }
         // Facts labels cannot give are unknown, never a pass (design.md).
         if let Some(facts) = &report.facts {
-            unknown::refuse_unknown(&mut d, &self.requirements, &self.detection.request, facts);
+            unknown::refuse_unknown(
+                &mut d,
+                &self.requirements,
+                &self.detection.request,
+                facts,
+                self.config.mode,
+            );
         }
         d.findings.insert(0, Finding::info(Check::Host, note));
         d

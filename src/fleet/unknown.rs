@@ -14,6 +14,7 @@
 use crate::core::decision::{Check, Decision, Finding, Severity, Verdict};
 use crate::core::detect::{self, Request};
 use crate::core::facts::{Gpu, HostFacts};
+use crate::core::policy::Mode;
 use crate::core::requirement::{Context, Key, Outcome, Requirement, Verdict as ReqVerdict};
 use crate::core::sanitize::esc;
 use crate::core::version::Version;
@@ -58,12 +59,19 @@ fn deciding_label(key: Option<Key>) -> &'static str {
 /// Turns every requirement that cannot be judged on a visible GPU into a
 /// refusal: an error finding, and the core's "cannot be judged" warning
 /// reworded to name the label that would decide it.
+///
+/// Under `mode = "warn"` the errors stand but the verdict stays allow, as
+/// the core does with its own errors (decide.rs `finish`).
 pub fn refuse_unknown(
     d: &mut Decision,
     reqs: &[Requirement],
     request: &Request,
     facts: &HostFacts,
+    mode: Mode,
 ) {
+    if d.verdict == Verdict::Skip {
+        return;
+    }
     let (idx, _) = detect::resolve(request, facts);
     let mut gpus: Vec<Option<&Gpu>> = idx
         .iter()
@@ -121,9 +129,21 @@ pub fn refuse_unknown(
         );
         refused = true;
     }
-    if refused && d.verdict != Verdict::Refuse {
+    if !refused || d.verdict == Verdict::Refuse {
+        return;
+    }
+    if mode == Mode::Enforce {
         d.verdict = Verdict::Refuse;
         d.withheld_edits = std::mem::take(&mut d.edits);
+    } else if !d
+        .findings
+        .iter()
+        .any(|f| f.check == Check::Config && f.message.starts_with("mode = \"warn\""))
+    {
+        d.findings.push(Finding::info(
+            Check::Config,
+            "mode = \"warn\": gpu-guard would refuse this container; it starts anyway",
+        ));
     }
 }
 
