@@ -346,3 +346,53 @@ fn scan_of_a_rootfs_without_libraries_says_none_were_scanned() {
     let v: Value = serde_json::from_slice(&j.stdout).unwrap();
     assert_eq!(v["rootfs"][0]["libraries_scanned"], 0, "{v}");
 }
+
+/// Unknown facts refuse as the core's errors do: in enforce mode; under
+/// `mode = "warn"` the error stands and the node is allowed.
+#[test]
+fn unknown_facts_follow_the_mode() {
+    let d = tmpdir("mode");
+    let req = "NVIDIA_REQUIRE_CUDA=cuda>=13.0 brand=tesla,driver>=550,driver<551";
+    let nodes = data("nodes/fleet.json");
+    let verdict = |dir: &Path| {
+        let o = gg(
+            dir,
+            &[
+                "check",
+                "--env",
+                req,
+                "--nodes",
+                nodes.to_str().unwrap(),
+                "--json",
+            ],
+            None,
+        );
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let a100 = v["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["host"] == "gpu-a100-550")
+            .unwrap()
+            .clone();
+        a100["decision"].clone()
+    };
+    let enforce = verdict(&d);
+    assert_eq!(enforce["verdict"], "refuse", "{enforce}");
+    std::fs::write(
+        d.join("config.toml"),
+        "mode = \"warn\"\n[host]\ncache_file = \"\"\n[log]\nsyslog = false\n",
+    )
+    .unwrap();
+    let warn = verdict(&d);
+    assert_eq!(warn["verdict"], "allow", "{warn}");
+    assert!(
+        warn["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["severity"] == "error"
+                && f["message"].as_str().unwrap().contains("not shown to hold")),
+        "{warn}"
+    );
+}
