@@ -58,7 +58,7 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
         }
     }
     if args.spec.is_none() && args.bundle.is_none() {
-        crate::fleet::attached::as_run_with_all_gpus(&mut container);
+        crate::fleet::attached::env_alone_as_run_with_gpus(&mut container);
     }
     if let (Some(host), false) = (args.host.first(), fleet_report::wanted(args)) {
         // Unreadable input is a usage error here, not a refusal.

@@ -72,7 +72,7 @@ pub fn main(cfg: &Config, container: &Container, stage: Stage, args: &CheckArgs)
     let mut attached;
     let container = if args.spec.is_none() && args.bundle.is_none() {
         attached = container.clone();
-        crate::fleet::attached::as_run_with_all_gpus(&mut attached);
+        crate::fleet::attached::env_alone_as_run_with_gpus(&mut attached);
         &attached
     } else {
         container

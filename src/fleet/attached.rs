@@ -1,7 +1,9 @@
 //! The container `check` judges when no spec says how GPUs attach: `check
-//! --env` alone (one host or a fleet) and `check --image` are judged as
-//! `docker run --gpus all` would start them (design.md, "`gpu-guard check`
-//! before scheduling"; `check --help`).
+//! --image`, and `check --env` alone (one host or a fleet) when the env
+//! says anything about GPUs, are judged as `docker run --gpus all` would
+//! start them (design.md, "`gpu-guard check` before scheduling"; `check
+//! --help`; issue 21 A1: a requirement checked alone was a skip, counted
+//! as runs on every host).
 //!
 //! `--gpus all` makes moby's NVIDIA device driver add
 //! `NVIDIA_VISIBLE_DEVICES=all` and NVIDIA's hook to the spec (moby
@@ -14,9 +16,24 @@
 
 use crate::core::container::Container;
 
+/// `check --env` without `--spec`/`--bundle` (one host and fleets): an env
+/// that says anything about GPUs (an `NVIDIA_*` variable, `CUDA_VERSION`)
+/// describes a CUDA image, judged as [`as_run_with_all_gpus`]; an env that
+/// says nothing about them (`--env PATH=/bin`) describes no GPU container
+/// and stays a skip, as before.
+pub fn env_alone_as_run_with_gpus(c: &mut Container) {
+    let gpu_env = c
+        .env
+        .vars()
+        .keys()
+        .any(|k| k.starts_with("NVIDIA_") || *k == "CUDA_VERSION");
+    if gpu_env {
+        as_run_with_all_gpus(c);
+    }
+}
+
 /// Makes `c` the container `docker run --gpus all` with its env would be.
-/// Callers: `check --env` without `--spec`/`--bundle` (one host and
-/// fleets) and `check --image`.
+/// Callers: `check --image`, and [`env_alone_as_run_with_gpus`].
 pub fn as_run_with_all_gpus(c: &mut Container) {
     let legacy = !c.env.get("CUDA_VERSION").unwrap_or("").is_empty()
         && c.env.get("NVIDIA_REQUIRE_CUDA").unwrap_or("").is_empty();
@@ -48,5 +65,11 @@ mod tests {
         as_run_with_all_gpus(&mut legacy);
         assert!(!legacy.env.contains("NVIDIA_VISIBLE_DEVICES"));
         assert!(crate::core::detect::classify(&legacy).gpu);
+        let mut plain = env(&["PATH=/bin"]);
+        env_alone_as_run_with_gpus(&mut plain);
+        assert!(!plain.env.contains("NVIDIA_VISIBLE_DEVICES"));
+        let mut req = env(&["NVIDIA_REQUIRE_CUDA=cuda>=12.6"]);
+        env_alone_as_run_with_gpus(&mut req);
+        assert_eq!(req.env.get("NVIDIA_VISIBLE_DEVICES"), Some("all"));
     }
 }
