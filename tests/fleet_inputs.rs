@@ -396,3 +396,29 @@ fn unknown_facts_follow_the_mode() {
         "{warn}"
     );
 }
+
+/// A YAML alias bomb and deep nesting are one-line input errors, at once.
+#[test]
+fn hostile_yaml_is_a_quick_input_error() {
+    let d = tmpdir("bomb");
+    let mut bomb =
+        String::from("a: &a [\"x\",\"x\",\"x\",\"x\",\"x\",\"x\",\"x\",\"x\",\"x\",\"x\"]\n");
+    let mut prev = 'a';
+    for n in 'b'..='j' {
+        let refs = vec![format!("*{prev}"); 10].join(",");
+        bomb.push_str(&format!("{n}: &{n} [{refs}]\n"));
+        prev = n;
+    }
+    bomb.push_str("kind: List\nitems:\n- metadata:\n    name: n\n    labels: *j\n");
+    let deep = "[".repeat(100_000);
+    for doc in [bomb, deep] {
+        let t = std::time::Instant::now();
+        let o = gg(
+            &d,
+            &["check", "--env", REQ, "--nodes", "-"],
+            Some(doc.as_bytes()),
+        );
+        assert_input_error(&o, "is not `kubectl get nodes -o json` or `-o yaml` output");
+        assert!(t.elapsed() < std::time::Duration::from_secs(20));
+    }
+}
