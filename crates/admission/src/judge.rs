@@ -25,6 +25,9 @@ pub enum Placement {
     /// No GPU node could run it (no architecture has code for it, a CUDA
     /// newer than any driver): the diagnosis.
     Nowhere { diagnosis: String },
+    /// Read, but where it runs cannot be written as node-label terms: the
+    /// pod is treated as one whose image is unreadable (`on_unreadable`).
+    Unplaceable { reason: String },
 }
 
 /// Reads images for the webhook. Both calls run on the blocking pool and

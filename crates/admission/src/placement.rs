@@ -2,16 +2,22 @@
 //! `check --affinity` without `--nodes`, or "nowhere" with the diagnosis.
 //!
 //! The container is the one `check --image` judges (`docker run --gpus
-//! all` of the image). "Nowhere" means refused on every best-case node a
-//! GPU Feature Discovery cluster could have: each brand, each compute
-//! capability gpu-guard knows, with the newest driver in its tables. So a
-//! pod is denied only when no node could run it (no architecture has code
-//! for it, a CUDA newer than any known driver), never for a node mix.
+//! all` of the image). The terms are `fleet::affinity::label_terms` of
+//! it, the label-only affinity `check --affinity` prints without
+//! `--nodes`: exact on every node labelled by GPU Feature Discovery and
+//! gpu-guard, or stricter and saying so. Terms that admit no node are never
+//! written (a pod that could never be scheduled, Pending without a word):
+//! exact, no labelled node could run it and the pod is denied; not exact
+//! (requirements too complex to judge), the image counts as unreadable.
 //!
-//! PHASE-1 SEAM: the decision and the label terms come from
-//! `fleet::Subject` and `fleet::affinity::for_requirements` as
-//! `check --image --affinity` uses them today; the one pipeline and the
-//! exact label terms of the fleet work replace these two calls.
+//! The denial's diagnosis is the decision on the best-case nodes a GPU
+//! Feature Discovery cluster could have (each brand, each compute
+//! capability gpu-guard knows, the newest driver in its tables): what
+//! stops the image on all of them (no architecture has code for it, a CUDA
+//! newer than any known driver).
+//!
+//! PHASE-1 SEAM: the decision goes through `fleet::Subject`, as `check
+//! --image --nodes` does today; the one pipeline replaces that call.
 
 use crate::affinity::{expr, term};
 use crate::judge::Placement;
@@ -94,56 +100,61 @@ fn summary(needs: &Needs, reqs: &[String]) -> String {
     )
 }
 
+/// Why no GPU node runs the subject: the errors on the best-case nodes.
+fn diagnosis(subject: &Subject) -> String {
+    let decisions: Vec<_> = best_case_hosts()
+        .iter()
+        .map(|h| subject.decide(h))
+        .collect();
+    let generic = "no node labelled by GPU Feature Discovery and gpu-guard could run it";
+    if decisions.is_empty() || decisions.iter().any(|d| d.verdict != Verdict::Refuse) {
+        return generic.to_string();
+    }
+    // The errors on the newest, most capable node.
+    let errors: Vec<String> = decisions
+        .last()
+        .map(|d| d.findings.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|f| f.severity == Severity::Error)
+        .map(|f| f.message)
+        .take(3)
+        .collect();
+    if errors.is_empty() {
+        generic.to_string()
+    } else {
+        errors.join("; ")
+    }
+}
+
 /// Places an image from its needs under `cfg`.
 pub fn place(needs: &Needs, cfg: &Config) -> Placement {
     let container = gpu_guard::commands::image_check::container_for(&needs.env, &[]);
     let (scanned, compat) = needs.scanned();
     let subject =
         Subject::new(&container, cfg, Stage::Edit, Some(scanned)).with_compat(Some(compat));
-    let decisions: Vec<_> = best_case_hosts()
-        .iter()
-        .map(|h| subject.decide(h))
-        .collect();
-    if !decisions.is_empty() && decisions.iter().all(|d| d.verdict == Verdict::Refuse) {
-        // The diagnosis on the newest, most capable node.
-        let d = decisions
-            .last()
-            .map(|d| d.findings.clone())
-            .unwrap_or_default();
-        let diagnosis: Vec<String> = d
+    let aff = gpu_guard::fleet::affinity::label_terms(&subject);
+    let none = |t: &gpu_guard::fleet::selector::Term| {
+        t.match_expressions
             .iter()
-            .filter(|f| f.severity == Severity::Error)
-            .map(|f| f.message.clone())
-            .take(3)
-            .collect();
-        return Placement::Nowhere {
-            diagnosis: if diagnosis.is_empty() {
-                "refused on every GPU node".to_string()
-            } else {
-                diagnosis.join("; ")
-            },
+            .any(|e| e.key == gpu_guard::fleet::selector::NONE_KEY)
+    };
+    // The first note says what the terms read (labels only); the rest say
+    // why they are stricter than gpu-guard, which users should see.
+    let why: Vec<String> = aff.notes.iter().skip(1).cloned().collect();
+    if aff.terms.is_empty() || aff.terms.iter().all(none) {
+        return if aff.exact {
+            Placement::Nowhere {
+                diagnosis: diagnosis(&subject),
+            }
+        } else {
+            Placement::Unplaceable {
+                reason: format!("its node affinity cannot be written: {}", why.join("; ")),
+            }
         };
     }
-    let aff =
-        gpu_guard::fleet::affinity::for_requirements(&subject.requirements, subject.has_scan());
-    let terms: Vec<NodeSelectorTerm> = aff
-        .terms
-        .iter()
-        .map(|t| {
-            let exprs = t
-                .match_expressions
-                .iter()
-                .map(|e| {
-                    expr(
-                        &e.key,
-                        e.operator,
-                        &e.values.iter().map(String::as_str).collect::<Vec<_>>(),
-                    )
-                })
-                .collect();
-            term(exprs)
-        })
-        .collect();
+    let terms: Vec<NodeSelectorTerm> = aff.terms.iter().map(k8s_term).collect();
+    let notes = if aff.exact { Vec::new() } else { why };
     let reqs: Vec<String> = needs
         .env
         .iter()
@@ -154,6 +165,18 @@ pub fn place(needs: &Needs, cfg: &Config) -> Placement {
     Placement::Terms {
         terms,
         summary: summary(needs, &reqs),
-        notes: aff.notes.clone(),
+        notes,
     }
+}
+
+fn k8s_term(t: &gpu_guard::fleet::selector::Term) -> NodeSelectorTerm {
+    let exprs = t
+        .match_expressions
+        .iter()
+        .map(|e| {
+            let values: Vec<&str> = e.values.iter().map(String::as_str).collect();
+            expr(&e.key, e.operator, &values)
+        })
+        .collect();
+    term(exprs)
 }

@@ -213,6 +213,10 @@ impl<J: ImageJudge> Reviewer<J> {
                 Placement::Nowhere { diagnosis } => {
                     return resp.deny(one_line(&format!("gpu-guard: container {} (image {}) cannot run on any GPU node: {diagnosis}", c.name, c.image), 1000));
                 }
+                Placement::Unplaceable { reason } => {
+                    let msg = format!("image {} of container {}: {reason}", c.image, c.name);
+                    return self.unreadable(resp, &msg);
+                }
                 Placement::Terms {
                     terms,
                     summary,

@@ -462,10 +462,8 @@ fn base64_encode(b: &[u8]) -> String {
 /// The webhook's terms, on every labelled node of `--nodes`, admit exactly
 /// the nodes `check --nodes` allows (nodes without GFD driver labels cannot
 /// be placed by labels and are left out), for the official CUDA images'
-/// requirements. Needs the exact label terms of issue 21 A4
-/// (`fleet::affinity`), which land with the fleet work.
+/// requirements (the label-only affinity of issue 21 A4, `fleet::affinity::label_terms`).
 #[test]
-#[ignore = "waits for the exact label-only affinity of issue 21 A4 (fleet work on main)"]
 fn webhook_terms_admit_exactly_what_check_nodes_allows() {
     let Some(reg) = Registry::start(false, false) else {
         return;
