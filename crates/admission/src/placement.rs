@@ -10,11 +10,12 @@
 //! exact, no labelled node could run it and the pod is denied; not exact
 //! (requirements too complex to judge), the image counts as unreadable.
 //!
-//! The denial's diagnosis is the decision on the best-case nodes a GPU
-//! Feature Discovery cluster could have (each brand, each compute
-//! capability gpu-guard knows, the newest driver in its tables): what
-//! stops the image on all of them (no architecture has code for it, a CUDA
-//! newer than any known driver).
+//! First, though, the image is judged on the best-case nodes a GPU Feature
+//! Discovery cluster could have (each brand, each compute capability
+//! gpu-guard knows, the newest driver in its tables): refused on all of
+//! them (no architecture has code for it, a CUDA newer than any known
+//! driver), the pod is denied with what stops it there. Labels alone cannot
+//! tell that: a node could be labelled with a CUDA no driver has.
 //!
 //! PHASE-1 SEAM: the decision goes through `fleet::Subject`, as `check
 //! --image --nodes` does today; the one pipeline replaces that call.
@@ -100,15 +101,17 @@ fn summary(needs: &Needs, reqs: &[String]) -> String {
     )
 }
 
-/// Why no GPU node runs the subject: the errors on the best-case nodes.
-fn diagnosis(subject: &Subject) -> String {
+/// Why no GPU node runs the subject: the errors on the best-case nodes
+/// (refused on every one of them), or None when one of them runs it.
+/// None when some best-case node runs it.
+fn nowhere(subject: &Subject) -> Option<String> {
     let decisions: Vec<_> = best_case_hosts()
         .iter()
         .map(|h| subject.decide(h))
         .collect();
     let generic = "no node labelled by GPU Feature Discovery and gpu-guard could run it";
     if decisions.is_empty() || decisions.iter().any(|d| d.verdict != Verdict::Refuse) {
-        return generic.to_string();
+        return None;
     }
     // The errors on the newest, most capable node.
     let errors: Vec<String> = decisions
@@ -120,11 +123,11 @@ fn diagnosis(subject: &Subject) -> String {
         .map(|f| f.message)
         .take(3)
         .collect();
-    if errors.is_empty() {
+    Some(if errors.is_empty() {
         generic.to_string()
     } else {
         errors.join("; ")
-    }
+    })
 }
 
 /// Places an image from its needs under `cfg`.
@@ -133,6 +136,11 @@ pub fn place(needs: &Needs, cfg: &Config) -> Placement {
     let (scanned, compat) = needs.scanned();
     let subject =
         Subject::new(&container, cfg, Stage::Edit, Some(scanned)).with_compat(Some(compat));
+    // No GPU node at all could run it, whatever its labels say (a CUDA
+    // newer than any driver: labels could claim one, no driver has it).
+    if let Some(diagnosis) = nowhere(&subject) {
+        return Placement::Nowhere { diagnosis };
+    }
     let aff = gpu_guard::fleet::affinity::label_terms(&subject);
     let none = |t: &gpu_guard::fleet::selector::Term| {
         t.match_expressions
@@ -145,7 +153,8 @@ pub fn place(needs: &Needs, cfg: &Config) -> Placement {
     if aff.terms.is_empty() || aff.terms.iter().all(none) {
         return if aff.exact {
             Placement::Nowhere {
-                diagnosis: diagnosis(&subject),
+                diagnosis: "no node labelled by GPU Feature Discovery and gpu-guard could run it"
+                    .to_string(),
             }
         } else {
             Placement::Unplaceable {

@@ -543,4 +543,22 @@ fn webhook_terms_admit_exactly_what_check_nodes_allows() {
             );
         }
     }
+    // A CUDA newer than any driver: no node could run it, denied with the diagnosis.
+    let layout = dir.join("future");
+    support::oci_layout(
+        &layout,
+        &["NVIDIA_REQUIRE_CUDA=cuda>=99.0"],
+        &[support::layer(&[("etc/x", b"y")])],
+    );
+    reg.push(&layout, "official/cuda", "future");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let (_, res) = j
+        .resolve(&format!("{}/official/cuda:future", reg.host), deadline)
+        .unwrap();
+    match j.judge(res, deadline).unwrap() {
+        gpu_guard_admission::judge::Placement::Nowhere { diagnosis } => {
+            assert!(diagnosis.contains("99.0"), "{diagnosis}")
+        }
+        other => panic!("cuda>=99.0: {other:?}"),
+    }
 }
