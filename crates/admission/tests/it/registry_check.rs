@@ -5,9 +5,8 @@
 //! attestation round trip, after which a read fetches no layer blob (the
 //! registry's access log counts them); the webhook's judge on the same image.
 
-mod k8s_rules;
-#[path = "../../registry/tests/support/mod.rs"]
-mod support;
+use crate::k8s_rules;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

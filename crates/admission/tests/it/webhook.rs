@@ -5,13 +5,13 @@
 //! resulting affinity is evaluated with Kubernetes' node-affinity rules
 //! and validated with the API server's (tests/k8s_rules.rs).
 
-mod k8s_rules;
+use crate::k8s_rules;
 
+use crate::k8s_rules::Labels;
 use gpu_guard::core::admission::OnUnreadable;
 use gpu_guard_admission::affinity::{expr, term};
 use gpu_guard_admission::judge::{Cache, ImageJudge, Placement};
 use gpu_guard_admission::review::Reviewer;
-use k8s_rules::Labels;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -124,6 +124,7 @@ fn certs(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
 }
 
 struct Hook {
+    _dir: crate::support::TempDir,
     url: String,
     agent: ureq::Agent,
     judge: Arc<FakeJudge>,
@@ -138,9 +139,7 @@ fn start(judge: FakeJudge, on_unreadable: OnUnreadable, read_timeout: Duration) 
         eprintln!("SKIP: openssl is not installed");
         return None;
     }
-    let dir =
-        std::env::temp_dir().join(format!("gg-hook-{}-{}", std::process::id(), rand_suffix()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = crate::support::tempdir("hook");
     let (ca, cert, key) = certs(&dir);
     let tls = gpu_guard_admission::server::tls_config(&cert, &key).unwrap();
     let judge = Arc::new(judge);
@@ -184,17 +183,11 @@ fn start(judge: FakeJudge, on_unreadable: OnUnreadable, read_timeout: Duration) 
         .build()
         .new_agent();
     Some(Hook {
+        _dir: dir,
         url: format!("https://{addr}"),
         agent,
         judge,
     })
-}
-
-fn rand_suffix() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
 }
 
 impl Hook {

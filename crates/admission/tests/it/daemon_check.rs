@@ -4,8 +4,7 @@
 //! the same decision as `check --image` of that tar as a file, and errors as
 //! one line. A real dockerd is exercised by integration/test-image-docker.sh.
 
-#[path = "../../registry/tests/support/mod.rs"]
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixListener;
