@@ -146,7 +146,7 @@ fn cuda_image_requirement_on_the_fleet() {
 
 #[test]
 fn without_nodes_the_requirements_alone() {
-    let cfg = std::env::temp_dir().join(format!("gg-aff-alone-{}.toml", std::process::id()));
+    let cfg = crate::support::tempdir("aff-alone").join("config.toml");
     std::fs::write(&cfg, "[log]\nsyslog = false\n").unwrap();
     let o = Command::new(BIN)
         .env_remove("GPU_GUARD_CONFIG")

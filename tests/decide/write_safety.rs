@@ -30,7 +30,7 @@ const NOBODY: u32 = 65534;
 fn require_root(test: &str) -> bool {
     crate::support::have_root(&format!(
         "{test} needs chown and a setuid child to play the unprivileged attacker \
-         (sudo -E cargo test --test decide write_safety); CI runs it as root"
+         (sudo -E cargo test --test decide write_safety)"
     ))
 }
 

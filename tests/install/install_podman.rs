@@ -202,7 +202,7 @@ fn podman_runs_the_installed_hooks() {
     if !have_tool("podman") || !have_tool("runc") || !have_tool("busybox") {
         return;
     }
-    if !crate::support::have_root("the podman test runs a container") {
+    if !crate::support::have_root("podman runs the test container") {
         return;
     }
     let root = tempdir("podman-real");

@@ -41,11 +41,12 @@ pub fn have_tool(tool: &str) -> bool {
     found
 }
 
-/// Whether this test runs as root; when not, [`skip_or_fail`] names `why`.
+/// Whether this test runs as root; when not, [`skip_or_fail`] says `why`
+/// it needs root.
 pub fn have_root(why: &str) -> bool {
     let root = nix::unistd::geteuid().is_root();
     if !root {
-        skip_or_fail(&format!("not root, and {why}"));
+        skip_or_fail(&format!("{why}: not running as root"));
     }
     root
 }

@@ -23,8 +23,7 @@ fn runc() -> Option<PathBuf> {
 fn prerequisites() -> bool {
     // Before any skip: without the feature this test cannot mean anything.
     require_test_hooks();
-    if !nix::unistd::geteuid().is_root() {
-        skip_or_fail("runc tests need root");
+    if !crate::support::have_root("runc runs the test containers") {
         return false;
     }
     if runc().is_none() {
