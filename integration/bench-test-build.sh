@@ -9,8 +9,10 @@
 # Each of 2-4 is repeated RUNS times (min and median printed: other builds may
 # share the cores). Works on `git archive` of REV (default HEAD) in a temp
 # directory with its own target dir: this checkout's sources and target/ are
-# never touched. The test runs start podman and containerd, so they take
-# /tmp/gg-engines.lock (the build steps do not) and are timed once it is held.
+# never touched. The test runs start podman and containerd: on a machine
+# shared with other engine tests they take the lock GG_ENGINE_LOCK names
+# (default /tmp/gg-engines.lock; the build steps do not) and are timed once
+# it is held.
 # Usage: integration/bench-test-build.sh [RUNS]   (REV=<commit>, COLD_FULL=0 skips 1)
 set -euo pipefail
 RUNS=${1:-3}
@@ -58,7 +60,7 @@ tests_in() { # LOG: passed and ignored tests, and test binaries run
 locked() {
     local name=$1 rc=0
     shift
-    flock -o /tmp/gg-engines.lock bash -c 'date +%s.%N; cargo test "$@" >"$0" 2>&1; rc=$?; date +%s.%N; exit $rc' \
+    flock -o "${GG_ENGINE_LOCK:-/tmp/gg-engines.lock}" bash -c 'date +%s.%N; cargo test "$@" >"$0" 2>&1; rc=$?; date +%s.%N; exit $rc' \
         "$W/$name.log" "$@" >"$W/$name.times" || rc=$?
     tr '\n' ' ' <"$W/$name.times" | awk '{ printf "%.1f", $2 - $1 }'
     if [ $rc != 0 ]; then
