@@ -24,6 +24,15 @@ use toml_edit::{DocumentMut, Item, Table, Value};
 
 use super::RUNTIME_NAME;
 
+use std::collections::BTreeSet;
+use std::fs;
+
+use super::state::{merge_state, note_created, EngineState};
+use super::{
+    change, config_file, edit, removal_plan, require_binary, InstallError, Options, Plan,
+    CONTAINERD_CONFIG,
+};
+
 pub const RUNC_V2: &str = "io.containerd.runc.v2";
 /// The drop-in file name in a conf.d directory the config imports.
 pub const DROP_IN_NAME: &str = "99-gpu-guard.toml";
@@ -529,6 +538,136 @@ pub fn mentions_gpu_guard(text: &str) -> bool {
                 .and_then(Item::as_str)
                 == Some(RUNTIME_NAME)
     })
+}
+
+// Planning: what install and uninstall change on the host.
+
+/// The binary of containerd's default runtime as the host's config files
+/// set it (the main config, then its conf.d imports in order, ours left
+/// out), `replaced` standing for gpu-guard where it is the default.
+pub(super) fn read_default_runtime_binary(
+    opts: &Options,
+    replaced: Option<&str>,
+) -> Result<Option<String>, InstallError> {
+    let host = opts
+        .config_path
+        .clone()
+        .unwrap_or_else(|| CONTAINERD_CONFIG.into());
+    let path = config_file(opts, &host)?;
+    let mut texts: Vec<String> = Vec::new();
+    if let Some(main) = edit::read_optional(&path)? {
+        if let Ok(doc) = parse(Some(&main)) {
+            if let Some(dir) = conf_d_dir(&doc, &host) {
+                texts.push(main);
+                let dir = opts.fs_path(&dir);
+                let mut files: Vec<PathBuf> = fs::read_dir(&dir)
+                    .map(|rd| {
+                        rd.filter_map(|e| e.ok())
+                            .map(|e| e.path())
+                            .filter(|p| {
+                                p.extension().is_some_and(|x| x == "toml")
+                                    && p.file_name() != Some(DROP_IN_NAME.as_ref())
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                files.sort();
+                for f in files {
+                    if let Some(t) = edit::read_optional(&f)? {
+                        texts.push(t);
+                    }
+                }
+            } else {
+                texts.push(main);
+            }
+        }
+    }
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    Ok(default_runtime_binary(&refs, replaced))
+}
+
+pub(super) fn plan_install(opts: &Options, old: Option<EngineState>) -> Result<Plan, InstallError> {
+    require_binary(opts, "runtime wrapper", opts.runtime_path())?;
+    let host = opts
+        .config_path
+        .clone()
+        .unwrap_or_else(|| CONTAINERD_CONFIG.into());
+    let path = config_file(opts, &host)?;
+    let before = edit::read_optional(&path)?;
+    let err = |source| InstallError::Containerd {
+        path: path.clone(),
+        source,
+    };
+    let doc = parse(before.as_deref()).map_err(err)?;
+    let runtime = opts.runtime_path().to_string_lossy().into_owned();
+    let mut state = merge_state(old, &host);
+    let changes = match conf_d_dir(&doc, &host) {
+        Some(dir) => {
+            // The main file stays as it is; the runtime goes in a drop-in.
+            let drop_host = dir.join(DROP_IN_NAME);
+            let drop_path = opts.fs_path(&drop_host);
+            let drop_before = edit::read_optional(&drop_path)?;
+            // Installing without --set-default never takes the default away.
+            let set_default =
+                opts.set_default || drop_before.as_deref().is_some_and(default_is_ours);
+            let text =
+                drop_in(before.as_deref().unwrap_or(""), &runtime, set_default).map_err(err)?;
+            if drop_before.is_none() {
+                note_created(opts, &mut state, &drop_host);
+            }
+            vec![change(drop_path, drop_before, Some(text))]
+        }
+        None => {
+            let edited = install(before.as_deref(), &runtime, opts.set_default).map_err(err)?;
+            if before.is_none() {
+                note_created(opts, &mut state, &host);
+            }
+            if state.replaced_default.is_none() {
+                state.replaced_default = edited.replaced_default;
+            }
+            vec![change(path.clone(), before, Some(edited.text))]
+        }
+    };
+    Ok(Plan {
+        changes,
+        state: Some(state),
+        warnings: vec![],
+        remove_dirs: vec![],
+    })
+}
+
+pub(super) fn plan_uninstall(
+    opts: &Options,
+    old: Option<EngineState>,
+) -> Result<Plan, InstallError> {
+    let host = opts
+        .config_path
+        .clone()
+        .or_else(|| old.as_ref().map(|s| s.config.clone()))
+        .unwrap_or_else(|| CONTAINERD_CONFIG.into());
+    let path = config_file(opts, &host)?;
+    let before = edit::read_optional(&path)?;
+    let err = |source| InstallError::Containerd {
+        path: path.clone(),
+        source,
+    };
+    let mut changes = vec![];
+    let mut remove: BTreeSet<PathBuf> = BTreeSet::new();
+    if let Some(text) = &before {
+        let doc = parse(Some(text)).map_err(err)?;
+        if let Some(dir) = conf_d_dir(&doc, &host) {
+            remove.insert(dir.join(DROP_IN_NAME));
+        }
+        let restore = old.as_ref().and_then(|s| s.replaced_default.as_deref());
+        let edited = uninstall(Some(text), restore).map_err(err)?;
+        let created = old.as_ref().is_some_and(|s| s.created.contains(&host));
+        let after = (!(edited.empty && created)).then_some(edited.text);
+        changes.push(change(path.clone(), before.clone(), after));
+    }
+    if let Some(s) = &old {
+        remove.extend(s.created.iter().filter(|p| **p != host).cloned());
+    }
+    removal_plan(opts, remove, changes)
 }
 
 #[cfg(test)]

@@ -21,6 +21,14 @@ use toml_edit::{DocumentMut, Item, Table};
 
 use super::RUNTIME_NAME;
 
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use super::hooks::{self, Stage};
+use super::state::{merge_state, note_created, EngineState};
+use super::{change, edit, require_binary, InstallError, Options, Plan, CRIO_DROP_IN};
+
 pub const DROP_IN_NAME: &str = "99-gpu-guard.toml";
 pub const DEFAULT_HOOKS_DIR: &str = "/usr/share/containers/oci/hooks.d";
 
@@ -155,6 +163,123 @@ pub fn drop_in(eff: &Effective, runtime_path: &str, set_default: bool) -> String
     crio.insert("runtime", Item::Table(runtime));
     doc.insert("crio", Item::Table(crio));
     doc.to_string()
+}
+
+// Planning: what install changes on the host (uninstall removes the
+// drop-in and what install created: `super::plan_owned_uninstall`).
+
+pub(super) fn drop_in_path(opts: &Options) -> PathBuf {
+    opts.config_path
+        .clone()
+        .unwrap_or_else(|| CRIO_DROP_IN.into())
+}
+
+/// CRI-O's configuration as it reads it: crio.conf (beside the drop-in
+/// directory), then every other file of the drop-in directory in lexical
+/// order (crio.conf.d(5)).
+pub(super) fn read_effective(
+    opts: &Options,
+    drop_in_host: &Path,
+) -> Result<Effective, InstallError> {
+    let dir_host = drop_in_host.parent().unwrap_or(Path::new("/"));
+    let main_host = dir_host
+        .parent()
+        .unwrap_or(Path::new("/"))
+        .join("crio.conf");
+    let mut files: Vec<(PathBuf, String)> = Vec::new();
+    let main = opts.fs_path(&main_host);
+    if let Some(t) = edit::read_optional(&main)? {
+        files.push((main, t));
+    }
+    let dir = opts.fs_path(dir_host);
+    match fs::read_dir(&dir) {
+        Ok(entries) => {
+            let mut names: Vec<PathBuf> = entries
+                .filter_map(|e| e.ok())
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+                .map(|e| e.path())
+                .filter(|p| p.file_name() != drop_in_host.file_name())
+                .collect();
+            names.sort();
+            for p in names {
+                if let Some(t) = edit::read_optional(&p)? {
+                    files.push((p, t));
+                }
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(source) => return Err(InstallError::ListDir { path: dir, source }),
+    }
+    // Parse one by one so an error names the file at fault.
+    for (p, t) in &files {
+        effective([t.as_str()]).map_err(|source| InstallError::Crio {
+            path: p.clone(),
+            source,
+        })?;
+    }
+    effective(files.iter().map(|(_, t)| t.as_str()))
+        .map_err(|source| InstallError::Crio { path: dir, source })
+}
+
+pub(super) fn plan_install(opts: &Options, old: Option<EngineState>) -> Result<Plan, InstallError> {
+    require_binary(opts, "runtime wrapper", opts.runtime_path())?;
+    require_binary(opts, "hook binary", opts.gpu_guard_path())?;
+    let drop_host = drop_in_path(opts);
+    let eff = read_effective(opts, &drop_host)?;
+    let drop_path = opts.fs_path(&drop_host);
+    let drop_before = edit::read_optional(&drop_path)?;
+    // Installing without --set-default never takes the default away.
+    let set_default = opts.set_default || drop_before.as_deref().is_some_and(default_is_ours);
+    let text = drop_in(&eff, &opts.runtime_path().to_string_lossy(), set_default);
+    let mut state = merge_state(old, &drop_host);
+    if drop_before.is_none() {
+        note_created(opts, &mut state, &drop_host);
+    }
+    let mut changes = vec![change(drop_path, drop_before, Some(text))];
+    let mut warnings = vec![];
+
+    // The prestart hook, in a directory CRI-O reads. The package ships it
+    // in the default one; a copy installed elsewhere (DaemonSet, custom
+    // hooks_dir) is written here and removed by uninstall.
+    let existing = eff.hooks_dirs.iter().find(|d| {
+        opts.fs_path(&Path::new(d).join(hooks::PRESTART_FILE))
+            .exists()
+    });
+    match existing.or(eff.hooks_dirs.first()) {
+        None => warnings.push(
+            "CRI-O's hooks_dir is empty, so it runs no hooks: the prestart check is not installed (the runtime handler still is)"
+                .to_string(),
+        ),
+        Some(dir) => {
+            let hook_host = Path::new(dir).join(hooks::PRESTART_FILE);
+            let hook_path = opts.fs_path(&hook_host);
+            let before = edit::read_optional(&hook_path)?;
+            let ours = hooks::hook_json(Stage::Prestart, &opts.gpu_guard_path());
+            if before.is_none() {
+                note_created(opts, &mut state, &hook_host);
+                changes.push(change(hook_path, None, Some(ours)));
+            } else if state.created.contains(&hook_host) {
+                changes.push(change(hook_path, before, Some(ours)));
+            }
+        }
+    }
+    for dir in &eff.hooks_dirs {
+        if opts
+            .fs_path(&Path::new(dir).join(hooks::PRECREATE_FILE))
+            .exists()
+        {
+            warnings.push(format!(
+                "{dir}/{} is a podman precreate hook in a directory CRI-O reads; CRI-O refuses it: run `gpu-guard uninstall podman` and install it elsewhere",
+                hooks::PRECREATE_FILE
+            ));
+        }
+    }
+    Ok(Plan {
+        changes,
+        state: Some(state),
+        warnings,
+        remove_dirs: vec![],
+    })
 }
 
 #[cfg(test)]

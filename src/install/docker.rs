@@ -11,6 +11,11 @@ use serde_json::{Map, Value};
 
 use super::RUNTIME_NAME;
 
+use super::state::{merge_state, note_created, EngineState};
+use super::{
+    change, config_file, edit, require_binary, InstallError, Options, Plan, DOCKER_CONFIG,
+};
+
 #[derive(Debug, thiserror::Error)]
 pub enum DockerError {
     #[error("is not valid JSON ({source}); fix it by hand, it was left untouched")]
@@ -183,6 +188,71 @@ pub fn mentions_gpu_guard(text: &str) -> bool {
                     .is_some_and(|r| r.contains_key(RUNTIME_NAME))
         })
         .unwrap_or(false)
+}
+
+// Planning: what install and uninstall change on the host.
+
+pub(super) fn plan_install(opts: &Options, old: Option<EngineState>) -> Result<Plan, InstallError> {
+    require_binary(opts, "runtime wrapper", opts.runtime_path())?;
+    let host = opts
+        .config_path
+        .clone()
+        .unwrap_or_else(|| DOCKER_CONFIG.into());
+    let path = config_file(opts, &host)?;
+    let before = edit::read_optional(&path)?;
+    let edited = install(
+        before.as_deref(),
+        &opts.runtime_path().to_string_lossy(),
+        opts.set_default,
+    )
+    .map_err(|source| InstallError::Docker {
+        path: path.clone(),
+        source,
+    })?;
+    let mut state = merge_state(old, &host);
+    if before.is_none() {
+        note_created(opts, &mut state, &host);
+    }
+    if state.replaced_default.is_none() {
+        state.replaced_default = edited.replaced_default;
+    }
+    Ok(Plan {
+        changes: vec![change(path, before, Some(edited.text))],
+        state: Some(state),
+        warnings: vec![],
+        remove_dirs: vec![],
+    })
+}
+
+pub(super) fn plan_uninstall(
+    opts: &Options,
+    old: Option<EngineState>,
+) -> Result<Plan, InstallError> {
+    let host = opts
+        .config_path
+        .clone()
+        .or_else(|| old.as_ref().map(|s| s.config.clone()))
+        .unwrap_or_else(|| DOCKER_CONFIG.into());
+    let path = config_file(opts, &host)?;
+    let before = edit::read_optional(&path)?;
+    let mut changes = vec![];
+    if before.is_some() {
+        let restore = old.as_ref().and_then(|s| s.replaced_default.as_deref());
+        let edited =
+            uninstall(before.as_deref(), restore).map_err(|source| InstallError::Docker {
+                path: path.clone(),
+                source,
+            })?;
+        let created = old.as_ref().is_some_and(|s| s.created.contains(&host));
+        let after = (!(edited.empty && created)).then_some(edited.text);
+        changes.push(change(path, before, after));
+    }
+    Ok(Plan {
+        changes,
+        state: None,
+        warnings: vec![],
+        remove_dirs: vec![],
+    })
 }
 
 #[cfg(test)]
