@@ -330,6 +330,8 @@ pub struct Exception {
 #[serde(deny_unknown_fields, default)]
 pub struct RuntimeConfig {
     pub path: String,
+    /// Per-engine chains and the runtime roots that tell the engines apart.
+    pub engines: crate::core::runtime_engines::Engines,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -535,6 +537,24 @@ impl Default for LogConfig {
 pub const MAX_PROBE_TIMEOUT_MS: u64 = 600_000;
 
 impl Config {
+    /// The engine that invoked the runtime wrapper, from its `--root`.
+    pub fn engine_for_root(
+        &self,
+        root: &std::path::Path,
+    ) -> Option<crate::core::runtime_engines::Engine> {
+        self.runtime.engines.engine_for_root(root)
+    }
+
+    /// The runtime the wrapper execs for `engine` (`None`: not known):
+    /// `runtime.engines.ENGINE.path`, else `runtime.path`; `""`: PATH search.
+    pub fn chained_runtime(&self, engine: Option<crate::core::runtime_engines::Engine>) -> &str {
+        crate::core::runtime_engines::chained_runtime(
+            &self.runtime.path,
+            &self.runtime.engines,
+            engine,
+        )
+    }
+
     /// Checks what serde cannot and needs no I/O: capability names,
     /// versions, framework names, limits. [`crate::config::parse`] adds the
     /// library globs.
@@ -547,6 +567,7 @@ impl Config {
             }
         }
         crate::core::profiles::validate(&self.security)?;
+        self.runtime.engines.validate()?;
         for (i, rule) in self.tuning.env.iter().enumerate() {
             if !valid_env_name(&rule.name) {
                 return Err(format!(

@@ -113,6 +113,28 @@ pub fn default_runtime_path(text: Option<&str>, replaced_default: Option<&str>) 
         .map(str::to_string)
 }
 
+/// What daemon.json registers: the default runtime's name (`runc`, dockerd's
+/// built-in default, when unset) and each runtime's (name, path). An
+/// unreadable file registers nothing.
+pub fn registered_runtimes(text: Option<&str>) -> (String, Vec<(String, String)>) {
+    let map = parse(text).unwrap_or_default();
+    let default = map
+        .get(DEFAULT_KEY)
+        .and_then(Value::as_str)
+        .unwrap_or("runc")
+        .to_string();
+    let runtimes = map
+        .get(RUNTIMES_KEY)
+        .and_then(Value::as_object)
+        .map(|r| {
+            r.iter()
+                .filter_map(|(n, v)| Some((n.clone(), v.get("path")?.as_str()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default();
+    (default, runtimes)
+}
+
 /// Adds `runtimes.gpu-guard.path = runtime_path` (other keys of that
 /// runtime, such as `runtimeArgs`, are kept) and, with `set_default`,
 /// `default-runtime = "gpu-guard"`.
@@ -178,6 +200,46 @@ pub fn uninstall(
     Ok(finish(before, &original, map, None))
 }
 
+/// Whether daemon.json makes gpu-guard dockerd's default runtime.
+pub fn default_is_ours(text: &str) -> bool {
+    parse(Some(text))
+        .map(|m| m.get(DEFAULT_KEY).and_then(Value::as_str) == Some(RUNTIME_NAME))
+        .unwrap_or(false)
+}
+
+/// Whether daemon.json runs gpu-guard as registered: `runtimes.gpu-guard.path`
+/// is the wrapper and, with `default`, `default-runtime` is gpu-guard.
+/// dockerd reads only this file (and its command line, which gpu-guard
+/// cannot see: a `--default-runtime` flag conflicts with the file and
+/// dockerd refuses to start).
+pub fn judge(text: Option<&str>, wrapper: &str, default: bool) -> Option<String> {
+    let map = match parse(text) {
+        Ok(m) => m,
+        Err(e) => return Some(format!("daemon.json {e}")),
+    };
+    let path = map
+        .get(RUNTIMES_KEY)
+        .and_then(|r| r.get(RUNTIME_NAME))
+        .and_then(|r| r.get("path"))
+        .and_then(Value::as_str);
+    match path {
+        None => return Some(format!("daemon.json registers no `{RUNTIME_NAME}` runtime")),
+        Some(p) if p != wrapper => {
+            return Some(format!(
+                "daemon.json's `{RUNTIME_NAME}` runtime runs `{p}`, not the wrapper {wrapper}"
+            ))
+        }
+        Some(_) => {}
+    }
+    let d = map
+        .get(DEFAULT_KEY)
+        .and_then(Value::as_str)
+        .unwrap_or("runc");
+    (default && d != RUNTIME_NAME).then(|| {
+        format!("dockerd's default runtime is `{d}`, not `{RUNTIME_NAME}`: `docker run` without --runtime bypasses gpu-guard")
+    })
+}
+
 /// Whether daemon.json still names gpu-guard (for the uninstall check).
 pub fn mentions_gpu_guard(text: &str) -> bool {
     parse(Some(text))
@@ -216,11 +278,14 @@ pub(super) fn plan_install(opts: &Options, old: Option<EngineState>) -> Result<P
     if state.replaced_default.is_none() {
         state.replaced_default = edited.replaced_default;
     }
+    state.set_default |= opts.set_default || default_is_ours(&edited.text);
+    state.binary = Some(opts.runtime_path());
     Ok(Plan {
         changes: vec![change(path, before, Some(edited.text))],
         state: Some(state),
         warnings: vec![],
         remove_dirs: vec![],
+        not_effective: vec![],
     })
 }
 
@@ -252,6 +317,7 @@ pub(super) fn plan_uninstall(
         state: None,
         warnings: vec![],
         remove_dirs: vec![],
+        not_effective: vec![],
     })
 }
 

@@ -25,6 +25,7 @@ pub mod docker;
 pub mod edit;
 pub mod hooks;
 pub mod podman;
+pub mod registration;
 mod state;
 
 use std::collections::BTreeSet;
@@ -71,8 +72,16 @@ pub enum InstallError {
     },
     #[error(transparent)]
     Edit(#[from] EditError),
+    #[error("containerd's configuration: {0}")]
+    ContainerdConfig(#[from] containerd::merge::MergeError),
     #[error("{what} {} does not exist; pass --bin-dir with the host directory that holds gpu-guard and gpu-guard-runtime", path.display())]
     MissingBinary { what: &'static str, path: PathBuf },
+    #[error("{0}")]
+    ChainRuntime(String),
+    #[error("--config {} is not a gpu-guard config ({message}); --config names gpu-guard's own config: to name the engine's config file, use --config-path {}", path.display(), path.display())]
+    NotGpuGuardConfig { path: PathBuf, message: String },
+    #[error("{message}; fix gpu-guard's config first (a wrapper registered with it would refuse GPU containers)")]
+    GpuGuardConfig { message: String },
     #[error("cannot tell where this gpu-guard binary is ({source}); pass --bin-dir")]
     CurrentExe {
         #[source]
@@ -102,14 +111,9 @@ pub enum InstallError {
     },
 }
 
-/// The engines gpu-guard registers with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Engine {
-    Docker,
-    Containerd,
-    Crio,
-    Podman,
-}
+/// The engines gpu-guard registers with (the runtime wrapper tells them
+/// apart by the runtime root install registers: `core::runtime_engines`).
+pub use crate::core::runtime_engines::Engine;
 
 /// Everything one run needs. Paths are host paths; `host_root` maps them
 /// to this machine's filesystem.
@@ -130,6 +134,34 @@ pub struct Options {
     /// `config.d` beside the config in effect, [`GPU_GUARD_CONFIG_D`]
     /// under `--host-root`.
     pub config_d: PathBuf,
+    /// The runtime root the engine passes the wrapper (containerd's
+    /// `options.Root`, CRI-O's `runtime_root`): `runtime.engines.ENGINE.root`
+    /// of the gpu-guard config; unused for docker and podman.
+    pub root: String,
+    /// `--chain-runtime`: `nvidia` (the NVIDIA runtime the engine
+    /// registers) or a host path; `None`: chain to NVIDIA's runtime only
+    /// when it is the engine's default (or as an earlier install chose).
+    pub chain_runtime: Option<String>,
+}
+
+impl Options {
+    /// The defaults for `engine` on the host mounted at `host_root`: the
+    /// engine's own config path, binaries in /usr/bin, state in
+    /// [`DEFAULT_STATE_DIR`], the chain drop-in in [`GPU_GUARD_CONFIG_D`].
+    pub fn new(engine: Engine, host_root: &Path) -> Options {
+        Options {
+            engine,
+            uninstall: false,
+            set_default: false,
+            config_path: None,
+            host_root: host_root.to_path_buf(),
+            bin_dir: PathBuf::from("/usr/bin"),
+            state_dir: PathBuf::from(DEFAULT_STATE_DIR),
+            config_d: PathBuf::from(GPU_GUARD_CONFIG_D),
+            root: crate::core::runtime_engines::default_root(engine).to_string(),
+            chain_runtime: None,
+        }
+    }
 }
 
 /// A planned run: file changes (no-ops left out), the state to record
@@ -141,6 +173,10 @@ pub struct Plan {
     pub warnings: Vec<String>,
     /// Directories to remove, deepest first, when empty (uninstall).
     pub remove_dirs: Vec<PathBuf>,
+    /// Why the engine would still not run gpu-guard after this plan (its
+    /// merged configuration, checked before anything is written): each
+    /// names the file responsible.
+    pub not_effective: Vec<String>,
 }
 
 impl Options {
@@ -189,12 +225,7 @@ impl Options {
 }
 
 pub fn engine_name(engine: Engine) -> &'static str {
-    match engine {
-        Engine::Docker => "docker",
-        Engine::Containerd => "containerd",
-        Engine::Crio => "crio",
-        Engine::Podman => "podman",
-    }
+    engine.name()
 }
 
 /// The command that makes the engine read its new config; `None` for
@@ -257,10 +288,10 @@ pub fn plan(opts: &Options) -> Result<Plan, InstallError> {
         .map(|s| s.created_dirs.clone())
         .unwrap_or_default();
     let old_chain = state.as_ref().and_then(|s| s.chain.clone());
-    let nvidia = if opts.uninstall {
-        None
+    let target = if opts.uninstall {
+        chain::Target::default()
     } else {
-        chain::nvidia_default_runtime(opts, state.as_ref())?
+        chain::target(opts, state.as_ref())?
     };
     let mut plan = match (opts.engine, opts.uninstall) {
         (Engine::Docker, false) => docker::plan_install(opts, state)?,
@@ -275,8 +306,9 @@ pub fn plan(opts: &Options) -> Result<Plan, InstallError> {
     if opts.uninstall {
         chain::unchain(opts, old_chain.as_ref(), &mut plan)?;
     } else if opts.engine != Engine::Podman {
-        chain::plan_chain(opts, nvidia.as_deref(), &mut plan)?;
+        chain::plan_chain(opts, target.chain.as_ref(), &mut plan)?;
     }
+    plan.warnings.extend(target.warnings);
     plan.changes.retain(|c| !c.is_noop());
     if opts.uninstall {
         // BTreeSet order puts a parent before its children: reversed, the
@@ -324,6 +356,7 @@ pub(super) fn removal_plan(
         state: None,
         warnings: vec![],
         remove_dirs: vec![],
+        not_effective: vec![],
     })
 }
 
@@ -363,16 +396,7 @@ mod tests {
     use super::*;
 
     fn opts(root: &str) -> Options {
-        Options {
-            engine: Engine::Docker,
-            uninstall: false,
-            set_default: false,
-            config_path: None,
-            host_root: PathBuf::from(root),
-            bin_dir: PathBuf::from("/usr/bin"),
-            state_dir: PathBuf::from(DEFAULT_STATE_DIR),
-            config_d: PathBuf::from(GPU_GUARD_CONFIG_D),
-        }
+        Options::new(Engine::Docker, Path::new(root))
     }
 
     #[test]

@@ -117,11 +117,20 @@ pub(super) fn plan_install(opts: &Options, old: Option<EngineState>) -> Result<P
     }
     let ours = hooks::hook_json(Stage::Precreate, &opts.gpu_guard_path());
     changes.push(change(path, before, Some(ours)));
+    // The prestart hook beside it: the package ships it inactive, and
+    // podman shows a prestart hook's refusal (it discards a precreate
+    // hook's stderr: commands/hook.rs), so install activates it here.
+    let pre_host = dir_host.join(hooks::PRESTART_FILE);
+    if let Some(c) = hooks::activate(opts, &mut state, &pre_host, Stage::Prestart)? {
+        changes.push(c);
+    }
+    state.binary = Some(opts.gpu_guard_path());
     Ok(Plan {
         changes,
         state: Some(state),
         warnings,
         remove_dirs: vec![],
+        not_effective: vec![],
     })
 }
 
@@ -154,33 +163,72 @@ fn check_crio_ignores_podman_hooks(
 }
 
 /// podman's hook directories as it reads them now: containers.conf files
-/// and their `.d` drop-ins in order, ignoring our own drop-in (which is
-/// rewritten from them); podman's built-in list when none sets hooks_dir.
-fn podman_current_hooks_dirs(opts: &Options) -> Result<Vec<String>, InstallError> {
-    let mut confs = vec![];
+/// and their `.d` drop-ins in order (our own drop-in left out unless
+/// `with_ours`: install rewrites it from the others); podman's built-in
+/// list when none sets hooks_dir. Also the last file that set it.
+fn current_hooks_dirs(
+    opts: &Options,
+    with_ours: bool,
+) -> Result<(Vec<String>, Option<PathBuf>), InstallError> {
+    let mut confs: Vec<(PathBuf, String)> = vec![];
     for c in CONTAINERS_CONF {
         if let Some(t) = edit::read_optional(&opts.fs_path(Path::new(c)))? {
-            confs.push(t);
+            confs.push((PathBuf::from(c), t));
         }
-        let dir = opts.fs_path(Path::new(&format!("{c}.d")));
-        let mut drop_ins: Vec<PathBuf> = fs::read_dir(&dir)
+        let dir = format!("{c}.d");
+        let mut drop_ins: Vec<String> = fs::read_dir(opts.fs_path(Path::new(&dir)))
             .map(|rd| {
                 rd.filter_map(|e| e.ok())
-                    .map(|e| e.path())
-                    .filter(|p| p.extension().is_some_and(|x| x == "conf"))
-                    .filter(|p| *p != opts.fs_path(Path::new(CONF_DROP_IN)))
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.ends_with(".conf"))
                     .collect()
             })
             .unwrap_or_default();
         drop_ins.sort();
-        for p in drop_ins {
-            if let Some(t) = edit::read_optional(&p)? {
-                confs.push(t);
+        for n in drop_ins {
+            let host = Path::new(&dir).join(n);
+            if !with_ours && host == Path::new(CONF_DROP_IN) {
+                continue;
+            }
+            if let Some(t) = edit::read_optional(&opts.fs_path(&host))? {
+                confs.push((host, t));
             }
         }
     }
-    Ok(configured_hooks_dirs(confs.iter().map(String::as_str))
-        .unwrap_or_else(|| BUILTIN_HOOKS_DIRS.iter().map(|d| d.to_string()).collect()))
+    let from = confs
+        .iter()
+        .rev()
+        .find(|(_, t)| configured_hooks_dirs([t.as_str()]).is_some())
+        .map(|(p, _)| p.clone());
+    let dirs = configured_hooks_dirs(confs.iter().map(|(_, t)| t.as_str()))
+        .unwrap_or_else(|| BUILTIN_HOOKS_DIRS.iter().map(|d| d.to_string()).collect());
+    Ok((dirs, from))
+}
+
+/// Whether podman runs gpu-guard's precreate hook `file` (host path): the
+/// file is there and its directory is one podman reads.
+pub(super) fn judge(
+    opts: &Options,
+    file: &Path,
+) -> Result<Option<(Option<PathBuf>, String)>, InstallError> {
+    if edit::read_optional(&opts.fs_path(file))?.is_none() {
+        return Ok(Some((
+            Some(file.to_path_buf()),
+            format!("gpu-guard's precreate hook {} is missing", file.display()),
+        )));
+    }
+    let dir = file.parent().unwrap_or(Path::new("/"));
+    let (dirs, from) = current_hooks_dirs(opts, true)?;
+    if dirs.iter().any(|d| same_dir(d, dir)) {
+        return Ok(None);
+    }
+    Ok(Some((
+        from,
+        format!(
+            "podman reads hooks from {dirs:?}, not {}: it never runs gpu-guard's precreate hook",
+            dir.display()
+        ),
+    )))
 }
 
 /// Makes podman read `dir_host`: nothing when it already does, a warning
@@ -193,7 +241,7 @@ fn podman_hooks_dir_drop_in(
     dir_host: &Path,
     warnings: &mut Vec<String>,
 ) -> Result<(Vec<FileChange>, Vec<PathBuf>), InstallError> {
-    let current = podman_current_hooks_dirs(opts)?;
+    let (current, _) = current_hooks_dirs(opts, false)?;
     let mut changes = vec![];
     let mut created = vec![];
     if current.iter().any(|d| same_dir(d, dir_host)) {

@@ -32,6 +32,14 @@ pub struct EngineState {
     /// NVIDIA's runtime; uninstall removes it while it is unchanged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chain: Option<ChainState>,
+    /// Install made gpu-guard the engine's default runtime (`--set-default`,
+    /// kept by later installs): the drift check expects it to stay so.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub set_default: bool,
+    /// What install registered (host path), for the drift check: the
+    /// runtime wrapper, or for podman the hook binary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binary: Option<PathBuf>,
 }
 
 /// A chain drop-in install wrote: its host path and the runtime it names
@@ -40,6 +48,10 @@ pub struct EngineState {
 pub struct ChainState {
     pub file: PathBuf,
     pub runtime: String,
+    /// Chosen with `--chain-runtime` (kept by later installs without it),
+    /// rather than followed from the engine's default runtime.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub explicit: bool,
 }
 
 pub(super) fn load(opts: &Options) -> Result<Option<EngineState>, InstallError> {
@@ -63,6 +75,8 @@ pub(super) fn merge_state(old: Option<EngineState>, config: &Path) -> EngineStat
             created_dirs: s.created_dirs,
             replaced_default: None,
             chain: s.chain,
+            set_default: false,
+            binary: s.binary,
         },
         None => EngineState {
             config: config.to_path_buf(),
