@@ -72,6 +72,15 @@ pub fn load(flag: Option<&Path>) -> Result<Config, ConfigError> {
 /// or `gpu-guard install` writes a drop-in, so the admin's config.toml (a
 /// conffile) is never rewritten.
 pub fn load_detailed(flag: Option<&Path>) -> Result<Loaded, ConfigError> {
+    let mut loaded = load_files(flag)?;
+    // What NVIDIA's toolkit on this host honours decides which requests
+    // make a GPU container (core::detect): read with the config, once.
+    let nvidia = crate::host::nvidia_config::read(&loaded.config.detect.nvidia_config);
+    loaded.config.detect.nvidia = nvidia;
+    Ok(loaded)
+}
+
+fn load_files(flag: Option<&Path>) -> Result<Loaded, ConfigError> {
     let (path, explicit) = config_path(flag);
     let main_text = match crate::sys::fsutil::read_to_string_limited(&path, MAX_CONFIG_BYTES) {
         Ok(t) => Some(t),
