@@ -287,6 +287,9 @@ pub struct UninstallArgs {
     pub dry_run: bool,
     #[command(flatten)]
     pub paths: EnginePaths,
+    /// Accepted for scripts that pass install's options to uninstall; unused
+    #[arg(long, value_name = "DIR", hide = true)]
+    pub bin_dir: Option<PathBuf>,
 }
 
 /// Renders gpu-guard(1) from the definition above.

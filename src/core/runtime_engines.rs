@@ -13,10 +13,14 @@
 //!   A runtime registered without `Root` gets the shim's default,
 //!   `/run/containerd/runc/<namespace>`, also taken as containerd.
 //! - CRI-O: the gpu-guard handler's `runtime_root` (crio.conf(5)).
-//! - docker: dockerd picks `<exec-root>/runtime-<name>` for a runtime named
-//!   in daemon.json and the shim appends the namespace `moby` (moby
-//!   `daemon/runtime_unix.go`), seen as `--root /var/run/docker/runtime-gpu-guard/moby`
-//!   with Debian 12's docker.io (README, "Install").
+//! - docker: dockerd gives every runtime of daemon.json the root
+//!   `<exec-root>/runtime-runc` (moby `daemon/runtime_unix.go`,
+//!   `defaultV2ShimConfig`: `filepath.Join(conf.ExecRoot, "runtime-"+defaultRuntimeName)`
+//!   with `defaultRuntimeName = "runc"`, in 20.10 as in later releases), and
+//!   the shim appends the namespace `moby`: `--root /var/run/docker/runtime-runc/moby`
+//!   under the default exec-root (`/var/run/docker`: moby
+//!   cmd/dockerd/config_common_unix.go, `getDefaultExecRoot`; seen with Debian 12's docker.io 20.10.24:
+//!   integration/test-docker.sh). Only docker uses that root.
 //! - podman runs gpu-guard as a hook, not as its runtime: no root by default.
 //!
 //! `/var/run` is `/run` on every current distribution (a symlink, FHS 3.0
@@ -62,9 +66,9 @@ pub const CONTAINERD_ROOT: &str = "/run/gpu-guard/containerd";
 pub const CONTAINERD_SHIM_DEFAULT_ROOT: &str = "/run/containerd/runc";
 /// The root `install` gives the CRI-O handler (`runtime_root`).
 pub const CRIO_ROOT: &str = "/run/gpu-guard/crio";
-/// dockerd's root for the runtime named `gpu-guard` under its default
+/// dockerd's root for the runtimes of daemon.json under its default
 /// exec-root `/var/run/docker`.
-pub const DOCKER_ROOT: &str = "/var/run/docker/runtime-gpu-guard";
+pub const DOCKER_ROOT: &str = "/var/run/docker/runtime-runc";
 
 /// One engine's entry.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -231,12 +235,9 @@ mod tests {
             ("/run/containerd/runc/k8s.io", Some(Engine::Containerd)),
             ("/run/gpu-guard/crio", Some(Engine::Crio)),
             ("/run/gpu-guard/crio2", None),
-            (
-                "/var/run/docker/runtime-gpu-guard/moby",
-                Some(Engine::Docker),
-            ),
-            ("/run/docker/runtime-gpu-guard/moby", Some(Engine::Docker)),
-            ("/run/docker/runtime-runc/moby", None),
+            ("/var/run/docker/runtime-runc/moby", Some(Engine::Docker)),
+            ("/run/docker/runtime-runc/moby", Some(Engine::Docker)),
+            ("/run/docker/runtime-runc2/moby", None),
             ("/run/runc", None),
             ("/run/gpu-guard/../gpu-guard/crio", None),
             ("run/gpu-guard/crio", None),
