@@ -185,19 +185,19 @@ impl Engines {
                 ));
             }
         }
-        for a in Engine::ALL {
-            for b in Engine::ALL {
-                if a == b {
-                    continue;
-                }
+        for (i, a) in Engine::ALL.into_iter().enumerate() {
+            for b in Engine::ALL.into_iter().skip(i + 1) {
                 for ra in self.roots(a) {
-                    if self.roots(b).iter().any(|rb| root_is_under(&ra, rb)) {
-                        return Err(format!(
-                            "key `runtime.engines.{}.root`: `{}` lies under the root of {}; each engine needs a root of its own",
-                            a.name(),
-                            ra.display(),
-                            b.name()
-                        ));
+                    for rb in self.roots(b) {
+                        if root_is_under(&ra, &rb) || root_is_under(&rb, &ra) {
+                            return Err(format!(
+                                "keys `runtime.engines.{}.root` (`{}`) and `runtime.engines.{}.root` (`{}`): one lies under the other; each engine needs a root of its own",
+                                a.name(),
+                                ra.display(),
+                                b.name(),
+                                rb.display()
+                            ));
+                        }
                     }
                 }
             }
