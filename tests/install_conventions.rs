@@ -329,3 +329,29 @@ fn engine_tables_parse_validate_and_keep_default_roots() {
         assert!(e.contains(says), "{bad}: {e}");
     }
 }
+
+#[test]
+fn a_moved_docker_exec_root_names_the_config_key() {
+    use gpu_guard::install::docker::root_warning;
+    let text = "{\"exec-root\": \"/srv/docker-exec/\"}";
+    let w = root_warning(Some(text), "/var/run/docker/runtime-runc").unwrap();
+    assert!(
+        w.contains("runtime.engines.docker.root = \"/srv/docker-exec/runtime-runc\""),
+        "{w}"
+    );
+    assert_eq!(
+        root_warning(Some(text), "/srv/docker-exec/runtime-runc"),
+        None
+    );
+    assert_eq!(
+        root_warning(Some("{}"), "/var/run/docker/runtime-runc"),
+        None
+    );
+    assert_eq!(
+        root_warning(
+            Some("{\"exec-root\": \"/run/docker\"}"),
+            "/var/run/docker/runtime-runc"
+        ),
+        None
+    );
+}

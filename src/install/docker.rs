@@ -7,6 +7,8 @@
 //! pkg/config/engine/docker/docker.go, `AddRuntime`). Every other key is kept
 //! in its order (serde_json `preserve_order`); JSON has no comments to lose.
 
+use std::path::Path;
+
 use serde_json::{Map, Value};
 
 use super::RUNTIME_NAME;
@@ -200,6 +202,23 @@ pub fn uninstall(
     Ok(finish(before, &original, map, None))
 }
 
+/// dockerd gives its runtimes the root `<exec-root>/runtime-runc`
+/// (core::runtime_engines): when daemon.json moves `exec-root`, the
+/// wrapper knows docker only if gpu-guard's config says so; the warning
+/// names the key. `root` is `runtime.engines.docker.root` in effect.
+pub fn root_warning(text: Option<&str>, root: &str) -> Option<String> {
+    let map = parse(text).ok()?;
+    let exec_root = map.get("exec-root")?.as_str()?.trim_end_matches('/');
+    let want = format!("{exec_root}/runtime-runc");
+    let same = crate::core::runtime_engines::root_is_under(Path::new(&want), Path::new(root))
+        && crate::core::runtime_engines::root_is_under(Path::new(root), Path::new(&want));
+    (!same).then(|| {
+        format!(
+            "daemon.json sets exec-root = \"{exec_root}\": dockerd passes gpu-guard's runtime --root {want}/moby; set runtime.engines.docker.root = \"{want}\" in gpu-guard's config so the wrapper knows docker invoked it"
+        )
+    })
+}
+
 /// Whether daemon.json makes gpu-guard dockerd's default runtime.
 pub fn default_is_ours(text: &str) -> bool {
     parse(Some(text))
@@ -280,10 +299,13 @@ pub(super) fn plan_install(opts: &Options, old: Option<EngineState>) -> Result<P
     }
     state.set_default |= opts.set_default || default_is_ours(&edited.text);
     state.binary = Some(opts.runtime_path());
+    let warnings = root_warning(before.as_deref(), &opts.root)
+        .into_iter()
+        .collect();
     Ok(Plan {
         changes: vec![change(path, before, Some(edited.text))],
         state: Some(state),
-        warnings: vec![],
+        warnings,
         remove_dirs: vec![],
         not_effective: vec![],
     })
