@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 /// under `--host-root`. `--config` must name a gpu-guard config: nvidia-ctk
 /// spells the engine's file `--config`, and taking daemon.json for
 /// gpu-guard's config would register nothing and create a new
-/// /etc/docker/daemon.json (issue: nvidia-ctk conventions).
+/// /etc/docker/daemon.json (README, "gpu-guard install ENGINE").
 fn gpu_guard_config(
     config: Option<&Path>,
     host_root: &Path,

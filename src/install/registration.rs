@@ -57,10 +57,8 @@ pub fn fix_command(engine: Engine, st: &EngineState, default_config: bool) -> St
     if st.set_default {
         cmd.push_str(" --set-default");
     }
-    if st.chain.as_ref().is_some_and(|c| c.explicit) {
-        if let Some(c) = &st.chain {
-            cmd.push_str(&format!(" --chain-runtime {}", c.runtime));
-        }
+    if let Some(c) = st.chain.as_ref().filter(|c| c.explicit) {
+        cmd.push_str(&format!(" --chain-runtime {}", c.runtime));
     }
     if !default_config {
         cmd.push_str(&format!(" --config-path {}", st.config.display()));
