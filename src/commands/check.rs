@@ -1,29 +1,17 @@
 //! `gpu-guard check`: describe one container, decide as the hook or wrapper
 //! would, change nothing. Exit 0 when it would start, 1 when refused, 2 for
-//! bad usage or unreadable input (design.md).
+//! bad usage or unreadable input (README, "check").
 
 use crate::commands::cli::{CheckArgs, CheckStage};
 use crate::commands::fleet_report;
-use crate::commands::pipeline::{self, HostChoice};
+use crate::commands::output::{print_decision, usage};
 use crate::config;
 use crate::core::container::Container;
 use crate::core::decision::{Decision, Verdict};
-use crate::core::report;
 use crate::core::security::Stage;
 use crate::oci::spec_file;
-use std::path::Path;
-
-pub const EXIT_ALLOW: i32 = 0;
-pub const EXIT_REFUSE: i32 = 1;
-pub const EXIT_USAGE: i32 = 2;
-
-fn usage(msg: impl std::fmt::Display) -> i32 {
-    eprintln!(
-        "gpu-guard check: {}",
-        crate::core::sanitize::one_line(&msg.to_string())
-    );
-    EXIT_USAGE
-}
+use crate::pipeline::{self, Case, HostChoice, Policy};
+use std::path::{Path, PathBuf};
 
 pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
     if args.image.is_some() {
@@ -32,15 +20,61 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
     if args.bundle.is_none() && args.spec.is_none() && args.env.is_empty() {
         return usage("describe a container with --bundle DIR, --spec FILE or --env KEY=VALUE");
     }
+    let container = match described(args) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    if let (Some(host), false) = (args.host.first(), fleet_report::wanted(args)) {
+        // Unreadable input is a usage error here, not a refusal.
+        if let Err(e) = crate::host::facts_file::read_facts_file(host) {
+            return usage(e);
+        }
+    }
+    let loaded = config::load_detailed(config_flag);
+    if let Err(e) = &loaded {
+        if e.unreadable {
+            return usage(e);
+        }
+        eprintln!(
+            "gpu-guard check: {}",
+            crate::core::sanitize::one_line(&e.to_string())
+        );
+    }
+    let policy = Policy::from(
+        loaded
+            .as_ref()
+            .map(|l| l.config.clone())
+            .map_err(Clone::clone),
+    );
+    let stage = stage_of(args.stage);
+    let case = Case::new(container, stage).with_runtime(wrapper_runtime(stage, &policy));
+    if fleet_report::wanted(args) {
+        return match policy.config() {
+            Ok(c) => fleet_report::main(c, case, args),
+            Err(e) => usage(e),
+        };
+    }
+    let host = match args.host.first() {
+        Some(p) => HostChoice::File(p),
+        None => HostChoice::FromConfig,
+    };
+    let mut decision = pipeline::decide(&policy, case, host);
+    if let Ok(l) = &loaded {
+        chained_runtime_note(&mut decision, l);
+    }
+    print_decision(&decision, args.json)
+}
+
+/// The container `--spec`, `--bundle` and `--env` describe; Err is the exit
+/// status of a usage error already reported.
+fn described(args: &CheckArgs) -> Result<Container, i32> {
     let mut container = match (&args.spec, &args.bundle) {
-        (Some(spec), bundle) => match spec_file::load(spec, bundle.as_deref().or(spec.parent())) {
-            Ok(s) => s.container,
-            Err(e) => return usage(e),
-        },
-        (None, Some(bundle)) => match spec_file::load(&bundle.join("config.json"), Some(bundle)) {
-            Ok(s) => s.container,
-            Err(e) => return usage(e),
-        },
+        (Some(spec), bundle) => spec_file::load(spec, bundle.as_deref().or(spec.parent()))
+            .map(|s| s.container)
+            .map_err(usage)?,
+        (None, Some(bundle)) => spec_file::load(&bundle.join("config.json"), Some(bundle))
+            .map(|s| s.container)
+            .map_err(usage)?,
         // No spec: the container is its environment alone, judged as run
         // with GPUs attached (as `docker run --gpus` would attach them).
         (None, None) => Container::from_env(Default::default()),
@@ -50,52 +84,31 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
         match entry.split_once('=') {
             Some((k, v)) if !k.is_empty() => container.env.set(k, v),
             _ => {
-                return usage(format!(
+                return Err(usage(format!(
                     "--env wants KEY=VALUE, got `{}`",
                     crate::core::sanitize::esc(&entry)
-                ))
+                )))
             }
         }
     }
-    if let (Some(host), false) = (args.host.first(), fleet_report::wanted(args)) {
-        // Unreadable input is a usage error here, not a refusal.
-        if let Err(e) = crate::host::facts_file::read_facts_file(host) {
-            return usage(e);
-        }
-    }
-    let loaded = config::load_detailed(config_flag);
-    let cfg = loaded
-        .as_ref()
-        .map(|l| l.config.clone())
-        .map_err(|e| e.clone());
-    if let Err(e) = &cfg {
-        if e.unreadable {
-            return usage(e);
-        }
-        eprintln!(
-            "gpu-guard check: {}",
-            crate::core::sanitize::one_line(&e.to_string())
-        );
-    }
-    let stage = match args.stage {
+    Ok(container)
+}
+
+pub(crate) fn stage_of(stage: CheckStage) -> Stage {
+    match stage {
         CheckStage::Runtime => Stage::Edit,
         CheckStage::Prestart => Stage::Verify,
-    };
-    if fleet_report::wanted(args) {
-        return match &cfg {
-            Ok(c) => fleet_report::main(c, &container, stage, args),
-            Err(e) => usage(e),
-        };
     }
-    let host = match args.host.first() {
-        Some(p) => HostChoice::File(p),
-        None => HostChoice::FromConfig,
-    };
-    let mut decision = pipeline::assess(&cfg, &container, stage, host);
-    if let Ok(l) = &loaded {
-        chained_runtime_note(&mut decision, l);
+}
+
+/// The runtime the installed wrapper would exec: `--stage runtime` decides
+/// as the wrapper, and NVIDIA's runtime chained there makes a GPU request
+/// in the env count (issue 17 A3). The prestart hook knows no runtime.
+fn wrapper_runtime(stage: Stage, policy: &Policy) -> Option<PathBuf> {
+    if stage != Stage::Edit {
+        return None;
     }
-    print_decision(&decision, args.json)
+    pipeline::runtime::find_real_runtime(policy.runtime_path()).ok()
 }
 
 /// Which runtime the wrapper execs, when the config chains one (an info
@@ -116,21 +129,5 @@ fn chained_runtime_note(decision: &mut Decision, l: &config::Loaded) {
         decision.verdict = Verdict::Refuse;
     } else {
         decision.findings.push(Finding::info(Check::Config, line));
-    }
-}
-
-/// Prints one decision (JSON or for people) and returns its exit status.
-pub fn print_decision(decision: &Decision, json: bool) -> i32 {
-    if json {
-        match serde_json::to_string_pretty(decision) {
-            Ok(s) => println!("{s}"),
-            Err(e) => return usage(format!("cannot print the decision: {e}")),
-        }
-    } else {
-        print!("{}", report::human(decision));
-    }
-    match decision.verdict {
-        Verdict::Refuse => EXIT_REFUSE,
-        Verdict::Allow | Verdict::Skip => EXIT_ALLOW,
     }
 }

@@ -18,32 +18,20 @@ pub mod labels;
 pub mod nodes;
 pub mod summary;
 
-use crate::core::compat::CompatScan;
 use crate::core::container::Container;
-use crate::core::decide::{self, Inputs};
 use crate::core::decision::{Check, Decision, Finding, Severity};
-use crate::core::detect::{self, Detection};
 use crate::core::facts::HostReport;
-use crate::core::kernel_image::Scanned;
-use crate::core::policy::{Config, Mode};
+use crate::core::policy::Config;
 use crate::core::requirement::Requirement;
-use crate::core::security::Stage;
+use crate::pipeline::{Case, Judge};
 use std::collections::BTreeMap;
 
-/// What is judged: the container, built once, with everything about it that
-/// does not depend on the host.
+/// What is judged: the container, classified and scanned once by the
+/// decision pipeline ([`crate::pipeline::Judge`]), and the requirements its
+/// affinity and short reasons are written from.
 pub struct Subject<'a> {
-    pub container: &'a Container,
-    pub config: &'a Config,
-    pub stage: Stage,
-    detection: Detection,
-    /// The image's libraries, scanned once (None: no rootfs to scan). A
-    /// rootfs from `--bundle` or an image read by `--image` plugs in here.
-    scanned: Option<Scanned>,
-    /// The image's forward-compatibility libraries (`/usr/local/cuda/compat`),
-    /// read with the libraries; None when nothing was read.
-    compat: Option<CompatScan>,
-    /// The parsed `NVIDIA_REQUIRE_*` (for short reasons and the affinity).
+    judge: Judge<'a>,
+    /// The requirements that are checked (for short reasons and the affinity).
     pub requirements: Vec<Requirement>,
 }
 
@@ -74,76 +62,28 @@ pub struct HostResult {
 }
 
 impl<'a> Subject<'a> {
-    pub fn new(
-        container: &'a Container,
-        config: &'a Config,
-        stage: Stage,
-        scanned: Option<Scanned>,
-    ) -> Subject<'a> {
-        let (mut requirements, _) = decide::requirements(container);
-        // As decide does: an honoured NVIDIA_DISABLE_REQUIRE checks nothing.
-        let disabled = container
-            .env
-            .get("NVIDIA_DISABLE_REQUIRE")
-            .and_then(crate::core::requirement::parse_go_bool)
-            .unwrap_or(false);
-        if disabled && config.requirements.honor_disable_require {
-            requirements.clear();
-        }
+    /// The container of `case` judged under `config`; its scans (made, or
+    /// read from its rootfs when a host first needs them) serve every host.
+    pub fn new(config: &'a Config, case: Case) -> Subject<'a> {
+        let judge = Judge::new(config, case);
         Subject {
-            container,
-            config,
-            stage,
-            detection: detect::classify_with(container, &config.detect),
-            scanned,
-            compat: None,
-            requirements,
+            requirements: judge.requirements(),
+            judge,
         }
     }
 
-    /// The image's compat libraries, judged per host like a rootfs's.
-    pub fn with_compat(mut self, compat: Option<CompatScan>) -> Subject<'a> {
-        self.compat = compat;
-        self
+    pub fn container(&self) -> &Container {
+        self.judge.container()
     }
 
-    /// True when the image's GPU code was scanned (kernel-image findings).
+    /// True when the image's GPU code is scanned (kernel-image findings).
     pub fn has_scan(&self) -> bool {
-        self.scanned.is_some()
+        self.judge.reads_gpu_code()
     }
 
-    pub fn is_gpu_container(&self) -> bool {
-        self.detection.gpu
-    }
-
-    /// Decides on one host, as `pipeline::assess` does for a single host,
-    /// but from facts in hand and the scan done once.
+    /// Decides on one host from facts in hand.
     pub fn decide(&self, host: &HostReport) -> Decision {
-        let needs_host = self.detection.gpu && self.config.mode != Mode::Off;
-        let report = needs_host.then_some(host);
-        decide::decide(&Inputs {
-            container: self.container,
-            detection: &self.detection,
-            host: report,
-            config: self.config,
-            stage: self.stage,
-            kernel_image: self.kernel_image(report),
-            scanned: self.scanned.as_ref(),
-            compat: self.compat.as_ref(),
-        })
-    }
-
-    /// The kernel-image findings on this host's visible GPUs, from the scan.
-    fn kernel_image(&self, report: Option<&HostReport>) -> Vec<Finding> {
-        match (&self.scanned, report.and_then(|r| r.facts.as_ref())) {
-            (Some(scanned), Some(facts)) => crate::core::kernel_image::assess_on_host(
-                scanned,
-                &self.detection.request,
-                facts,
-                self.config.kernel_image.severity,
-            ),
-            _ => Vec::new(),
-        }
+        self.judge.on_host(Some(host))
     }
 
     /// Judges every host. Facts from labels add an info finding saying so,
