@@ -17,7 +17,7 @@ use crate::core::sanitize::esc;
 use crate::core::security::{self, Stage};
 use crate::core::tuning;
 
-pub use crate::core::requirement_check::{checked_requirements, forward_compat_need, requirements};
+pub use crate::core::requirement_check::{checked_requirements, forward_compat_need};
 
 /// Everything `decide` needs. `kernel_image` holds the findings of the image
 /// scan, done by the caller (it reads the rootfs).

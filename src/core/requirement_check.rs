@@ -22,7 +22,7 @@ use crate::core::version::Version;
 /// `NVIDIA_REQUIRE_JETPACK*` (nvidia-container-toolkit
 /// internal/config/image/cuda_image.go GetRequirements), sorted by name so the
 /// output is stable; plus the legacy `cuda>=MAJOR.MINOR` of `CUDA_VERSION`.
-pub fn requirements(c: &Container) -> (Vec<Requirement>, Vec<Finding>) {
+fn requirements(c: &Container) -> (Vec<Requirement>, Vec<Finding>) {
     let mut reqs = Vec::new();
     let mut findings = Vec::new();
     for (name, value) in c.env.vars() {

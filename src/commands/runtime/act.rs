@@ -119,7 +119,7 @@ fn stood_aside(syslog: &Syslog, call: &Call, why: &str) {
 }
 
 /// Replaces this process with the real runtime, argv unchanged.
-pub fn exec_real(real: &Path, args: &[OsString]) -> i32 {
+fn exec_real(real: &Path, args: &[OsString]) -> i32 {
     let err = std::process::Command::new(real).args(args).exec();
     eprintln!("gpu-guard-runtime: cannot exec {}: {err}", real.display());
     // 127: the convention for "command could not be run".

@@ -2,18 +2,18 @@
 //! wrapper for docker, containerd and CRI-O, in three steps, each in its
 //! own file and each handing its result down to the next:
 //!
-//! 1. [`parse`]: what the invocation is (create/run/restore with its
+//! 1. `parse.rs`: what the invocation is (create/run/restore with its
 //!    bundle, exec with its process file and flags, delete, anything else);
-//! 2. [`decide`] (and [`exec`] for exec): what to do, decided through the
-//!    pipeline under one [`Policy`];
-//! 3. [`act`]: log, refuse or write, then exec the real runtime with the
+//! 2. `decide.rs` (and `exec.rs` for exec): what to do, decided through
+//!    the pipeline under one [`Policy`];
+//! 3. `act.rs`: log, refuse or write, then exec the real runtime with the
 //!    argv unchanged. Every subcommand but create, run, restore and exec is
 //!    exec'd byte for byte.
 
-pub mod act;
-pub mod decide;
-pub mod exec;
-pub mod parse;
+mod act;
+mod decide;
+mod exec;
+mod parse;
 
 use crate::pipeline::runtime::find_real_runtime;
 use crate::pipeline::Policy;
