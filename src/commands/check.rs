@@ -2,7 +2,7 @@
 //! would, change nothing. Exit 0 when it would start, 1 when refused, 2 for
 //! bad usage or unreadable input (README, "check").
 
-use crate::commands::cli::{CheckArgs, CheckStage};
+use crate::commands::cli::CheckArgs;
 use crate::commands::fleet_report;
 use crate::commands::output::{print_decision, usage};
 use crate::config;
@@ -46,7 +46,7 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
             .map(|l| l.config.clone())
             .map_err(Clone::clone),
     );
-    let stage = stage_of(args.stage);
+    let stage = args.stage.stage();
     let case = Case::new(container, stage).with_runtime(wrapper_runtime(stage, &policy));
     if fleet_report::wanted(args) {
         return match policy.config() {
@@ -94,16 +94,9 @@ fn described(args: &CheckArgs) -> Result<Container, i32> {
     Ok(container)
 }
 
-pub(crate) fn stage_of(stage: CheckStage) -> Stage {
-    match stage {
-        CheckStage::Runtime => Stage::Edit,
-        CheckStage::Prestart => Stage::Verify,
-    }
-}
-
 /// The runtime the installed wrapper would exec: `--stage runtime` decides
 /// as the wrapper, and NVIDIA's runtime chained there makes a GPU request
-/// in the env count (issue 17 A3). The prestart hook knows no runtime.
+/// in the env count. The prestart hook knows no runtime.
 fn wrapper_runtime(stage: Stage, policy: &Policy) -> Option<PathBuf> {
     if stage != Stage::Edit {
         return None;

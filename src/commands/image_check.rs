@@ -19,7 +19,6 @@
 //! usage or an image that cannot be read (one line on stderr, nothing
 //! written anywhere).
 
-use crate::commands::check::stage_of;
 use crate::commands::cli::CheckArgs;
 use crate::commands::fleet_report::{self, ImageReport};
 use crate::commands::output::{print_decision, usage};
@@ -200,7 +199,7 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
     };
     // Judged as `docker run --gpus all` starts it: GPUs attached whatever
     // runtime is chained, so no chained runtime is asked for.
-    let case = Case::new(container, stage_of(args.stage)).with_scans(scans);
+    let case = Case::new(container, args.stage.stage()).with_scans(scans);
     if fleet_report::wanted(args) {
         return fleet_report::main_with(&cfg, case, args, Some(&image));
     }

@@ -9,7 +9,7 @@
 //! will run: during `create` the runtime's stderr is the container's own
 //! stderr stream (README, "Logging").
 
-use crate::commands::runtime::decide::{Act, Effects, MarkerChange, Outcome};
+use crate::commands::runtime::outcome::{Act, Effects, MarkerChange, Outcome};
 use crate::commands::runtime::parse::Call;
 use crate::core::decision::Decision;
 use crate::core::policy::Syslog;

@@ -2,88 +2,19 @@
 //! through the pipeline under the one [`Policy`] (so create, restore and
 //! exec treat an invalid config alike). It reads what it must (the spec,
 //! the exec process file, the create-time marker) and writes nothing: the
-//! [`Outcome`] says what the third step carries out.
+//! [`Outcome`] says what the third step carries out. Starts are decided
+//! here, execs in `exec.rs`.
 
+use crate::commands::runtime::outcome::{Act, Effects, MarkerChange, Outcome};
 use crate::commands::runtime::parse::{Call, What};
 use crate::core::decide::unreadable_spec;
-use crate::core::decision::{Decision, Verdict};
+use crate::core::decision::Verdict;
 use crate::core::policy::Mode;
 use crate::core::security::Stage;
 use crate::oci::marker::Marker;
 use crate::oci::spec_file;
 use crate::pipeline::{self, Case, HostChoice, Policy};
-use std::path::{Path, PathBuf};
-
-/// What the third step does.
-pub struct Outcome {
-    /// The decision to log (None: nothing was decided).
-    pub decision: Option<Decision>,
-    pub act: Act,
-}
-
-pub enum Act {
-    /// Refuse the invocation: the decision's diagnosis goes to the runtime
-    /// log and stderr; the real runtime is not run.
-    Refuse,
-    /// The edits could not be made: the process must not start without the
-    /// policy it was decided under.
-    EditFailed(String),
-    /// Run the real runtime with the argv unchanged, after these effects.
-    Run(Effects),
-}
-
-/// What is written before the real runtime runs.
-#[derive(Default)]
-pub struct Effects {
-    /// A file replaced by its patched bytes (the bundle's config.json, or
-    /// the exec process file).
-    pub write: Option<(PathBuf, Vec<u8>)>,
-    /// Why the wrapper stands aside (logged; the runtime still runs).
-    pub aside: Option<String>,
-    pub marker: MarkerChange,
-}
-
-/// The create-time record of a container, for its execs.
-#[derive(Default)]
-pub enum MarkerChange {
-    #[default]
-    Keep,
-    Write(Marker),
-    Remove,
-}
-
-impl Outcome {
-    /// The real runtime runs, nothing decided or changed.
-    pub fn pass() -> Outcome {
-        Outcome {
-            decision: None,
-            act: Act::Run(Effects::default()),
-        }
-    }
-
-    /// A decision: refused, or run with these effects.
-    pub fn decided(decision: Decision, effects: Effects) -> Outcome {
-        let act = match decision.verdict {
-            Verdict::Refuse => Act::Refuse,
-            _ => Act::Run(effects),
-        };
-        Outcome {
-            decision: Some(decision),
-            act,
-        }
-    }
-
-    /// The runtime runs, and the wrapper says why it stood aside.
-    pub fn aside(why: String) -> Outcome {
-        Outcome {
-            decision: None,
-            act: Act::Run(Effects {
-                aside: Some(why),
-                ..Effects::default()
-            }),
-        }
-    }
-}
+use std::path::Path;
 
 /// Decides what to do about `call`; `real` is the runtime it will exec.
 pub fn outcome(policy: &Policy, call: &Call, real: &Path) -> Outcome {

@@ -11,7 +11,7 @@
 //! file read, oci::marker) or, without one, from the real runtime's
 //! `state` and the bundle's config.json.
 
-use crate::commands::runtime::decide::{Act, Effects, Outcome};
+use crate::commands::runtime::outcome::{Act, Effects, Outcome};
 use crate::commands::runtime::parse::Call;
 use crate::core::container::Container;
 use crate::core::decide::{config_error, unreadable_spec};

@@ -5,7 +5,7 @@
 //! 1. `parse.rs`: what the invocation is (create/run/restore with its
 //!    bundle, exec with its process file and flags, delete, anything else);
 //! 2. `decide.rs` (and `exec.rs` for exec): what to do, decided through
-//!    the pipeline under one [`Policy`];
+//!    the pipeline under one [`Policy`], handed on as an `outcome.rs`;
 //! 3. `act.rs`: log, refuse or write, then exec the real runtime with the
 //!    argv unchanged. Every subcommand but create, run, restore and exec is
 //!    exec'd byte for byte.
@@ -13,6 +13,7 @@
 mod act;
 mod decide;
 mod exec;
+mod outcome;
 mod parse;
 
 use crate::pipeline::runtime::find_real_runtime;
