@@ -34,7 +34,7 @@ use std::path::Path;
 
 /// The container `docker run --gpus all IMAGE` with `env` (`KEY=VALUE`,
 /// applied after the image's) would be.
-pub fn container_for(image_env: &[String], env: &[(String, String)]) -> Container {
+fn container_for(image_env: &[String], env: &[(String, String)]) -> Container {
     let mut c = Container::default();
     for e in image_env {
         c.env.push_entry(e);
