@@ -206,6 +206,17 @@ fn check_decides_with_the_runtime_the_wrapper_chains() {
     assert_eq!(v["verdict"], "skip", "{}", shown(&o));
     assert_eq!(code(&t.create(&runc, "cpu1")), 0);
     assert!(t.calls().contains("create"), "{}", t.calls());
+    // The chain written by `gpu-guard install` as a drop-in counts alike.
+    let nvidia_rt = t.0.join("nvidia-container-runtime");
+    std::fs::create_dir_all(t.0.join("config.d")).unwrap();
+    std::fs::write(
+        t.0.join("config.d/50-chain-nvidia-containerd.toml"),
+        format!("[runtime]\npath = \"{}\"\n", nvidia_rt.display()),
+    )
+    .unwrap();
+    let o = t.check(&runc, &["--spec", spec_s]);
+    assert_eq!(code(&o), 1, "{}", shown(&o));
+    std::fs::remove_dir_all(t.0.join("config.d")).unwrap();
     // The prestart hook knows no runtime: it judges the spec it is given.
     let o = t.check(
         &nvidia,
