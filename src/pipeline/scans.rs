@@ -109,6 +109,15 @@ impl Scans {
         cfg: &Config,
     ) -> OnHost<'a> {
         let rootfs = c.rootfs.as_deref();
+        if !self.kernel_image.made_or_readable(rootfs) && !self.compat.made_or_readable(rootfs) {
+            // Nothing to scan (`check --env`, a spec without a rootfs): a
+            // fleet's host costs no device resolution here.
+            return OnHost {
+                kernel_image: Vec::new(),
+                scanned: None,
+                compat: None,
+            };
+        }
         let severity = cfg.kernel_image.severity;
         let (idx, _) = detect::resolve(&det.request, facts);
         let scanned = self.kernel_image.get(
