@@ -1,5 +1,5 @@
 //! `gpu-guard check --image PATH`: judges a container image before it is
-//! scheduled (design.md, "`gpu-guard check` before scheduling"). The image
+//! scheduled (README, "Before scheduling"). The image
 //! is read without unpacking ([`crate::image`]); the container is built
 //! from its config and judged as `docker run --gpus all` would start it;
 //! its libraries are scanned once and judged on every host given.

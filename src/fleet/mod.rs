@@ -1,11 +1,11 @@
 //! One container judged on many hosts (`gpu-guard check --host F --host G`,
-//! `--hosts DIR`, `--nodes FILE`; design.md "`gpu-guard check` before
-//! scheduling").
+//! `--hosts DIR`, `--nodes FILE`; README, "Before scheduling").
 //!
-//! The container is built, its requirements parsed and its image scanned
-//! once ([`Subject`]); each host then costs one pure [`crate::core::decide`]
-//! call on facts already in memory. That keeps a 1,000-host run under 1 ms a
-//! host (integration/bench-fleet.sh measures it).
+//! The container is classified, its requirements parsed and its image
+//! scanned once, by the decision pipeline ([`Subject`] holds a
+//! [`crate::pipeline::Judge`]); each host then costs one pure
+//! [`crate::core::decide`] call on facts already in memory. That keeps a
+//! 1,000-host run under 1 ms a host (integration/bench-fleet.sh measures it).
 //!
 //! - [`nodes`] builds host facts from Kubernetes node labels (GPU Feature
 //!   Discovery and gpu-guard's own);
