@@ -433,3 +433,27 @@ fn restore_is_judged_as_create_is() {
     assert!(c.no_new_privileges, "{after}");
     assert_eq!(c.capabilities.bounding, Some(vec!["CAP_CHOWN".to_string()]));
 }
+
+#[test]
+fn a_gpu_exec_into_a_cpu_container_keeps_the_containers_exception() {
+    let t = Tmp::new("gpuexec");
+    // Behind NVIDIA's runtime an exec'd process that asks for GPUs gets
+    // them, so the policy applies to it though the container is CPU-only;
+    // the container's exception (docker-default, with CAP_NET_RAW) too.
+    let cfg = t.config(
+        &t.runtime("nvidia-container-runtime"),
+        "[[security.exceptions]]\nnamespace = \"ops\"\nprofile = \"docker-default\"\n",
+    );
+    t.spec(&spec(&["A=1"], 1000, &format!(",{CRI_OPS}")));
+    let o = t.create(&cfg, "cpu1");
+    assert_eq!(code(&o), 0, "{}", shown(&o));
+    let pf = t.0.join("gpu-process.json");
+    std::fs::write(
+        &pf,
+        r#"{"args":["sh"],"cwd":"/","user":{"uid":1000,"gid":1000},"env":["NVIDIA_VISIBLE_DEVICES=all"],"capabilities":{"bounding":["CAP_CHOWN","CAP_NET_RAW","CAP_SYS_ADMIN"]}}"#,
+    )
+    .unwrap();
+    let o = t.wrapper(&cfg, &["exec", "--process", pf.to_str().unwrap(), "cpu1"]);
+    assert_eq!(code(&o), 0, "{}", shown(&o));
+    assert_eq!(bounding(&pf), ["CAP_CHOWN", "CAP_NET_RAW"]);
+}

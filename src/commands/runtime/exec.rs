@@ -63,8 +63,10 @@ impl Entered {
 
 /// The marker answers with one file read; without one (a container created
 /// before gpu-guard, or by another path) the real runtime is asked
-/// (`state`), and the bundle's config.json classified.
-fn entered(policy: &Policy, call: &Call, real: &Path) -> Entered {
+/// (`state`), and the bundle's config.json classified. `gpu_process`: the
+/// exec'd process asks for GPUs itself, so the policy applies to it
+/// whatever the container is.
+fn entered(policy: &Policy, call: &Call, real: &Path, gpu_process: bool) -> Entered {
     let load = |b: &Path| spec_file::load(&b.join("config.json"), Some(b)).ok();
     let classify = |s: &LoadedSpec| {
         pipeline::classify(s.container.clone(), Some(real), policy.detect())
@@ -79,9 +81,9 @@ fn entered(policy: &Policy, call: &Call, real: &Path) -> Entered {
         .as_deref()
         .and_then(|id| marker::read(call.root(), id));
     if let Some(m) = marked {
-        // A CPU container keeps its exception profile for execs when the
-        // policy applies to it: its spec is read for its annotations.
-        if !m.gpu && !all {
+        // A CPU container keeps its exception profile for execs the policy
+        // applies to: its spec is read for its annotations.
+        if !m.gpu && !all && !gpu_process {
             return Entered {
                 gpu: false,
                 spec: None,
@@ -102,7 +104,7 @@ fn entered(policy: &Policy, call: &Call, real: &Path) -> Entered {
 /// `exec` without a process file whose flags change privileges: held to
 /// the container's profile.
 fn flags(policy: &Policy, call: &Call, change: &ExecChange, real: &Path) -> Outcome {
-    let entered = entered(policy, call, real);
+    let entered = entered(policy, call, real, false);
     let cfg = match policy.config() {
         Ok(c) => c,
         Err(e) => return invalid_config(e, call, &Container::default(), entered.gpu),
@@ -125,7 +127,7 @@ fn process_file(policy: &Policy, call: &Call, path: &Path, real: &Path) -> Outco
     let mut c = Container::from_process(&process.view);
     c.id = call.id.clone();
     let (c, own) = pipeline::classify(c, Some(real), policy.detect());
-    let entered = entered(policy, call, real);
+    let entered = entered(policy, call, real, own.gpu);
     // Whether the container is a GPU container is in its bundle's
     // config.json (docker --gpus puts NVIDIA_VISIBLE_DEVICES in the OCI
     // spec, not in the env it gives exec'd processes); the process may ask
@@ -161,7 +163,8 @@ fn process_file(policy: &Policy, call: &Call, path: &Path, real: &Path) -> Outco
 fn unreadable_process(policy: &Policy, call: &Call, path: &Path, e: &str, real: &Path) -> Outcome {
     let exists = std::fs::metadata(path).is_ok_and(|m| m.is_file());
     let mention = exists
-        && (spec_file::file_mentions_gpu(path).unwrap_or(false) || entered(policy, call, real).gpu);
+        && (spec_file::file_mentions_gpu(path).unwrap_or(false)
+            || entered(policy, call, real, false).gpu);
     let why = format!("cannot read the exec process file {}: {e}", path.display());
     let decision = unreadable_spec(policy.mode(), call.id.clone(), &why, mention);
     Outcome::decided(
