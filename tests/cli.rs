@@ -1,4 +1,4 @@
-//! The binary's contract (design.md): `check` output and exit codes, the
+//! The binary's contract (docs/interfaces.md): `check` output and exit codes, the
 //! hooks' handling of bad input. Every bad input gets a one-line error and
 //! the contract's exit code, never a panic.
 

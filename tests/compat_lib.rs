@@ -3,7 +3,7 @@
 //! rootfs laid out like an nvidia/cuda image. binutils and gcc are required:
 //! without them these tests fail, they do not skip.
 
-use gpu_guard::core::compat::{judge_gpu, CompatNote, Incompatibility, Verdict};
+use gpu_guard::core::compat::{judge_gpu, CompatNote, CompatVerdict, Incompatibility};
 use gpu_guard::core::facts::Gpu;
 use gpu_guard::core::version::Version;
 use gpu_guard::scan::compat_lib::{
@@ -70,7 +70,10 @@ fn data_center_gpu_on_listed_branch_works() {
         &note,
         &v(&lib.version),
     );
-    assert!(matches!(verdict, Verdict::Works { .. }), "{verdict:?}");
+    assert!(
+        matches!(verdict, CompatVerdict::Works { .. }),
+        "{verdict:?}"
+    );
     assert!(
         verdict.message().contains(
             "runs through forward compatibility (compat libcuda 575.57.08 on branch 535)"
@@ -86,7 +89,7 @@ fn data_center_gpu_on_listed_branch_works() {
         &v(&lib.version),
     );
     assert!(
-        matches!(verdict, Verdict::NotApplicable { .. }),
+        matches!(verdict, CompatVerdict::NotApplicable { .. }),
         "{verdict:?}"
     );
 }
@@ -102,7 +105,7 @@ fn geforce_on_listed_branch_is_error_804() {
         &note,
         &v(&lib.version),
     );
-    let Verdict::Incompatible { reason, message } = &verdict else {
+    let CompatVerdict::Incompatible { reason, message } = &verdict else {
         panic!("{verdict:?}")
     };
     assert_eq!(reason, &Incompatibility::BrandNotListed { brand_code: 5 });
@@ -131,7 +134,7 @@ fn data_center_gpu_on_unlisted_branch_names_the_list() {
         &note,
         &v(&lib.version),
     );
-    let Verdict::Incompatible { reason, message } = &verdict else {
+    let CompatVerdict::Incompatible { reason, message } = &verdict else {
         panic!("{verdict:?}")
     };
     assert_eq!(reason, &Incompatibility::BranchNotListed { branch: 545 });
@@ -168,7 +171,7 @@ fn tegra_note_without_driver_list() {
         &v(&lib.version),
     );
     assert!(
-        matches!(verdict, Verdict::NoDriverList { .. }),
+        matches!(verdict, CompatVerdict::NoDriverList { .. }),
         "{verdict:?}"
     );
 }

@@ -246,8 +246,8 @@ fn podman_runs_the_installed_hooks() {
         .unwrap();
     let busybox = String::from_utf8(busybox.stdout).unwrap();
     fs::copy(busybox.trim(), rootfs.join("bin/busybox")).unwrap();
-    // runc, hard ulimits as podman needs on this kind of host (see
-    // shared/research/oci-integration.md).
+    // runc, hard ulimits as podman needs on this kind of host (podman 4.3
+    // on Debian 12 fails to start a container without them).
     let out = std::process::Command::new("timeout")
         .arg("120")
         .arg("podman")

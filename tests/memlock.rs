@@ -1,5 +1,5 @@
 //! `tuning.memlock` through `gpu-guard check --bundle`: the decision's
-//! `edits.rlimits` (design.md, "Decision JSON additions") and the report.
+//! `edits.rlimits` (docs/interfaces.md, "Decision JSON") and the report.
 
 mod compat_support;
 

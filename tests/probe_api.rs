@@ -1,4 +1,4 @@
-//! The library API the decision pipeline calls, `probe::probe_with`, in
+//! The library API the decision pipeline calls, `host::probe_with`, in
 //! process through the real nvml-wrapper and the fake NVML: the report's
 //! facts, source and problem kinds for each situation.
 //!

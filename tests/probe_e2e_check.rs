@@ -1,4 +1,4 @@
-//! `gpu-guard check` end to end with the probe behind it (design.md:
+//! `gpu-guard check` end to end with the probe behind it (docs/interfaces.md:
 //! `check --env ... --json`, exit 0 allow/skip, 1 refuse): the decisions the
 //! probe's findings lead to, with the fake NVML instead of a facts file, and
 //! 32 concurrent checks on a cold and a warm cache.

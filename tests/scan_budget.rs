@@ -9,7 +9,7 @@ mod scan_support;
 use gpu_guard::core::decision::{Check, Finding, Severity};
 use gpu_guard::core::facts::Gpu;
 use gpu_guard::core::kernel_image::{assess, Scanned};
-use gpu_guard::core::policy::{Config, KernelImageConfig, KernelImageSeverity, OnIncomplete};
+use gpu_guard::core::policy::{Config, Enforcement, KernelImageConfig};
 use gpu_guard::scan::cache::Cache;
 use gpu_guard::scan::kernel_image_findings;
 use gpu_guard::scan::libraries::{scan_root, Limits};
@@ -37,7 +37,7 @@ fn h100() -> Vec<Gpu> {
 /// into time-budget cases.
 fn enforce(cache: Option<&Path>) -> KernelImageConfig {
     KernelImageConfig {
-        severity: KernelImageSeverity::Enforce,
+        severity: Enforcement::Refuse,
         time_budget_ms: 120_000,
         cache_dir: cache
             .map(|c| c.to_str().unwrap().into())
@@ -166,7 +166,7 @@ fn huge_hostile_files_cost_what_is_read_and_the_unjudged_are_named() {
     assert!(why.contains("read budget of 8388608 bytes"), "{why}");
     // The zeros are judged (unreadable: not ELF), and so is the real one.
     assert_eq!(s.libraries.len(), 31, "{s:?}");
-    let f = assess(&s, &h100(), None, KernelImageSeverity::Enforce);
+    let f = assess(&s, &h100(), None, Enforcement::Refuse);
     let m = messages(&f);
     let real = f
         .iter()
@@ -202,7 +202,7 @@ fn on_incomplete_refuse_refuses_naming_the_unjudged() {
     let (root, hogs) = hostile_crowd();
     let refuse = KernelImageConfig {
         max_bytes: 8 << 20,
-        on_incomplete: OnIncomplete::Refuse,
+        on_incomplete: Enforcement::Refuse,
         ..enforce(None)
     };
     // Even when every judged library runs: make the real one fit the GPU.
@@ -226,20 +226,20 @@ fn on_incomplete_refuse_refuses_naming_the_unjudged() {
     // The default (warn) lets it start with a warning; severity = "warn"
     // never refuses.
     let warn = KernelImageConfig {
-        on_incomplete: OnIncomplete::Warn,
+        on_incomplete: Enforcement::Warn,
         ..refuse.clone()
     };
     let f = kernel_image_findings(&root, &h100(), None, &warn);
     assert!(f.iter().all(|f| f.severity == Severity::Warning), "{f:?}");
     let sev_warn = KernelImageConfig {
-        severity: KernelImageSeverity::Warn,
+        severity: Enforcement::Warn,
         ..refuse.clone()
     };
     let f = kernel_image_findings(&root, &h100(), None, &sev_warn);
     assert!(f.iter().all(|f| f.severity == Severity::Warning), "{f:?}");
     // The config file spells it so.
     let c = gpu_guard::config::parse("[kernel_image]\non_incomplete = \"refuse\"\n").unwrap();
-    assert_eq!(c.kernel_image.on_incomplete, OnIncomplete::Refuse);
+    assert_eq!(c.kernel_image.on_incomplete, Enforcement::Refuse);
     assert!(gpu_guard::config::parse("[kernel_image]\non_incomplete = \"allow\"\n").is_err());
     fs::remove_dir_all(&root).unwrap();
 }
@@ -254,7 +254,7 @@ fn on_incomplete_refuse_is_quiet_when_the_scan_completes() {
     )
     .unwrap();
     let cfg = KernelImageConfig {
-        on_incomplete: OnIncomplete::Refuse,
+        on_incomplete: Enforcement::Refuse,
         ..enforce(None)
     };
     let f = kernel_image_findings(&root, &h100(), None, &cfg);
@@ -308,7 +308,7 @@ fn the_second_start_resumes_from_the_cache() {
         1,
         "what was judged is cached"
     );
-    let f = assess(&first, &h100(), None, KernelImageSeverity::Enforce);
+    let f = assess(&first, &h100(), None, Enforcement::Refuse);
     assert!(
         f.iter().any(|f| f
             .fix

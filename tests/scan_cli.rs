@@ -1,4 +1,4 @@
-//! `gpu-guard scan`: the JSON shape of design.md, the listing for people,
+//! `gpu-guard scan`: the JSON shape of docs/interfaces.md, the listing for people,
 //! directory walks and exit statuses.
 
 mod scan_support;

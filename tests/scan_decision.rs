@@ -6,7 +6,7 @@ mod scan_support;
 
 use gpu_guard::core::decision::{Check, Severity};
 use gpu_guard::core::facts::Gpu;
-use gpu_guard::core::policy::{Config, KernelImageConfig, KernelImageSeverity};
+use gpu_guard::core::policy::{Config, Enforcement, KernelImageConfig};
 use gpu_guard::core::version::Version;
 use gpu_guard::scan::kernel_image_findings;
 use scan_support::*;
@@ -23,7 +23,7 @@ fn gpu(index: u32, name: &str, cc: &str) -> Gpu {
     }
 }
 
-fn shipped(severity: KernelImageSeverity, cache: &Path) -> KernelImageConfig {
+fn shipped(severity: Enforcement, cache: &Path) -> KernelImageConfig {
     KernelImageConfig {
         severity,
         cache_dir: cache.to_str().unwrap().into(),
@@ -85,7 +85,7 @@ fn judges_each_gpu_with_the_shipped_globs() {
         &root,
         &gpus,
         Some(&drv),
-        &shipped(KernelImageSeverity::Enforce, &cache),
+        &shipped(Enforcement::Refuse, &cache),
     );
     let text: Vec<String> = f
         .iter()
@@ -157,7 +157,7 @@ fn judges_each_gpu_with_the_shipped_globs() {
         &root,
         &gpus[3..4],
         Some(&drv),
-        &shipped(KernelImageSeverity::Enforce, &cache),
+        &shipped(Enforcement::Refuse, &cache),
     );
     let t = f
         .iter()
@@ -170,27 +170,14 @@ fn judges_each_gpu_with_the_shipped_globs() {
         t.message
     );
     // warn severity: no errors; off: nothing; no GPUs: nothing.
-    let f = kernel_image_findings(
-        &root,
-        &gpus,
-        None,
-        &shipped(KernelImageSeverity::Warn, &cache),
-    );
+    let f = kernel_image_findings(&root, &gpus, None, &shipped(Enforcement::Warn, &cache));
     assert!(!f.is_empty() && f.iter().all(|x| x.severity == Severity::Warning));
-    assert!(kernel_image_findings(
-        &root,
-        &gpus,
-        None,
-        &shipped(KernelImageSeverity::Off, &cache)
-    )
-    .is_empty());
-    assert!(kernel_image_findings(
-        &root,
-        &[],
-        None,
-        &shipped(KernelImageSeverity::Enforce, &cache)
-    )
-    .is_empty());
+    assert!(
+        kernel_image_findings(&root, &gpus, None, &shipped(Enforcement::Off, &cache)).is_empty()
+    );
+    assert!(
+        kernel_image_findings(&root, &[], None, &shipped(Enforcement::Refuse, &cache)).is_empty()
+    );
     fs::remove_dir_all(&root).unwrap();
     fs::remove_dir_all(&cache).unwrap();
 }
@@ -200,7 +187,7 @@ fn second_start_reads_the_cache_not_the_library() {
     let root = pytorch_image();
     let cache = tempdir("cache-b");
     let gpus = [gpu(0, "Tesla P100-PCIE-16GB", "6.0")];
-    let cfg = shipped(KernelImageSeverity::Enforce, &cache);
+    let cfg = shipped(Enforcement::Refuse, &cache);
     let first = kernel_image_findings(&root, &gpus, None, &cfg);
     assert!(
         first.iter().any(|f| f.severity == Severity::Error),

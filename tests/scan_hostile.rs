@@ -7,7 +7,7 @@ mod scan_support;
 use gpu_guard::core::decision::{Check, Finding, Severity};
 use gpu_guard::core::facts::Gpu;
 use gpu_guard::core::kernel_image::{assess, Scanned};
-use gpu_guard::core::policy::{Config, KernelImageConfig, KernelImageSeverity};
+use gpu_guard::core::policy::{Config, Enforcement, KernelImageConfig};
 use gpu_guard::scan::libraries::{scan_root, scan_root_tapped, Limits};
 use gpu_guard::scan::rootfs::{Entries, Resolver, Root};
 use nix::errno::Errno;
@@ -22,7 +22,7 @@ const RESOLVERS: [Resolver; 2] = [Resolver::Openat2, Resolver::Userspace];
 
 fn cfg(globs: &[&str]) -> KernelImageConfig {
     KernelImageConfig {
-        severity: KernelImageSeverity::Enforce,
+        severity: Enforcement::Refuse,
         libraries: globs.iter().map(|s| s.to_string()).collect(),
         cache_dir: String::new(),
         ..Config::default().kernel_image
@@ -135,7 +135,7 @@ fn symlinks_resolve_inside_the_rootfs() {
         );
         // The judgement uses the in-root files: sm_86 has nothing for 9.0,
         // compute_80 JITs.
-        let f = assess(&s, &h100(), None, KernelImageSeverity::Enforce);
+        let f = assess(&s, &h100(), None, Enforcement::Refuse);
         let m = messages(&f);
         assert!(m.contains("usr/lib/libabs.so has no GPU code"), "{m}");
         assert!(m.contains("usr/lib/librel.so has no machine code"), "{m}");
@@ -170,7 +170,7 @@ fn fifos_devices_and_sockets_are_never_opened() {
         if have_dev {
             assert!(err("usr/lib/libzero.so").contains("not a regular file"));
         }
-        let f = assess(&s, &h100(), None, KernelImageSeverity::Enforce);
+        let f = assess(&s, &h100(), None, Enforcement::Refuse);
         assert!(!f.is_empty());
         assert!(f
             .iter()
@@ -291,7 +291,7 @@ fn broken_and_huge_files_are_findings_not_hangs() {
                 .unwrap_or_else(|| panic!("{p} missing: {s:?}"));
             assert!(l.outcome.is_err(), "{resolver:?} {p}: {:?}", l.outcome);
         }
-        let f = assess(&s, &h100(), None, KernelImageSeverity::Enforce);
+        let f = assess(&s, &h100(), None, Enforcement::Refuse);
         assert_eq!(f.len(), 7, "{}", messages(&f));
         assert!(f.iter().all(|f| f.severity == Severity::Warning));
     }
@@ -318,7 +318,7 @@ fn budgets_stop_the_scan_with_a_warning() {
         .unwrap()
         .contains("more than 2 libraries"));
     assert_eq!(s.not_scanned.len(), 3);
-    let f = assess(&s, &gpus, None, KernelImageSeverity::Enforce);
+    let f = assess(&s, &gpus, None, Enforcement::Refuse);
     assert!(
         messages(&f).contains("3 matched libraries not checked"),
         "{}",
@@ -373,7 +373,7 @@ fn globs_cannot_loop_or_escape() {
         assert!(paths.contains(&"a/b/c/libk.so"), "{paths:?}");
         // a/hostroot/etc/* lists the rootfs's own etc (absent): nothing.
         assert!(!paths.iter().any(|p| p.contains("hostroot")), "{paths:?}");
-        let f = assess(&s, &h100(), None, KernelImageSeverity::Enforce);
+        let f = assess(&s, &h100(), None, Enforcement::Refuse);
         let m = messages(&f);
         assert!(m.contains("lib\\x0anasty\\x1b.so"), "{m}");
         assert!(!f
@@ -428,7 +428,7 @@ fn a_readdir_error_is_a_warning_not_a_short_listing() {
         let e = s.libraries[0].outcome.as_ref().unwrap_err();
         assert!(e.contains("reading its entries failed"), "{e}");
         assert!(e.contains("Input/output error"), "{e}");
-        let f = assess(&s, &h100(), None, KernelImageSeverity::Enforce);
+        let f = assess(&s, &h100(), None, Enforcement::Refuse);
         assert_eq!(f.len(), 1, "{}", messages(&f));
         assert_eq!(f[0].severity, Severity::Warning);
         assert_eq!(f[0].check, Check::KernelImage);

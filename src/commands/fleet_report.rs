@@ -48,7 +48,11 @@ fn gather(args: &CheckArgs) -> Result<(Vec<Host>, Vec<NodeLabels>), String> {
     let mut node_list = Vec::new();
     if let Some(p) = &args.nodes {
         node_list = nodes::read_nodes(p).map_err(|e| e.to_string())?;
-        hosts.extend(node_list.iter().map(nodes::host_from_node));
+        nodes::check_unique(node_list.iter().map(|n| n.name.as_str()))
+            .map_err(|e| e.to_string())?;
+        for n in &node_list {
+            hosts.push(nodes::host_from_node(n).map_err(|e| e.to_string())?);
+        }
     }
     Ok((hosts, node_list))
 }
@@ -61,8 +65,8 @@ pub struct ImageReport {
 }
 
 /// Runs the multi-host check of the container of `case` (its scans made
-/// already by `check --image`, or read once from its rootfs); `image`: what
-/// was read of an image. `cfg` is the loaded, valid config.
+/// already by `check --image`, or read once from its rootfs). `cfg` is the
+/// loaded, valid config.
 pub fn main(cfg: &Config, case: Case, args: &CheckArgs) -> i32 {
     main_with(cfg, case, args, None)
 }
@@ -89,9 +93,7 @@ pub fn main_with(cfg: &Config, case: Case, args: &CheckArgs, image: Option<&Imag
         },
     )] = &results.iter().zip(&hosts).collect::<Vec<_>>()[..]
     {
-        if let Some(d) = &one.decision {
-            return print_decision(d, args.json);
-        }
+        return print_decision(&one.decision, args.json);
     }
     print_fleet(&subject, args, &hosts, &results, image)
 }
@@ -141,7 +143,7 @@ fn print_fleet(
             .iter()
             .map(|h| match &h.facts {
                 HostFacts::Known { report, .. } => report.facts.as_ref(),
-                HostFacts::NoGpuFacts => None,
+                HostFacts::NoGpuFacts { .. } => None,
             })
             .collect();
         print!("{}", summary::table(subject, results, &facts));
@@ -157,30 +159,23 @@ fn print_affinity(
     results: &[HostResult],
 ) -> i32 {
     let a = if args.nodes.is_some() {
-        // Node name -> None when allowed, Some(first error) when refused;
-        // nodes without GPU facts are absent.
-        let mut verdicts: BTreeMap<String, Option<String>> = BTreeMap::new();
-        // Nodes come last in `results`, in the order of `node_list`.
+        // Node name -> None when allowed, Some(why not) otherwise. Nodes
+        // come last in `results`, in the order of `node_list`.
         let offset = results.len() - node_list.len();
-        for r in &results[offset..] {
-            if let Some(d) = &r.decision {
-                let why = (d.verdict == Verdict::Refuse).then(|| {
-                    d.errors()
-                        .next()
-                        .map(|f| f.title().to_string())
-                        .unwrap_or_default()
+        let verdicts: BTreeMap<String, Option<String>> = results[offset..]
+            .iter()
+            .map(|r| {
+                let d = &r.decision;
+                let why = (d.verdict != Verdict::Allow).then(|| match d.errors().next() {
+                    Some(f) => f.title().to_string(),
+                    None => "not judged as a GPU container".to_string(),
                 });
-                verdicts.insert(r.host.clone(), why);
-            }
-        }
-        affinity::for_nodes(
-            &subject.requirements,
-            subject.has_scan(),
-            node_list,
-            &verdicts,
-        )
+                (r.host.clone(), why)
+            })
+            .collect();
+        affinity::for_nodes(subject, node_list, &verdicts)
     } else {
-        affinity::for_requirements(&subject.requirements, subject.has_scan())
+        affinity::for_labels(subject)
     };
     if args.json {
         for n in &a.notes {
@@ -193,8 +188,9 @@ fn print_affinity(
     } else {
         print!("{}", affinity::to_yaml(&a));
     }
-    let none = node_list.iter().all(|n| !affinity::admits(&a.terms, n));
-    if args.nodes.is_some() && none {
+    let none = a.terms == [crate::fleet::selector::admits_none()];
+    // Not exact is never looser, but a gate must not pass on it.
+    if none || !a.exact {
         EXIT_REFUSE
     } else {
         EXIT_ALLOW

@@ -83,6 +83,9 @@ fn host_command_inner(config: Option<&Path>, args: &HostArgs) -> Result<i32, Hos
         if let Some(line) = crate::config::chained_runtime_line(&loaded) {
             println!("{line}");
         }
+        if let Some(line) = crate::config::drop_ins_line(&loaded) {
+            println!("{line}");
+        }
     }
     Ok(exit_status(&report))
 }

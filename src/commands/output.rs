@@ -1,7 +1,7 @@
-//! What `check` prints and the exit status it returns (README, "check"):
-//! 0 when the container would start (allow or skip), 1 when it is refused,
-//! 2 for bad usage or unreadable input. Shared by the one-container, image
-//! and fleet forms of `check`.
+//! What `check` prints and the exit status it returns (docs/interfaces.md,
+//! "`gpu-guard check`"): 0 when the container would start (allow or skip),
+//! 1 when it is refused, 2 for bad usage or unreadable input. Shared by the
+//! one-container, image and fleet forms of `check`.
 
 use crate::core::decision::{Decision, Verdict};
 use crate::core::report;

@@ -1,6 +1,7 @@
 //! Is this a GPU container, and which GPUs does it ask for?
 //!
-//! A container asks for GPUs in one of two ways (shared/research/nvidia-requirements.md):
+//! A container asks for GPUs in one of two ways (NVIDIA's container toolkit,
+//! internal/config/image and internal/modifier/cdi):
 //!
 //! Requests that something else must act on ("env requests"):
 //! - `NVIDIA_VISIBLE_DEVICES`: `all`, `none` (a GPU container without
@@ -141,8 +142,7 @@ const NVIDIA_RUNTIMES: &[&str] = &[
 ];
 const CDI_PREFIXES: &[&str] = &["cdi.k8s.io/", "nvidia.cdi.k8s.io/"];
 /// CDI kinds that always name NVIDIA GPUs.
-pub const BUILTIN_CDI_KINDS: &[&str] =
-    &["nvidia.com/gpu", "nvidia.com/mig", "runtime.nvidia.com/gpu"];
+const BUILTIN_CDI_KINDS: &[&str] = &["nvidia.com/gpu", "nvidia.com/mig", "runtime.nvidia.com/gpu"];
 
 fn is_legacy_image(c: &Container) -> bool {
     let cuda = c.env.get("CUDA_VERSION").unwrap_or("");

@@ -14,7 +14,7 @@ use crate::core::diagnosis::{self, Failure};
 use crate::core::facts::{Gpu, HostFacts};
 use crate::core::kernel_image::Scanned;
 use crate::core::policy::{Config, MinorVersionCompat};
-use crate::core::requirement::{self, Context, Requirement, Verdict as ReqVerdict};
+use crate::core::requirement::{self, Context, Requirement, RequirementOutcome};
 use crate::core::sanitize::esc;
 use crate::core::version::Version;
 
@@ -455,9 +455,9 @@ fn judge_on_gpus<'a>(
             gpu: *gpu,
         });
         match j.outcome {
-            ReqVerdict::Holds => {}
-            ReqVerdict::Fails => failing.push((*gpu, j)),
-            ReqVerdict::CannotJudge => unknown.push((*gpu, j)),
+            RequirementOutcome::Holds => {}
+            RequirementOutcome::Fails => failing.push((*gpu, j)),
+            RequirementOutcome::CannotJudge => unknown.push((*gpu, j)),
         }
     }
     (failing, unknown)

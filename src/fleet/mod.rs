@@ -1,5 +1,5 @@
 //! One container judged on many hosts (`gpu-guard check --host F --host G`,
-//! `--hosts DIR`, `--nodes FILE`; README, "Before scheduling").
+//! `--hosts DIR`, `--nodes FILE`; docs/interfaces.md, "`gpu-guard check`").
 //!
 //! The container is classified, its requirements parsed and its image
 //! scanned once, by the decision pipeline ([`Subject`] holds a
@@ -14,13 +14,22 @@
 //! - [`summary`] words the table, the summary line and the exit status.
 
 pub mod affinity;
+pub mod attached;
+pub mod label_affinity;
+pub mod label_exprs;
+mod label_grid;
 pub mod labels;
 pub mod nodes;
+pub mod selector;
 pub mod summary;
+pub mod unknown;
 
+use crate::core::compat::CompatScan;
 use crate::core::container::Container;
-use crate::core::decision::{Check, Decision, Finding, Severity};
+use crate::core::decision::{Check, Decision, Finding};
+use crate::core::detect::Detection;
 use crate::core::facts::HostReport;
+use crate::core::kernel_image::Scanned;
 use crate::core::policy::Config;
 use crate::core::requirement::Requirement;
 use crate::pipeline::{Case, Judge};
@@ -50,21 +59,25 @@ pub enum HostFacts {
         /// info line saying which facts labels gave and which are unknown.
         from_labels: Option<String>,
     },
-    /// A node without GPU Feature Discovery labels: nothing to judge on.
-    /// Neither allowed nor refused (see [`summary`]).
-    NoGpuFacts,
+    /// A node without GPU Feature Discovery labels: nothing to judge on, so
+    /// a GPU container is refused there ([`unknown::no_gpu_facts`]); `why`
+    /// says what the labels lack.
+    NoGpuFacts { why: String },
 }
 
-/// One host's outcome. `decision` is None for a node without GPU facts.
+/// One host's outcome: always a Decision (docs/interfaces.md).
 pub struct HostResult {
     pub host: String,
-    pub decision: Option<Decision>,
+    pub decision: Decision,
 }
 
 impl<'a> Subject<'a> {
-    /// The container of `case` judged under `config`; its scans (made, or
-    /// read from its rootfs when a host first needs them) serve every host.
-    pub fn new(config: &'a Config, case: Case) -> Subject<'a> {
+    /// The container of `case` judged under `config`. Its scans are read
+    /// now, once, from its rootfs (unless the image reader made them): every
+    /// host is judged with them, and the label affinity is written from them.
+    pub fn new(config: &'a Config, mut case: Case) -> Subject<'a> {
+        let rootfs = case.container.rootfs.clone();
+        case.scans = case.scans.read_now(rootfs.as_deref(), config);
         let judge = Judge::new(config, case);
         Subject {
             requirements: judge.requirements(),
@@ -76,9 +89,27 @@ impl<'a> Subject<'a> {
         self.judge.container()
     }
 
-    /// True when the image's GPU code is scanned (kernel-image findings).
+    pub fn config(&self) -> &Config {
+        self.judge.config()
+    }
+
+    pub fn detection(&self) -> &Detection {
+        self.judge.detection()
+    }
+
+    /// The image's GPU code, as scanned (None: not scanned).
+    pub fn scanned(&self) -> Option<&Scanned> {
+        self.judge.scans().kernel_image()
+    }
+
+    /// The image's forward-compatibility libraries (None: not read).
+    pub fn compat(&self) -> Option<&CompatScan> {
+        self.judge.scans().compat()
+    }
+
+    /// True when the image's GPU code was scanned (kernel-image findings).
     pub fn has_scan(&self) -> bool {
-        self.judge.reads_gpu_code()
+        self.scanned().is_some()
     }
 
     /// Decides on one host from facts in hand.
@@ -93,15 +124,20 @@ impl<'a> Subject<'a> {
             .iter()
             .map(|h| HostResult {
                 host: h.name.clone(),
-                decision: match &h.facts {
-                    HostFacts::NoGpuFacts => None,
-                    HostFacts::Known {
-                        report,
-                        from_labels,
-                    } => Some(self.decide_labelled(report, from_labels.as_deref())),
-                },
+                decision: self.judge_host(h),
             })
             .collect()
+    }
+
+    /// One host's Decision (a node without GPU facts included).
+    pub fn judge_host(&self, h: &Host) -> Decision {
+        match &h.facts {
+            HostFacts::NoGpuFacts { why } => unknown::no_gpu_facts(self.detection().gpu, why),
+            HostFacts::Known {
+                report,
+                from_labels,
+            } => self.decide_labelled(report, from_labels.as_deref()),
+        }
     }
 
     fn decide_labelled(&self, report: &HostReport, from_labels: Option<&str>) -> Decision {
@@ -112,17 +148,15 @@ impl<'a> Subject<'a> {
         if !d.gpu_container {
             return d;
         }
-        for f in &mut d.findings {
-            if f.check == Check::Requirement
-                && f.severity == Severity::Warning
-                && f.message.contains("cannot be judged")
-            {
-                f.fix = Some(
-                    "run `gpu-guard host --node-labels --write` on the node (a DaemonSet) so its \
-                     brand and compute capability are labelled"
-                        .into(),
-                );
-            }
+        // Facts labels cannot give are unknown, never a pass (design.md).
+        if let Some(facts) = &report.facts {
+            unknown::refuse_unknown(
+                &mut d,
+                &self.requirements,
+                &self.detection().request,
+                facts,
+                self.config().mode,
+            );
         }
         d.findings.insert(0, Finding::info(Check::Host, note));
         d

@@ -151,6 +151,18 @@ impl<'c> Judge<'c> {
         &self.container
     }
 
+    pub fn config(&self) -> &Config {
+        self.config
+    }
+
+    pub fn detection(&self) -> &Detection {
+        &self.detection
+    }
+
+    pub fn scans(&self) -> &Scans {
+        &self.scans
+    }
+
     /// True when host facts matter: a GPU container under a mode that judges.
     pub fn needs_host(&self) -> bool {
         self.detection.gpu && self.config.mode != Mode::Off

@@ -16,7 +16,7 @@ use crate::core::decision::Finding;
 use crate::core::detect::{self, Detection};
 use crate::core::facts::HostFacts;
 use crate::core::kernel_image::{self, Scanned};
-use crate::core::policy::{Config, KernelImageSeverity};
+use crate::core::policy::{Config, Enforcement};
 use std::cell::OnceCell;
 use std::path::Path;
 
@@ -45,6 +45,30 @@ impl<T> Slot<T> {
                 let rootfs = rootfs?;
                 wanted().then(|| cell.get_or_init(|| read(rootfs)))
             }
+        }
+    }
+
+    /// The scan in hand: made, or read already.
+    fn in_hand(&self) -> Option<&T> {
+        match self {
+            Slot::Made(made) => made.as_ref(),
+            Slot::Rootfs(cell) => cell.get(),
+        }
+    }
+
+    /// Made now: a rootfs scan is read (when `wanted`), a made one kept.
+    fn read_now(
+        self,
+        rootfs: Option<&Path>,
+        wanted: bool,
+        read: impl FnOnce(&Path) -> T,
+    ) -> Slot<T> {
+        match self {
+            Slot::Rootfs(cell) => {
+                let done = cell.into_inner();
+                Slot::Made(done.or_else(|| rootfs.filter(|_| wanted).map(read)))
+            }
+            made => made,
         }
     }
 
@@ -92,11 +116,36 @@ impl Scans {
         }
     }
 
+    /// Every scan made now, from `rootfs` where none was made: fleets scan
+    /// once, up front, so every host is judged with the same scans and the
+    /// label affinity is written from them. The kernel-image scan is read
+    /// unless `[kernel_image]` is off.
+    pub fn read_now(self, rootfs: Option<&Path>, cfg: &Config) -> Scans {
+        let kernel = cfg.kernel_image.severity != Enforcement::Off;
+        Scans {
+            kernel_image: self.kernel_image.read_now(rootfs, kernel, |r| {
+                crate::scan::libraries::scan_rootfs(r, &cfg.kernel_image)
+            }),
+            compat: self
+                .compat
+                .read_now(rootfs, true, crate::scan::compat_lib::scan_rootfs),
+        }
+    }
+
+    /// The GPU code scan in hand (made, or read already).
+    pub fn kernel_image(&self) -> Option<&Scanned> {
+        self.kernel_image.in_hand()
+    }
+
+    /// The compat-library scan in hand (made, or read already).
+    pub fn compat(&self) -> Option<&CompatScan> {
+        self.compat.in_hand()
+    }
+
     /// True when the image's GPU code is (or will be) scanned: fleets say
     /// so in their affinity notes.
     pub fn reads_gpu_code(&self, rootfs: Option<&Path>, cfg: &Config) -> bool {
-        cfg.kernel_image.severity != KernelImageSeverity::Off
-            && self.kernel_image.made_or_readable(rootfs)
+        cfg.kernel_image.severity != Enforcement::Off && self.kernel_image.made_or_readable(rootfs)
     }
 
     /// The scans a GPU container's decision on a host with these facts
@@ -122,7 +171,7 @@ impl Scans {
         let (idx, _) = detect::resolve(&det.request, facts);
         let scanned = self.kernel_image.get(
             rootfs,
-            || !idx.is_empty() && severity != KernelImageSeverity::Off,
+            || !idx.is_empty() && severity != Enforcement::Off,
             |r| crate::scan::libraries::scan_rootfs(r, &cfg.kernel_image),
         );
         let compat = self.compat.get(
@@ -165,6 +214,26 @@ mod tests {
         assert_eq!(slot.get(root, || false, read), None);
         assert_eq!(reads.get(), 1);
         assert_eq!(slot.get(None, || true, read), None);
+    }
+
+    #[test]
+    fn read_now_makes_a_rootfs_scan_once() {
+        let reads = Cell::new(0);
+        let read = |_: &Path| {
+            reads.set(reads.get() + 1);
+            5
+        };
+        let root = Some(Path::new("/r"));
+        let slot: Slot<u32> = Slot::Rootfs(OnceCell::new());
+        assert_eq!(slot.get(root, || true, read), Some(&5));
+        let made = slot.read_now(root, true, read);
+        assert_eq!(made.in_hand(), Some(&5));
+        assert_eq!(reads.get(), 1);
+        let unwanted: Slot<u32> = Slot::Rootfs(OnceCell::new());
+        assert_eq!(unwanted.read_now(root, false, read).in_hand(), None);
+        let kept = Slot::Made(Some(9)).read_now(root, true, read);
+        assert_eq!(kept.in_hand(), Some(&9));
+        assert_eq!(reads.get(), 1);
     }
 
     #[test]

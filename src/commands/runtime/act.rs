@@ -4,10 +4,11 @@
 //!
 //! A refusal is written as one logrus-style JSON line to the `--log` file:
 //! containerd's shim reports the last `"level":"error"` line as `OCI
-//! runtime create failed: <msg>`, which is what `docker run` prints. Other
+//! runtime create failed: <msg>` (containerd pkg/process/utils.go
+//! getLastRuntimeError), which is what `docker run` prints. Other
 //! lines go to syslog, else the runtime log, never stderr when the runtime
 //! will run: during `create` the runtime's stderr is the container's own
-//! stderr stream (README, "Logging").
+//! stderr stream ([`crate::sys::logging`]).
 
 use crate::commands::runtime::outcome::{Act, Effects, MarkerChange, Outcome};
 use crate::commands::runtime::parse::Call;

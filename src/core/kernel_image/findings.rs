@@ -1,184 +1,21 @@
-//! Judges scanned libraries against the visible GPUs, as the CUDA driver
-//! would pick code for them, and words the `kernel-image` findings. Pure:
-//! no I/O, table-tested.
+//! The `kernel-image` findings: what a library that does not run (or
+//! runs only after a JIT) on a visible GPU means, and the fix in the
+//! framework's own words.
 
-use crate::core::arch::{
-    first_toolkit_for, last_toolkit_for, ptx_isa_needs, ptx_isa_supported, ptx_jits_on,
-    sass_runs_on, Arch, Cc, IsaNeed, Kind,
-};
+use super::fit::{describe_images, judge, CodeFit};
+use super::{Library, Scanned, MAX_ARCHS_SHOWN};
+use crate::core::arch::{first_toolkit_for, last_toolkit_for, ptx_isa_needs, Arch, Cc, IsaNeed};
 use crate::core::decision::{Check, Finding, Severity};
 use crate::core::facts::Gpu;
-use crate::core::policy::{KernelImageSeverity, OnIncomplete};
+use crate::core::policy::Enforcement;
+use crate::core::sanitize::esc_bounded;
 use crate::core::version::Version;
-use serde::{Deserialize, Serialize};
 
 /// The longest path or error text quoted from an image in a message.
 const MAX_QUOTE: usize = 200;
-/// The most architectures named in one message.
-const MAX_ARCHS_SHOWN: usize = 16;
 /// The most unjudged libraries named in the message of an incomplete scan
 /// (the finding's details name up to [`MAX_ARCHS_SHOWN`]).
 const MAX_UNJUDGED_NAMED: usize = 8;
-
-/// One distinct image kind of a library, what the judgement needs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct Image {
-    pub kind: Kind,
-    pub arch: Arch,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ptx_isa: Option<(u16, u16)>,
-}
-
-/// What a library holds: its distinct images, or why it could not be read.
-pub type Outcome = Result<Vec<Image>, String>;
-
-/// One library found in the rootfs and what it holds.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Library {
-    /// The path inside the rootfs, as matched (e.g. `usr/lib/libfoo.so.1`).
-    pub path: String,
-    pub outcome: Outcome,
-}
-
-/// Everything the I/O side found for one container.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Scanned {
-    pub libraries: Vec<Library>,
-    /// Why the scan stopped early (a budget), if it did.
-    pub incomplete: Option<String>,
-    /// Libraries matched but not judged because a budget ran out, in scan
-    /// order (bounded: see `not_scanned_total`).
-    pub not_scanned: Vec<String>,
-    /// How many matched libraries were not judged in all (0: as many as
-    /// `not_scanned` lists).
-    pub not_scanned_total: usize,
-    /// Bytes the scan read from the libraries (headers; what `max_bytes`
-    /// counts), retried attempts included.
-    pub bytes_read: u64,
-    /// `kernel_image.on_incomplete` of the config the scan ran under, so
-    /// whoever judges this scan applies the same policy to what it left.
-    pub on_incomplete: OnIncomplete,
-    /// The rootfs could not be opened at all.
-    pub rootfs_error: Option<String>,
-}
-
-/// How a library's code runs on one device.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
-    /// Machine code for the device (the best such `sm_XY`).
-    Native(Arch),
-    /// Only PTX fits: the driver JIT-compiles it at first start.
-    Jit { ptx: Arch, isa: Option<(u16, u16)> },
-    /// Nothing runs: `no kernel image is available for execution on the
-    /// device`. `blocked` is PTX that would fit but whose ISA the driver
-    /// is too old for (CUDA_ERROR_UNSUPPORTED_PTX_VERSION).
-    NoImage { blocked: Option<(Arch, (u16, u16))> },
-}
-
-/// Picks code for a device of capability `cc` from `images`, with the host
-/// driver's CUDA version `driver` (`None`: unknown, PTX assumed loadable).
-pub fn judge(images: &[Image], cc: Cc, driver: Option<(u64, u64)>) -> Verdict {
-    let best_sass = images
-        .iter()
-        .filter(|i| i.kind == Kind::Sass && sass_runs_on(i.arch, cc))
-        .map(|i| i.arch)
-        .max();
-    if let Some(a) = best_sass {
-        return Verdict::Native(a);
-    }
-    let mut best_jit: Option<(Arch, Option<(u16, u16)>)> = None;
-    let mut blocked: Option<(Arch, (u16, u16))> = None;
-    for i in images
-        .iter()
-        .filter(|i| i.kind == Kind::Ptx && ptx_jits_on(i.arch, cc))
-    {
-        let ok = match (i.ptx_isa, driver) {
-            (Some(isa), Some(d)) => ptx_isa_supported(isa, d),
-            _ => true,
-        };
-        if ok {
-            let better = match best_jit {
-                None => true,
-                Some((b, _)) => b.number < i.arch.number,
-            };
-            if better {
-                best_jit = Some((i.arch, i.ptx_isa));
-            }
-        } else if let Some(isa) = i.ptx_isa {
-            // Report the PTX needing the least driver: the nearest fix.
-            let nearer = match blocked {
-                None => true,
-                Some((_, b)) => isa < b,
-            };
-            if nearer {
-                blocked = Some((i.arch, isa));
-            }
-        }
-    }
-    match best_jit {
-        Some((ptx, isa)) => Verdict::Jit { ptx, isa },
-        None => Verdict::NoImage { blocked },
-    }
-}
-
-/// Makes text from an image safe for a one-line message: control and
-/// bidi-override characters become `\xNN` / `\u{NNNN}`, a backslash becomes
-/// `\\`, and the result is cut to `max` characters.
-pub fn escape(s: &str, max: usize) -> String {
-    let mut out = String::new();
-    for (n, c) in s.chars().enumerate() {
-        if n >= max {
-            out.push('…');
-            break;
-        }
-        match c {
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x80 && c.is_control() => {
-                out.push_str(&format!("\\x{:02x}", c as u32))
-            }
-            c if c.is_control()
-                || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}') =>
-            {
-                out.push_str(&format!("\\u{{{:04x}}}", c as u32))
-            }
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// `sm_80, sm_90a, compute_90 (PTX ISA 8.4)`, sorted, deduplicated, bounded.
-pub fn describe_images(images: &[Image]) -> String {
-    let mut sass: Vec<Arch> = images
-        .iter()
-        .filter(|i| i.kind == Kind::Sass)
-        .map(|i| i.arch)
-        .collect();
-    sass.sort();
-    sass.dedup();
-    let mut ptx: Vec<(Arch, Option<(u16, u16)>)> = images
-        .iter()
-        .filter(|i| i.kind == Kind::Ptx)
-        .map(|i| (i.arch, i.ptx_isa))
-        .collect();
-    ptx.sort();
-    ptx.dedup();
-    let mut names: Vec<String> = sass.iter().map(|a| a.sass_name()).collect();
-    names.extend(ptx.iter().map(|(a, isa)| match isa {
-        Some((x, y)) => format!("{} (PTX ISA {x}.{y})", a.ptx_name()),
-        None => a.ptx_name(),
-    }));
-    if names.is_empty() {
-        return "no GPU code".into();
-    }
-    let more = names.len().saturating_sub(MAX_ARCHS_SHOWN);
-    names.truncate(MAX_ARCHS_SHOWN);
-    let mut s = names.join(", ");
-    if more > 0 {
-        s.push_str(&format!(" and {more} more"));
-    }
-    s
-}
 
 /// GPUs that share a name and compute capability, judged once.
 struct GpuGroup<'a> {
@@ -190,7 +27,7 @@ impl GpuGroup<'_> {
     fn describe(&self) -> String {
         let first = self.gpus[0];
         let cc = first.compute_capability.as_deref().unwrap_or("unknown");
-        let name = escape(&first.name, 80);
+        let name = esc_bounded(&first.name, 80);
         let ids = self
             .gpus
             .iter()
@@ -268,10 +105,10 @@ fn fix_for_no_image(path: &str, cc: Cc, blocked: Option<(Arch, (u16, u16))>) -> 
     )
 }
 
-fn severity_for_no_image(severity: KernelImageSeverity) -> Severity {
+fn severity_for_no_image(severity: Enforcement) -> Severity {
     match severity {
-        KernelImageSeverity::Enforce => Severity::Error,
-        KernelImageSeverity::Warn | KernelImageSeverity::Off => Severity::Warning,
+        Enforcement::Refuse => Severity::Error,
+        Enforcement::Warn | Enforcement::Off => Severity::Warning,
     }
 }
 
@@ -281,7 +118,7 @@ fn severity_for_no_image(severity: KernelImageSeverity) -> Severity {
 struct Judging<'a> {
     groups: Vec<GpuGroup<'a>>,
     driver: Option<(u64, u64)>,
-    severity: KernelImageSeverity,
+    severity: Enforcement,
 }
 
 /// The `kernel-image` findings of `scanned` on one host: on the GPUs the
@@ -293,11 +130,11 @@ pub fn assess_on_host(
     scanned: &Scanned,
     request: &crate::core::detect::Request,
     facts: &crate::core::facts::HostFacts,
-    severity: KernelImageSeverity,
+    severity: Enforcement,
 ) -> Vec<Finding> {
     let (idx, _) = crate::core::detect::resolve(request, facts);
     let gpus: Vec<Gpu> = idx.iter().map(|i| facts.gpus[*i].clone()).collect();
-    if severity == KernelImageSeverity::Off || gpus.is_empty() {
+    if severity == Enforcement::Off || gpus.is_empty() {
         return Vec::new();
     }
     let cuda = facts
@@ -313,10 +150,10 @@ pub fn assess(
     scanned: &Scanned,
     gpus: &[Gpu],
     cuda_driver_version: Option<&Version>,
-    severity: KernelImageSeverity,
+    severity: Enforcement,
 ) -> Vec<Finding> {
     let mut out = Vec::new();
-    if severity == KernelImageSeverity::Off || gpus.is_empty() {
+    if severity == Enforcement::Off || gpus.is_empty() {
         return out;
     }
     if let Some(e) = &scanned.rootfs_error {
@@ -345,7 +182,7 @@ fn rootfs_error_finding(e: &str) -> Finding {
         Check::KernelImage,
         format!(
             "cannot check the GPU code in the image: {}",
-            escape(e, MAX_QUOTE)
+            esc_bounded(e, MAX_QUOTE)
         ),
     )
     .with_fix("check the bundle's root.path; gpu-guard could not open it")
@@ -375,7 +212,7 @@ fn unknown_cc_findings(groups: &[GpuGroup]) -> Vec<Finding> {
 /// one finding per GPU group that cannot run it natively. The seam is the
 /// library: each is judged on its own against every GPU group.
 fn library_findings(lib: &Library, judging: &Judging) -> Vec<Finding> {
-    let path = escape(&lib.path, MAX_QUOTE);
+    let path = esc_bounded(&lib.path, MAX_QUOTE);
     let images = match &lib.outcome {
         Ok(images) => images,
         Err(e) => return vec![unreadable_finding(&path, e)],
@@ -395,9 +232,9 @@ fn library_findings(lib: &Library, judging: &Judging) -> Vec<Finding> {
             cc,
         };
         match judge(images, cc, judging.driver) {
-            Verdict::Native(_) => {}
-            Verdict::Jit { ptx, isa } => out.push(jit_finding(&case, ptx, isa)),
-            Verdict::NoImage { blocked } => out.push(no_image_finding(&case, blocked, judging)),
+            CodeFit::Native(_) => {}
+            CodeFit::Jit { ptx, isa } => out.push(jit_finding(&case, ptx, isa)),
+            CodeFit::NoImage { blocked } => out.push(no_image_finding(&case, blocked, judging)),
         }
     }
     out
@@ -410,7 +247,7 @@ fn unreadable_finding(path: &str, e: &str) -> Finding {
         Check::KernelImage,
         format!(
             "cannot read the GPU code in {path}: {}",
-            escape(e, MAX_QUOTE)
+            esc_bounded(e, MAX_QUOTE)
         ),
     )
     .with_fix(format!(
@@ -430,7 +267,7 @@ struct LibOnGroup<'a> {
     cc: Cc,
 }
 
-/// The warning for [`Verdict::Jit`]: the library runs, but only after the
+/// The warning for [`CodeFit::Jit`]: the library runs, but only after the
 /// driver JIT-compiles its PTX. One helper per verdict kind.
 fn jit_finding(case: &LibOnGroup, ptx: Arch, isa: Option<(u16, u16)>) -> Finding {
     let LibOnGroup {
@@ -458,7 +295,7 @@ fn jit_finding(case: &LibOnGroup, ptx: Arch, isa: Option<(u16, u16)>) -> Finding
     ))
 }
 
-/// The finding for [`Verdict::NoImage`]: nothing in the library runs on the
+/// The finding for [`CodeFit::NoImage`]: nothing in the library runs on the
 /// group, at the configured severity. One helper per verdict kind.
 fn no_image_finding(
     case: &LibOnGroup,
@@ -495,13 +332,13 @@ fn no_image_finding(
 /// about any library or GPU. A warning, unless `on_incomplete = "refuse"`
 /// under `severity = "enforce"`: then an error, as a library without code
 /// for a visible GPU is, since an unjudged library may be one.
-fn incomplete_finding(reason: &str, scanned: &Scanned, severity: KernelImageSeverity) -> Finding {
+fn incomplete_finding(reason: &str, scanned: &Scanned, severity: Enforcement) -> Finding {
     let listed = &scanned.not_scanned;
     let total = scanned.not_scanned_total.max(listed.len());
     let mut names: Vec<String> = listed
         .iter()
         .take(MAX_UNJUDGED_NAMED)
-        .map(|p| escape(p, MAX_QUOTE))
+        .map(|p| esc_bounded(p, MAX_QUOTE))
         .collect();
     let unnamed = total - names.len();
     if unnamed > 0 {
@@ -511,8 +348,7 @@ fn incomplete_finding(reason: &str, scanned: &Scanned, severity: KernelImageSeve
         0 => String::new(),
         _ => format!(": {}", names.join(", ")),
     };
-    let refuse =
-        scanned.on_incomplete == OnIncomplete::Refuse && severity == KernelImageSeverity::Enforce;
+    let refuse = scanned.on_incomplete == Enforcement::Refuse && severity == Enforcement::Refuse;
     let (level, fix) = if refuse {
         (
             Severity::Error,
@@ -529,7 +365,7 @@ fn incomplete_finding(reason: &str, scanned: &Scanned, severity: KernelImageSeve
         level,
         format!(
             "the GPU code check stopped early ({}); {total} matched librar{} not checked{which}",
-            escape(reason, MAX_QUOTE),
+            esc_bounded(reason, MAX_QUOTE),
             if total == 1 { "y" } else { "ies" }
         ),
     )
@@ -537,7 +373,7 @@ fn incomplete_finding(reason: &str, scanned: &Scanned, severity: KernelImageSeve
     f.details = listed
         .iter()
         .take(MAX_ARCHS_SHOWN)
-        .map(|p| escape(p, MAX_QUOTE))
+        .map(|p| esc_bounded(p, MAX_QUOTE))
         .collect();
     f
 }
@@ -546,21 +382,9 @@ fn incomplete_finding(reason: &str, scanned: &Scanned, severity: KernelImageSeve
 mod tests {
     use super::*;
     use crate::core::arch::Variant;
+    use crate::core::kernel_image::test_images::{ptx, sass};
+    use crate::core::kernel_image::Image;
 
-    fn sass(n: u32, v: Variant) -> Image {
-        Image {
-            kind: Kind::Sass,
-            arch: Arch::new(n, v),
-            ptx_isa: None,
-        }
-    }
-    fn ptx(n: u32, isa: (u16, u16)) -> Image {
-        Image {
-            kind: Kind::Ptx,
-            arch: Arch::new(n, Variant::Plain),
-            ptx_isa: Some(isa),
-        }
-    }
     fn gpu(index: u32, name: &str, cc: Option<&str>) -> Gpu {
         Gpu {
             index,
@@ -572,107 +396,7 @@ mod tests {
     fn cc(s: &str) -> Cc {
         Cc::parse(s).unwrap()
     }
-    use Variant::{Arch as A, Family as F, Plain as P};
-
-    #[test]
-    fn judge_table() {
-        let torch_like = [sass(80, P), sass(86, P), sass(90, P), ptx(90, (8, 4))];
-        type Case = (Vec<Image>, &'static str, Option<(u64, u64)>, Verdict);
-        let cases: Vec<Case> = vec![
-            (
-                torch_like.to_vec(),
-                "8.0",
-                Some((12, 4)),
-                Verdict::Native(Arch::new(80, P)),
-            ),
-            (
-                torch_like.to_vec(),
-                "8.9",
-                Some((12, 4)),
-                Verdict::Native(Arch::new(86, P)),
-            ),
-            (
-                torch_like.to_vec(),
-                "9.0",
-                None,
-                Verdict::Native(Arch::new(90, P)),
-            ),
-            (
-                torch_like.to_vec(),
-                "10.0",
-                Some((12, 8)),
-                Verdict::Jit {
-                    ptx: Arch::new(90, P),
-                    isa: Some((8, 4)),
-                },
-            ),
-            // The driver is too old for the PTX: nothing runs.
-            (
-                torch_like.to_vec(),
-                "10.0",
-                Some((12, 2)),
-                Verdict::NoImage {
-                    blocked: Some((Arch::new(90, P), (8, 4))),
-                },
-            ),
-            (
-                torch_like.to_vec(),
-                "7.5",
-                Some((12, 4)),
-                Verdict::NoImage { blocked: None },
-            ),
-            (
-                torch_like.to_vec(),
-                "3.7",
-                Some((11, 4)),
-                Verdict::NoImage { blocked: None },
-            ),
-            // Arch-specific only: H100 yes, B200 and A100 no.
-            (
-                vec![sass(90, A)],
-                "9.0",
-                None,
-                Verdict::Native(Arch::new(90, A)),
-            ),
-            (
-                vec![sass(90, A)],
-                "10.0",
-                None,
-                Verdict::NoImage { blocked: None },
-            ),
-            // Family: sm_100f on B300 (10.3), not on RTX 50 (12.0).
-            (
-                vec![sass(100, F)],
-                "10.3",
-                None,
-                Verdict::Native(Arch::new(100, F)),
-            ),
-            (
-                vec![sass(100, F)],
-                "12.0",
-                None,
-                Verdict::NoImage { blocked: None },
-            ),
-            // Unknown driver: PTX assumed loadable.
-            (
-                vec![ptx(75, (9, 5))],
-                "8.0",
-                None,
-                Verdict::Jit {
-                    ptx: Arch::new(75, P),
-                    isa: Some((9, 5)),
-                },
-            ),
-            (vec![], "8.0", None, Verdict::NoImage { blocked: None }),
-        ];
-        for (images, dev, drv, want) in cases {
-            assert_eq!(
-                judge(&images, cc(dev), drv),
-                want,
-                "{images:?} on {dev} drv {drv:?}"
-            );
-        }
-    }
+    use Variant::Plain as P;
 
     fn lib(path: &str, images: Vec<Image>) -> Library {
         Library {
@@ -705,7 +429,7 @@ mod tests {
             gpu(4, "mystery", None),
         ];
         let v = Version::parse("12.8").unwrap();
-        let f = assess(&scanned, &gpus, Some(&v), KernelImageSeverity::Enforce);
+        let f = assess(&scanned, &gpus, Some(&v), Enforcement::Refuse);
         let msgs: Vec<&str> = f.iter().map(|f| f.message.as_str()).collect();
         assert_eq!(f.len(), 4, "{msgs:#?}");
         // Unknown CC.
@@ -738,10 +462,10 @@ mod tests {
         assert!(!f[3].message.contains('\n'));
 
         // warn severity downgrades the error; off yields nothing.
-        let w = assess(&scanned, &gpus, Some(&v), KernelImageSeverity::Warn);
+        let w = assess(&scanned, &gpus, Some(&v), Enforcement::Warn);
         assert!(w.iter().all(|f| f.severity == Severity::Warning));
-        assert!(assess(&scanned, &gpus, Some(&v), KernelImageSeverity::Off).is_empty());
-        assert!(assess(&scanned, &[], Some(&v), KernelImageSeverity::Enforce).is_empty());
+        assert!(assess(&scanned, &gpus, Some(&v), Enforcement::Off).is_empty());
+        assert!(assess(&scanned, &[], Some(&v), Enforcement::Refuse).is_empty());
     }
 
     #[test]
@@ -778,7 +502,7 @@ mod tests {
             not_scanned: vec!["usr/lib/a.so".into(), "usr/lib/b.so".into()],
             ..Default::default()
         };
-        let f = assess(&s, &gpus, None, KernelImageSeverity::Enforce);
+        let f = assess(&s, &gpus, None, Enforcement::Refuse);
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].severity, Severity::Warning);
         assert!(f[0].message.contains("2 matched libraries not checked"));
@@ -791,9 +515,9 @@ mod tests {
         );
         // on_incomplete = "refuse": an error under enforce, a warning under warn.
         let mut r = s.clone();
-        r.on_incomplete = OnIncomplete::Refuse;
+        r.on_incomplete = Enforcement::Refuse;
         r.not_scanned_total = 12;
-        let f = assess(&r, &gpus, None, KernelImageSeverity::Enforce);
+        let f = assess(&r, &gpus, None, Enforcement::Refuse);
         assert_eq!(f[0].severity, Severity::Error);
         assert!(
             f[0].message
@@ -802,33 +526,14 @@ mod tests {
             f[0].message
         );
         assert!(f[0].fix.as_deref().unwrap().contains("refuse"));
-        let f = assess(&r, &gpus, None, KernelImageSeverity::Warn);
+        let f = assess(&r, &gpus, None, Enforcement::Warn);
         assert_eq!(f[0].severity, Severity::Warning);
         let s = Scanned {
             rootfs_error: Some("cannot open the container rootfs /x: No such file".into()),
             ..Default::default()
         };
-        let f = assess(&s, &gpus, None, KernelImageSeverity::Enforce);
+        let f = assess(&s, &gpus, None, Enforcement::Refuse);
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].severity, Severity::Warning);
-    }
-
-    #[test]
-    fn escaping_bounds_and_cleans() {
-        assert_eq!(escape("a\tb\x1b[31m", 100), "a\\x09b\\x1b[31m");
-        assert_eq!(escape("x\\y", 100), "x\\\\y");
-        assert_eq!(escape("\u{85}", 100), "\\u{0085}");
-        let long = "é".repeat(500);
-        let e = escape(&long, 10);
-        assert_eq!(e.chars().count(), 11);
-        assert!(e.ends_with('…'));
-    }
-
-    #[test]
-    fn describes_bounded() {
-        let many: Vec<Image> = (50..90).map(|n| sass(n, P)).collect();
-        let d = describe_images(&many);
-        assert!(d.ends_with("and 24 more"), "{d}");
-        assert_eq!(describe_images(&[]), "no GPU code");
     }
 }
