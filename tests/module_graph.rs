@@ -276,8 +276,7 @@ fn the_line_counter_counts_code_not_tests() {
     assert_eq!(counted_lines(&format!("{helper}{code}")), 14);
     assert_eq!(counted_lines(&format!("{helper}{code}{tests}")), 14);
     // The rule fails on a file over the limit and passes at it.
-    let d = std::env::temp_dir().join(format!("gg-module-graph-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
+    let d = support::tempdir("module-graph");
     std::fs::create_dir_all(d.join("sub")).unwrap();
     std::fs::write(d.join("ok.rs"), format!("{}{tests}", "//\n".repeat(700))).unwrap();
     std::fs::write(d.join("sub/big.rs"), "//\n".repeat(701)).unwrap();
@@ -384,3 +383,16 @@ fn the_inputs_rule_finds_builders() {
         assert!(!builds_inputs(&code_only(code)), "{code}");
     }
 }
+
+// The rest of the `module_graph` test binary: the other checks that read the
+// repository's sources rather than run gpu-guard (`unsafe` only at the
+// audited place; the test layout). It does not link the gpu-guard library,
+// so it builds in seconds. A new source-reading check is one more
+// `#[path] mod` line here, its file in tests/structure/.
+#[path = "support/mod.rs"]
+mod support;
+
+#[path = "structure/no_unsafe.rs"]
+mod no_unsafe;
+#[path = "structure/test_layout.rs"]
+mod test_layout;

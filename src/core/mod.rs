@@ -23,6 +23,7 @@ pub mod profiles;
 pub mod report;
 pub mod requirement;
 pub mod requirement_check;
+pub mod runtime_engines;
 pub mod sanitize;
 pub mod security;
 pub mod tuning;
