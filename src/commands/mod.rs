@@ -10,7 +10,6 @@ pub mod host;
 pub mod image_check;
 pub mod install;
 pub mod network;
-pub mod pipeline;
+pub mod output;
 pub mod runtime;
-pub mod runtime_exec;
 pub mod scan;

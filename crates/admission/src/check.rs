@@ -12,7 +12,8 @@ use crate::needs::{self, Needs};
 use crate::remote::{self, Access, Origin};
 use gpu_guard::commands::cli::CheckArgs;
 use gpu_guard::commands::fleet_report::ImageReport;
-use gpu_guard::commands::image_check::{self, usage};
+use gpu_guard::commands::image_check;
+use gpu_guard::commands::output::usage;
 use gpu_guard::core::policy::{Config, Enforcement};
 use gpu_guard::core::sanitize::esc_bounded as escape;
 use gpu_guard::image::scan::ImageScan;
@@ -185,7 +186,7 @@ fn registry_check(cfg: &Config, args: &CheckArgs, image: &str) -> i32 {
                 let report = report_from_needs(&r, &n, &origin, &container);
                 let scan =
                     (cfg.kernel_image.severity != Enforcement::Off).then(|| scan_from_needs(&n));
-                return image_check::judge(cfg, args, &container, scan, &report);
+                return image_check::judge(cfg.clone(), args, container, scan, &report);
             }
             Ok(None) => {}
             Err(e) => return usage(e),
@@ -228,7 +229,7 @@ fn registry_check(cfg: &Config, args: &CheckArgs, image: &str) -> i32 {
             Err(e) => return usage(format!("the attestation could not be pushed: {e}")),
         }
     }
-    image_check::judge(cfg, args, &container, scan, &report)
+    image_check::judge(cfg.clone(), args, container, scan, &report)
 }
 
 /// `--image docker-daemon:NAME[:TAG]`.
@@ -275,5 +276,5 @@ fn daemon_check(config: Option<&Path>, args: &CheckArgs, name: &str) -> i32 {
         }
     };
     let report = image_check::report(&img, &container, scan.as_ref());
-    image_check::judge(&cfg, args, &container, scan, &report)
+    image_check::judge(cfg, args, container, scan, &report)
 }

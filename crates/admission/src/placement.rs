@@ -17,8 +17,8 @@
 //! driver), the pod is denied with what stops it there. Labels alone cannot
 //! tell that: a node could be labelled with a CUDA no driver has.
 //!
-//! PHASE-1 SEAM: the decision goes through `fleet::Subject`, as `check
-//! --image --nodes` does today; the one pipeline replaces that call.
+//! Every decision here goes through the one pipeline (`gpu_guard::pipeline`,
+//! by `fleet::Subject`), as `check --image --nodes` decides.
 
 use crate::affinity::{expr, term};
 use crate::judge::Placement;
@@ -28,6 +28,7 @@ use gpu_guard::core::facts::{Gpu, HostFacts, HostReport, BRANDS};
 use gpu_guard::core::policy::Config;
 use gpu_guard::core::security::Stage;
 use gpu_guard::fleet::Subject;
+use gpu_guard::pipeline::{Case, Scans};
 use k8s_openapi::api::core::v1::NodeSelectorTerm;
 
 /// Compute capabilities of NVIDIA GPUs (NVIDIA, "CUDA GPU Compute
@@ -134,8 +135,11 @@ fn nowhere(subject: &Subject) -> Option<String> {
 pub fn place(needs: &Needs, cfg: &Config) -> Placement {
     let container = gpu_guard::commands::image_check::container_for(&needs.env, &[]);
     let (scanned, compat) = needs.scanned();
-    let subject =
-        Subject::new(&container, cfg, Stage::Edit, Some(scanned)).with_compat(Some(compat));
+    // Through the one pipeline (gpu_guard::pipeline), as `check --image`
+    // judges a node: the scans in hand, GPUs attached.
+    let case =
+        Case::new(container, Stage::Edit).with_scans(Scans::made(Some(scanned), Some(compat)));
+    let subject = Subject::new(cfg, case);
     // No GPU node at all could run it, whatever its labels say (a CUDA
     // newer than any driver: labels could claim one, no driver has it).
     if let Some(diagnosis) = nowhere(&subject) {
