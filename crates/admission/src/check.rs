@@ -197,36 +197,8 @@ fn registry_check(cfg: &Config, args: &CheckArgs, image: &str) -> i32 {
         Err(e) => return usage(e),
     };
     if args.attest {
-        let subject = (
-            res.manifest.media_type.as_str(),
-            res.manifest.digest.as_str(),
-            res.manifest.bytes.len() as u64,
-        );
-        let created = time::OffsetDateTime::now_utc()
-            .format(&time::format_description::well_known::Rfc3339)
-            .unwrap_or_default();
-        let media = if subject.0.is_empty() {
-            gpu_guard_registry::manifest::OCI_MANIFEST
-        } else {
-            subject.0
-        };
-        match c.attach(
-            &r.repository,
-            (media, subject.1, subject.2),
-            needs::MEDIA_TYPE,
-            &needs.to_json(),
-            &created,
-        ) {
-            Ok((d, via)) => eprintln!(
-                "gpu-guard check: attestation {d} pushed for {} ({})",
-                res.manifest.digest,
-                if via == gpu_guard_registry::Via::ReferrersApi {
-                    "Referrers API"
-                } else {
-                    "tag schema"
-                }
-            ),
-            Err(e) => return usage(format!("the attestation could not be pushed: {e}")),
+        if let Err(e) = push_attestation(&c, &r, &res, &needs) {
+            return usage(format!("the attestation could not be pushed: {e}"));
         }
     }
     image_check::judge(cfg.clone(), args, container, scan, &report)
@@ -277,4 +249,42 @@ fn daemon_check(config: Option<&Path>, args: &CheckArgs, name: &str) -> i32 {
     };
     let report = image_check::report(&img, &container, scan.as_ref());
     image_check::judge(cfg, args, container, scan, &report)
+}
+
+/// Pushes `needs` as the attestation of `res`'s manifest and says so on stderr.
+fn push_attestation(
+    c: &gpu_guard_registry::Client,
+    r: &Reference,
+    res: &Resolved,
+    needs: &Needs,
+) -> Result<(), gpu_guard_registry::RegistryError> {
+    let created = time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default();
+    let media = if res.manifest.media_type.is_empty() {
+        gpu_guard_registry::manifest::OCI_MANIFEST
+    } else {
+        res.manifest.media_type.as_str()
+    };
+    let subject = (
+        media,
+        res.manifest.digest.as_str(),
+        res.manifest.bytes.len() as u64,
+    );
+    let (d, via) = c.attach(
+        &r.repository,
+        subject,
+        needs::MEDIA_TYPE,
+        &needs.to_json(),
+        &created,
+    )?;
+    let via = match via {
+        gpu_guard_registry::Via::ReferrersApi => "Referrers API",
+        gpu_guard_registry::Via::TagSchema => "tag schema",
+    };
+    eprintln!(
+        "gpu-guard check: attestation {d} pushed for {} ({via})",
+        res.manifest.digest
+    );
+    Ok(())
 }
