@@ -17,7 +17,7 @@ use crate::core::sanitize::esc;
 use crate::core::security::{self, Stage};
 use crate::core::tuning;
 
-pub use crate::core::requirement_check::{checked_requirements, forward_compat_need};
+pub use crate::core::requirement_check::{checked_requirements, forward_compat_need, Declared};
 
 /// Everything `decide` needs. `kernel_image` holds the findings of the image
 /// scan, done by the caller (it reads the rootfs).
@@ -28,6 +28,8 @@ pub struct Inputs<'a> {
     pub host: Option<&'a HostReport>,
     pub config: &'a Config,
     pub stage: Stage,
+    /// The container's requirements, parsed once ([`Declared::of`]).
+    pub declared: &'a Declared,
     pub kernel_image: Vec<Finding>,
     /// The kernel-image scan, when one was done: minor-version
     /// compatibility admits only on its evidence.
@@ -147,9 +149,12 @@ fn host_and_requirement_findings<'a>(
                     );
                 }
             } else {
-                check_requirements(c, facts, &visible, cfg, inp.scanned, findings);
+                let declared = inp.declared;
+                check_requirements(c, declared, facts, &visible, cfg, inp.scanned, findings);
                 if let Some(scan) = inp.compat {
-                    findings.extend(forward_compat_findings(c, facts, &visible, cfg, scan));
+                    findings.extend(forward_compat_findings(
+                        c, declared, facts, &visible, cfg, scan,
+                    ));
                 }
             }
         }

@@ -70,6 +70,25 @@ fn requirements(c: &Container) -> (Vec<Requirement>, Vec<Finding>) {
     (reqs, findings)
 }
 
+/// The requirements a container declares, parsed once: the decision
+/// pipeline (crate::pipeline `Judge`) parses them when it classifies the
+/// container, and each host's decision reads them, so a fleet of thousands
+/// of hosts (or the label affinity's grid) does not parse them per host.
+#[derive(Clone, Debug, Default)]
+pub struct Declared {
+    reqs: Vec<Requirement>,
+    /// What the parse found: invalid requirements, unknown keys.
+    findings: Vec<Finding>,
+}
+
+impl Declared {
+    /// The requirements `c`'s env declares ([`requirements`]).
+    pub fn of(c: &Container) -> Declared {
+        let (reqs, findings) = requirements(c);
+        Declared { reqs, findings }
+    }
+}
+
 /// Warnings for what unknown keys dropped from a requirement, as NVIDIA's
 /// Go checker drops it (requirement.rs): the factors, the alternatives
 /// left empty, and the whole variable when nothing is left. Bounded: an
@@ -130,6 +149,7 @@ fn unknown_key_findings(r: &Requirement) -> Vec<Finding> {
 /// is visible, where arch and brand pass).
 pub(crate) fn check_requirements(
     c: &Container,
+    declared: &Declared,
     facts: &HostFacts,
     visible: &[&Gpu],
     cfg: &Config,
@@ -139,8 +159,8 @@ pub(crate) fn check_requirements(
     if requirements_skipped(c, cfg, out) {
         return;
     }
-    let (reqs, mut findings) = requirements(c);
-    out.append(&mut findings);
+    out.extend(declared.findings.iter().cloned());
+    let reqs = &declared.reqs;
     if reqs.is_empty() {
         return;
     }
@@ -154,7 +174,7 @@ pub(crate) fn check_requirements(
     // thousands must not turn the diagnosis into megabytes.
     const MAX_REPORTED: usize = 8;
     let mut failed = 0usize;
-    for req in &reqs {
+    for req in reqs {
         let (failing, unknown) = judge_on_gpus(req, &gpus, facts, &host);
         if failing.is_empty() {
             if let Some((gpu, j)) = unknown.first() {
@@ -282,6 +302,7 @@ fn minor_version_rule(
 /// None when neither holds, or the host's driver version is unknown.
 pub fn forward_compat_need(
     c: &Container,
+    declared: &Declared,
     facts: &HostFacts,
     visible: &[&Gpu],
     cfg: &Config,
@@ -301,8 +322,7 @@ pub fn forward_compat_need(
         } else {
             visible.iter().map(|g| Some(*g)).collect()
         };
-        let (reqs, _) = requirements(c);
-        for req in &reqs {
+        for req in &declared.reqs {
             for gpu in &gpus {
                 let ctx = Context {
                     driver: Some(&driver),
@@ -335,12 +355,13 @@ pub fn forward_compat_need(
 /// The `compat` findings for forward compatibility, from the compat scan.
 pub(crate) fn forward_compat_findings(
     c: &Container,
+    declared: &Declared,
     facts: &HostFacts,
     visible: &[&Gpu],
     cfg: &Config,
     scan: &CompatScan,
 ) -> Vec<Finding> {
-    let Some(need) = forward_compat_need(c, facts, visible, cfg) else {
+    let Some(need) = forward_compat_need(c, declared, facts, visible, cfg) else {
         return Vec::new();
     };
     let Some(driver) = facts

@@ -25,10 +25,10 @@ pub use scans::Scans;
 
 use crate::config::ConfigError;
 use crate::core::container::Container;
-use crate::core::decide::{self, Inputs};
-use crate::core::decision::Decision;
+use crate::core::decide::{self, Declared, Inputs};
+use crate::core::decision::{Decision, Finding};
 use crate::core::detect::{self, Detection};
-use crate::core::facts::{HostReport, HostSource};
+use crate::core::facts::{HostFacts, HostReport, HostSource};
 use crate::core::policy::{Config, DetectConfig, Mode};
 use crate::core::requirement::Requirement;
 use crate::core::security::Stage;
@@ -131,6 +131,8 @@ pub struct Judge<'c> {
     container: Container,
     stage: Stage,
     detection: Detection,
+    /// The container's requirements, parsed once for every host.
+    declared: Declared,
     scans: Scans,
 }
 
@@ -140,6 +142,7 @@ impl<'c> Judge<'c> {
         let (container, detection) = classify(case.container, runtime, &config.detect);
         Judge {
             config,
+            declared: Declared::of(&container),
             container,
             stage: case.stage,
             detection,
@@ -183,12 +186,41 @@ impl<'c> Judge<'c> {
     /// Decides on one host (None: its facts were not gathered). A report
     /// given for a container that needs none is not used.
     pub fn on_host(&self, host: Option<&HostReport>) -> Decision {
+        self.decide_on(host, true)
+    }
+
+    /// [`Judge::on_host`] without the kernel-image findings: the scans
+    /// still inform the rest of the decision (minor-version compatibility,
+    /// forward compatibility), only the findings of
+    /// [`Judge::kernel_image_findings`] are left out. `core::decide` adds
+    /// those to the others and nothing else reads them, so `on_host` refuses
+    /// exactly when this refuses or, under `mode = "enforce"`, one of them
+    /// is an error (decide.rs `finish`). The label affinity judges the two
+    /// parts on grids of their own (crate::fleet::label_grid_apart).
+    pub fn on_host_without_kernel_image(&self, host: Option<&HostReport>) -> Decision {
+        self.decide_on(host, false)
+    }
+
+    /// The kernel-image findings [`Judge::on_host`] gives on this host: the
+    /// scanned GPU code judged on the GPUs the container sees there.
+    pub fn kernel_image_findings(&self, host: &HostReport) -> Vec<Finding> {
+        match host.facts.as_ref().filter(|_| self.needs_host()) {
+            Some(f) => self.scans_on(f).kernel_image,
+            None => Vec::new(),
+        }
+    }
+
+    /// What the scans give the decision on a host with these facts.
+    fn scans_on(&self, facts: &HostFacts) -> scans::OnHost<'_> {
+        let c = &self.container;
+        self.scans
+            .on_host(c, &self.declared, &self.detection, facts, self.config)
+    }
+
+    fn decide_on(&self, host: Option<&HostReport>, with_kernel_image: bool) -> Decision {
         let host = host.filter(|_| self.needs_host());
         let facts = host.and_then(|r| r.facts.as_ref());
-        let found = facts.map(|f| {
-            self.scans
-                .on_host(&self.container, &self.detection, f, self.config)
-        });
+        let found = facts.map(|f| self.scans_on(f));
         let (kernel_image, scanned, compat) = match found {
             Some(s) => (s.kernel_image, s.scanned, s.compat),
             None => (Vec::new(), None, None),
@@ -199,7 +231,12 @@ impl<'c> Judge<'c> {
             host,
             config: self.config,
             stage: self.stage,
-            kernel_image,
+            declared: &self.declared,
+            kernel_image: if with_kernel_image {
+                kernel_image
+            } else {
+                Vec::new()
+            },
             scanned,
             compat,
         })

@@ -11,7 +11,7 @@
 
 use crate::core::compat::CompatScan;
 use crate::core::container::Container;
-use crate::core::decide;
+use crate::core::decide::{self, Declared};
 use crate::core::decision::Finding;
 use crate::core::detect::{self, Detection};
 use crate::core::facts::HostFacts;
@@ -153,6 +153,7 @@ impl Scans {
     pub(crate) fn on_host<'a>(
         &'a self,
         c: &Container,
+        declared: &Declared,
         det: &Detection,
         facts: &HostFacts,
         cfg: &Config,
@@ -178,7 +179,7 @@ impl Scans {
             rootfs,
             || {
                 let visible: Vec<_> = idx.iter().map(|i| &facts.gpus[*i]).collect();
-                decide::forward_compat_need(c, facts, &visible, cfg).is_some()
+                decide::forward_compat_need(c, declared, facts, &visible, cfg).is_some()
             },
             crate::scan::compat_lib::scan_rootfs,
         );
