@@ -15,7 +15,10 @@
 //! value by the real per-node judgement ([`super::Subject::judge_host`]) on
 //! labels built for it and read back by the node reader, at its lowest
 //! point and at its highest; a cell where the two disagree (a constant
-//! missed) is taken as refused and the affinity is marked not exact. The
+//! missed) is taken as refused and the affinity is marked not exact. For
+//! an image whose GPU code was scanned, the kernel-image findings and the
+//! rest of the judgement are judged apart, each on the cells of the axes it
+//! reads, to the same masks ([`super::label_grid_apart`]). The
 //! allowed cells are then covered by boxes, grown per brand set, and the
 //! boxes written as label expressions ([`super::label_exprs`]), a brand set
 //! as one `gpu-guard.io/brand In` list and a set of whole driver branches
@@ -53,10 +56,12 @@ const MAX_BRANCHES: u64 = 64;
 /// A box of slots (inclusive) on every axis, for one brand set.
 type SlotBox = Vec<(usize, usize)>;
 
-fn box_ok(g: &Grid, b: &SlotBox, s: u32) -> bool {
+/// Calls `f` with the index of every cell of box `b` until it returns
+/// false; true when it never did.
+fn all_in_box(g: &Grid, b: &SlotBox, mut f: impl FnMut(usize) -> bool) -> bool {
     let mut coord: Vec<usize> = b.iter().map(|r| r.0).collect();
     loop {
-        if g.masks[g.index(&coord)] & s != s {
+        if !f(g.index(&coord)) {
             return false;
         }
         let mut axis = coord.len();
@@ -72,6 +77,10 @@ fn box_ok(g: &Grid, b: &SlotBox, s: u32) -> bool {
             coord[axis] = b[axis].0;
         }
     }
+}
+
+fn box_ok(g: &Grid, b: &SlotBox, s: u32) -> bool {
+    all_in_box(g, b, |i| g.masks[i] & s == s)
 }
 
 /// Grows a box from `start` while it stays within the cells allowing all
@@ -105,10 +114,6 @@ fn grow(g: &Grid, start: &[usize], s: u32) -> SlotBox {
     b
 }
 
-fn in_box(coord: &[usize], b: &SlotBox) -> bool {
-    coord.iter().zip(b).all(|(c, (lo, hi))| lo <= c && c <= hi)
-}
-
 /// Boxes covering every allowed (cell, brand value). Cells allowing every
 /// value first (no brand expression); then the brand values grouped by the
 /// cells that allow them (NVIDIA's lists name the same brands on every
@@ -139,11 +144,10 @@ fn cover(g: &Grid) -> Vec<(SlotBox, u32)> {
                 continue;
             }
             let b = grow(g, &g.coord(i), k);
-            for (j, c) in covered.iter_mut().enumerate() {
-                if in_box(&g.coord(j), &b) {
-                    *c |= k;
-                }
-            }
+            all_in_box(g, &b, |j| {
+                covered[j] |= k;
+                true
+            });
             out.push((b, k));
         }
     }

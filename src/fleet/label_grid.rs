@@ -7,7 +7,7 @@
 use super::label_exprs::{AxisRange, Point};
 use super::labels;
 use super::nodes::{self, NodeLabels, CC_GFD, COUNT, CUDA_NEW, DRIVER_NEW};
-use super::Subject;
+use super::{Host, Subject};
 use crate::core::decision::Verdict;
 use crate::core::facts::BRANDS;
 use crate::core::requirement::{Key, Op, Operand};
@@ -73,7 +73,7 @@ impl Axis {
     }
     /// The lowest and highest point of a slot a label can hold (parts of 32
     /// bits); empty when none can; `[None]` for the absent slot.
-    fn samples(&self, slot: usize) -> Vec<Option<Point>> {
+    pub(super) fn samples(&self, slot: usize) -> Vec<Option<Point>> {
         let Some(k) = self.interval(slot) else {
             return vec![None];
         };
@@ -90,6 +90,24 @@ impl Axis {
         } else {
             vec![Some(lo), Some(top)]
         }
+    }
+    /// For each slot of `fine`, the slot of this axis it lies in; None
+    /// unless every cut of this axis is one of `fine`'s (then no cut of
+    /// this axis falls inside a cell of `fine`).
+    pub(super) fn project(&self, fine: &Axis) -> Option<Vec<usize>> {
+        let subset = self.cuts.iter().all(|c| fine.cuts.binary_search(c).is_ok());
+        if !subset || self.absent != fine.absent || self.parts != fine.parts {
+            return None;
+        }
+        let absent = usize::from(self.absent);
+        let slot = |s: usize| match fine.interval(s) {
+            None => 0,
+            Some(k) => {
+                let lo = fine.lo(k);
+                absent + self.cuts.partition_point(|c| *c <= lo)
+            }
+        };
+        Some((0..fine.slots()).map(slot).collect())
     }
     pub(super) fn range(&self, a: usize, b: usize) -> AxisRange {
         let first = self.interval(a).unwrap_or(0);
@@ -206,18 +224,34 @@ fn reads_more(subject: &Subject) -> bool {
             != crate::core::policy::MinorVersionCompat::Off
 }
 
-/// With a scanned image: its architectures and where NVIDIA's
-/// binary-compatibility rules change around them (the next minor and
-/// major; Tegra parts, exact-match only, on the majors the image has
-/// machine code for), every major's minor 10 (gpu-guard reads one-digit
-/// minors, sm_XY), the CUDA its PTX needs; and, where the decision uses
-/// them (minor-version compatibility "allow", compat libraries), the CUDA
-/// tables' driver minimums.
-fn scan_cuts(subject: &Subject, c: &mut Cuts) {
-    use crate::core::arch::{ptx_isa_needs, IsaNeed, Kind, PTX_ISA_TO_CUDA};
+/// With a scanned image: with `images`, its architectures and where
+/// NVIDIA's binary-compatibility rules change around them
+/// ([`image_cuts`]); and, where the decision uses them (minor-version
+/// compatibility "allow", compat libraries), the CUDA tables' driver
+/// minimums.
+fn scan_cuts(subject: &Subject, c: &mut Cuts, images: bool) {
     let Some(s) = subject.scanned() else {
         return;
     };
+    if images {
+        image_cuts(s, c);
+    }
+    let allow = subject.config().requirements.minor_version_compatibility
+        == crate::core::policy::MinorVersionCompat::Allow;
+    if allow || has_compat(subject) {
+        table_cuts(c);
+    }
+}
+
+/// A scanned image's architectures and where NVIDIA's binary-compatibility
+/// rules change around them (the next minor and major; Tegra parts,
+/// exact-match only, on the majors the image has machine code for), every
+/// major's minor 10 (gpu-guard reads one-digit minors, sm_XY), and the CUDA
+/// its PTX needs. Only the judgement of the image's GPU code reads them
+/// (crate::core::kernel_image, and minor-version compatibility's check that
+/// every library runs as SASS: core::compat_check `sass_only`).
+fn image_cuts(s: &crate::core::kernel_image::Scanned, c: &mut Cuts) {
+    use crate::core::arch::{ptx_isa_needs, IsaNeed, Kind, PTX_ISA_TO_CUDA};
     let images: Vec<_> = s
         .libraries
         .iter()
@@ -251,11 +285,6 @@ fn scan_cuts(subject: &Subject, c: &mut Cuts) {
         c.cc.extend([vec![x, 0], vec![x, 10]]);
     }
     c.cc.push(vec![100, 0]);
-    let allow = subject.config().requirements.minor_version_compatibility
-        == crate::core::policy::MinorVersionCompat::Allow;
-    if allow || has_compat(subject) {
-        table_cuts(c);
-    }
 }
 
 /// The image has compat libraries (their notes name driver branches and brands).
@@ -326,6 +355,13 @@ fn count_cuts(subject: &Subject) -> Option<Vec<Point>> {
 
 /// The axes: driver, CUDA, compute capability and, when it matters, count.
 pub(super) fn axes(subject: &Subject) -> Vec<Axis> {
+    axes_with(subject, true)
+}
+
+/// The axes, cut with (`images`) or without the cuts of the scanned GPU
+/// code ([`image_cuts`]): without them, every cut is still one of the
+/// axes' with them, so each cell of theirs lies in one cell of these.
+pub(super) fn axes_with(subject: &Subject, images: bool) -> Vec<Axis> {
     let mut c = Cuts {
         driver: Vec::new(),
         cuda: Vec::new(),
@@ -333,7 +369,7 @@ pub(super) fn axes(subject: &Subject) -> Vec<Axis> {
         count: count_cuts(subject),
     };
     requirement_cuts(subject, &mut c);
-    scan_cuts(subject, &mut c);
+    scan_cuts(subject, &mut c, images);
     compat_cuts(subject, &mut c);
     if reads_more(subject) {
         with_majors(&mut c.cuda);
@@ -381,12 +417,14 @@ fn labels_for(point: &[Option<Point>], v: usize) -> NodeLabels {
     }
 }
 
+/// The host a node with these labels is, as `check --nodes` reads it.
+pub(super) fn host_for(point: &[Option<Point>], v: usize) -> Option<Host> {
+    nodes::host_from_node(&labels_for(point, v)).ok()
+}
+
 /// Allowed on a node with these labels: the judgement `check --nodes` makes.
-fn allowed(subject: &Subject, node: &NodeLabels) -> bool {
-    match nodes::host_from_node(node) {
-        Ok(h) => subject.judge_host(&h).verdict == Verdict::Allow,
-        Err(_) => false,
-    }
+fn allowed(subject: &Subject, point: &[Option<Point>], v: usize) -> bool {
+    host_for(point, v).is_some_and(|h| subject.judge_host(&h).verdict == Verdict::Allow)
 }
 
 /// Every cell's mask of allowed brand values, and whether the two samples
@@ -399,30 +437,80 @@ pub(super) struct Grid {
 }
 
 impl Grid {
+    pub(super) fn new(axes: Vec<Axis>) -> Grid {
+        Grid {
+            sizes: axes.iter().map(Axis::slots).collect(),
+            axes,
+            masks: Vec::new(),
+            consistent: true,
+        }
+    }
     pub(super) fn cells(&self) -> usize {
         self.sizes.iter().product()
     }
     pub(super) fn index(&self, coord: &[usize]) -> usize {
-        coord
-            .iter()
-            .zip(&self.sizes)
-            .fold(0, |acc, (c, s)| acc * s + c)
+        index_in(&self.sizes, coord)
     }
-    pub(super) fn coord(&self, mut i: usize) -> Vec<usize> {
-        let mut out = vec![0; self.sizes.len()];
-        for (o, s) in out.iter_mut().zip(&self.sizes).rev() {
-            *o = i % s;
-            i /= s;
-        }
-        out
+    pub(super) fn coord(&self, i: usize) -> Vec<usize> {
+        coord_in(&self.sizes, i)
     }
+    /// A cell's lowest and highest point a label can hold on every axis;
+    /// None when some axis has none there.
+    pub(super) fn ends(&self, coord: &[usize]) -> Option<Ends> {
+        ends(self.axes.iter().zip(coord).map(|(a, &s)| (a, s)))
+    }
+}
+
+/// The index of a cell of a grid of `sizes` slots, the last axis fastest.
+pub(super) fn index_in(sizes: &[usize], coord: &[usize]) -> usize {
+    coord.iter().zip(sizes).fold(0, |acc, (c, s)| acc * s + c)
+}
+
+/// The slots of cell `i` of a grid of `sizes` slots.
+pub(super) fn coord_in(sizes: &[usize], mut i: usize) -> Vec<usize> {
+    let mut out = vec![0; sizes.len()];
+    for (o, s) in out.iter_mut().zip(sizes).rev() {
+        *o = i % s;
+        i /= s;
+    }
+    out
+}
+
+/// The lowest and the highest point of a cell.
+pub(super) struct Ends {
+    pub(super) low: Vec<Option<Point>>,
+    pub(super) high: Vec<Option<Point>>,
+}
+
+impl Ends {
+    /// Judges the cell at both ends: (allowed, the ends agree). A cell
+    /// whose ends disagree (a constant missed) is not allowed.
+    pub(super) fn judge(&self, allowed: impl Fn(&[Option<Point>]) -> bool) -> (bool, bool) {
+        let a = allowed(&self.low);
+        let agree = self.low == self.high || allowed(&self.high) == a;
+        (a && agree, agree)
+    }
+}
+
+/// The ends of the cell of one slot per axis.
+pub(super) fn ends<'a>(slots: impl Iterator<Item = (&'a Axis, usize)>) -> Option<Ends> {
+    let mut e = Ends {
+        low: Vec::new(),
+        high: Vec::new(),
+    };
+    for (axis, slot) in slots {
+        let s = axis.samples(slot);
+        e.low.push(s.first()?.clone());
+        e.high.push(s.last()?.clone());
+    }
+    Some(e)
 }
 
 /// Brand values the decision cannot tell apart, as masks: the absent
 /// label and `mixed` give the same facts (brand unknown), and brands no
 /// requirement names compare alike; with compat libraries (whose notes
 /// list brands) every brand is its own.
-fn brand_classes(subject: &Subject) -> Vec<u32> {
+pub(super) fn brand_classes(subject: &Subject) -> Vec<u32> {
     let named: Vec<String> = subject
         .requirements
         .iter()
@@ -449,43 +537,52 @@ fn brand_classes(subject: &Subject) -> Vec<u32> {
     classes
 }
 
+/// Every cell's mask and whether all cells were judged alike at both ends.
+pub(super) struct Judged {
+    pub(super) masks: Vec<u32>,
+    pub(super) consistent: bool,
+}
+
+/// The grid of `axes`, each cell judged for each brand class, or None when
+/// it has too many cells. With a scanned image the kernel-image findings
+/// are judged apart where that is exact ([`super::label_grid_apart`]);
+/// otherwise, and always to the same result, every cell is judged whole
+/// ([`judge_cells`]).
 pub(super) fn judge_grid(subject: &Subject, axes: Vec<Axis>) -> Option<Grid> {
-    let sizes: Vec<usize> = axes.iter().map(Axis::slots).collect();
-    let mut g = Grid {
-        masks: Vec::new(),
-        sizes,
-        axes,
-        consistent: true,
-    };
+    let mut g = Grid::new(axes);
     let classes = brand_classes(subject);
     if g.cells().saturating_mul(classes.len() * 2) > MAX_JUDGED {
         return None;
     }
+    let judged = super::label_grid_apart::judge(subject, &g, &classes)
+        .unwrap_or_else(|| judge_cells(subject, &g, &classes));
+    g.masks = judged.masks;
+    g.consistent = judged.consistent;
+    Some(g)
+}
+
+/// Every cell judged whole for each brand class, at its lowest point and at
+/// its highest, by the per-node judgement `check --nodes` makes.
+pub(super) fn judge_cells(subject: &Subject, g: &Grid, classes: &[u32]) -> Judged {
+    let mut out = Judged {
+        masks: Vec::with_capacity(g.cells()),
+        consistent: true,
+    };
     for i in 0..g.cells() {
-        let coord = g.coord(i);
-        let samples: Vec<Vec<Option<Point>>> = g
-            .axes
-            .iter()
-            .zip(&coord)
-            .map(|(a, &s)| a.samples(s))
-            .collect();
-        if samples.iter().any(Vec::is_empty) {
-            g.masks.push(0);
+        let Some(ends) = g.ends(&g.coord(i)) else {
+            out.masks.push(0);
             continue;
-        }
-        let low: Vec<Option<Point>> = samples.iter().map(|s| s[0].clone()).collect();
-        let high: Vec<Option<Point>> = samples.iter().map(|s| s[s.len() - 1].clone()).collect();
+        };
         let mut mask = 0u32;
-        for class in &classes {
+        for class in classes {
             let v = class.trailing_zeros() as usize;
-            let a = allowed(subject, &labels_for(&low, v));
-            let b = low == high || allowed(subject, &labels_for(&high, v)) == a;
-            g.consistent &= b;
-            if a && b {
+            let (ok, agree) = ends.judge(|p| allowed(subject, p, v));
+            out.consistent &= agree;
+            if ok {
                 mask |= class;
             }
         }
-        g.masks.push(mask);
+        out.masks.push(mask);
     }
-    Some(g)
+    out
 }

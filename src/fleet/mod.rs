@@ -18,6 +18,7 @@ pub mod attached;
 pub mod label_affinity;
 pub mod label_exprs;
 mod label_grid;
+mod label_grid_apart;
 pub mod labels;
 pub mod nodes;
 pub mod selector;
@@ -131,17 +132,40 @@ impl<'a> Subject<'a> {
 
     /// One host's Decision (a node without GPU facts included).
     pub fn judge_host(&self, h: &Host) -> Decision {
+        self.judge_host_by(h, |r| self.decide(r))
+    }
+
+    /// [`Subject::judge_host`] without the kernel-image findings
+    /// ([`Judge::on_host_without_kernel_image`]): the label affinity judges
+    /// those apart ([`label_grid_apart`]).
+    pub(crate) fn judge_host_without_kernel_image(&self, h: &Host) -> Decision {
+        self.judge_host_by(h, |r| self.judge.on_host_without_kernel_image(Some(r)))
+    }
+
+    /// The kernel-image findings of [`Subject::judge_host`] on one host.
+    pub(crate) fn kernel_image_findings(&self, h: &Host) -> Vec<Finding> {
+        match &h.facts {
+            HostFacts::NoGpuFacts { .. } => Vec::new(),
+            HostFacts::Known { report, .. } => self.judge.kernel_image_findings(report),
+        }
+    }
+
+    fn judge_host_by(&self, h: &Host, decide: impl Fn(&HostReport) -> Decision) -> Decision {
         match &h.facts {
             HostFacts::NoGpuFacts { why } => unknown::no_gpu_facts(self.detection().gpu, why),
             HostFacts::Known {
                 report,
                 from_labels,
-            } => self.decide_labelled(report, from_labels.as_deref()),
+            } => self.decide_labelled(decide(report), report, from_labels.as_deref()),
         }
     }
 
-    fn decide_labelled(&self, report: &HostReport, from_labels: Option<&str>) -> Decision {
-        let mut d = self.decide(report);
+    fn decide_labelled(
+        &self,
+        mut d: Decision,
+        report: &HostReport,
+        from_labels: Option<&str>,
+    ) -> Decision {
         let Some(note) = from_labels else {
             return d;
         };
