@@ -138,6 +138,18 @@ pub struct Edits {
     /// runc's spec writes RLIM_INFINITY.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub rlimits: BTreeMap<String, Rlimit>,
+    /// Mounts a tuning rule changed, by destination: `/dev/shm`'s tmpfs
+    /// `size=` raised (`{"/dev/shm": {"size": N}}`, docs/interfaces.md
+    /// "Decision JSON"); never one lowered, never a bind mount.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub mounts: BTreeMap<String, MountEdit>,
+}
+
+/// What a tuning rule changes in one mount.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MountEdit {
+    /// The tmpfs size in bytes (its `size=` option).
+    pub size: u64,
 }
 
 /// One `process.rlimits` entry's values.
@@ -153,6 +165,7 @@ impl Edits {
             && self.capabilities_dropped.is_empty()
             && !self.no_new_privileges
             && self.rlimits.is_empty()
+            && self.mounts.is_empty()
     }
 }
 

@@ -635,10 +635,12 @@ mod tests {
             Mount {
                 source: "/dev/null".into(),
                 destination: "/var/run/nvidia-container-devices/GPU-bbb".into(),
+                ..Default::default()
             },
             Mount {
                 source: "proc".into(),
                 destination: "/proc".into(),
+                ..Default::default()
             },
         ];
         let d = classify(&c);

@@ -89,6 +89,7 @@ pub struct Config {
     pub kernel_image: KernelImageConfig,
     pub compat: CompatConfig,
     pub log: LogConfig,
+    pub metrics: MetricsConfig,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -100,6 +101,10 @@ pub struct HostConfig {
     pub on_probe_failure: OnFailure,
     pub cache_file: String,
     pub cache_ttl_s: u64,
+    /// The CDI spec directories, in CDI's order of precedence (a device
+    /// defined in a later directory overrides the earlier one): checked for
+    /// stale NVIDIA specs when a container asks for CDI devices. Empty: no check.
+    pub cdi_spec_dirs: Vec<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -143,18 +148,21 @@ impl Default for CompatConfig {
     }
 }
 
-/// `tuning.memlock`: RLIMIT_MEMLOCK for GPU containers (RDMA, GPUDirect).
-/// In config.toml: `""` (off), `"unlimited"`, or a number of bytes (an
+/// An rlimit a tuning key raises (`tuning.memlock`, `tuning.stack`). In
+/// config.toml: `""` (off), `"unlimited"`, or a number of bytes (an
 /// integer, or a string of digits).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Memlock {
+pub enum Limit {
     #[default]
     Off,
     Unlimited,
     Bytes(u64),
 }
 
-impl Memlock {
+/// `tuning.memlock`: RLIMIT_MEMLOCK for GPU containers (RDMA, GPUDirect).
+pub type Memlock = Limit;
+
+impl Limit {
     /// The rlimit value: RLIM_INFINITY is u64::MAX, as runc's spec writes it.
     pub fn value(self) -> Option<u64> {
         match self {
@@ -165,21 +173,21 @@ impl Memlock {
     }
 }
 
-impl Serialize for Memlock {
+impl Serialize for Limit {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
-            Memlock::Off => s.serialize_str(""),
-            Memlock::Unlimited => s.serialize_str("unlimited"),
-            Memlock::Bytes(n) => s.serialize_u64(*n),
+            Limit::Off => s.serialize_str(""),
+            Limit::Unlimited => s.serialize_str("unlimited"),
+            Limit::Bytes(n) => s.serialize_u64(*n),
         }
     }
 }
 
-impl<'de> Deserialize<'de> for Memlock {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Memlock, D::Error> {
+impl<'de> Deserialize<'de> for Limit {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Limit, D::Error> {
         struct V;
         impl serde::de::Visitor<'_> for V {
-            type Value = Memlock;
+            type Value = Limit;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("\"\" (off), \"unlimited\" or a number of bytes")
             }
@@ -189,7 +197,7 @@ impl<'de> Deserialize<'de> for Memlock {
             fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<Memlock, E> {
                 u64::try_from(n)
                     .map(Memlock::Bytes)
-                    .map_err(|_| E::custom("memlock must not be negative"))
+                    .map_err(|_| E::custom("a limit must not be negative"))
             }
             fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Memlock, E> {
                 match v.trim() {
@@ -215,7 +223,97 @@ pub struct TuningConfig {
     pub frameworks: BTreeMap<String, Vec<String>>,
     /// RLIMIT_MEMLOCK for GPU containers, only ever raised.
     pub memlock: Memlock,
+    /// RLIMIT_STACK for GPU containers, only ever raised.
+    pub stack: Limit,
+    /// The size of a GPU container's own `/dev/shm` tmpfs, only ever raised.
+    pub shm_size: ShmSize,
     pub env: Vec<TuningRule>,
+}
+
+/// `tuning.shm_size`: `""` (off), a number of bytes (an integer or a
+/// string of digits), or digits with a binary unit `k`, `m`, `g` or `t`
+/// (1024-based, as docker's `--shm-size` and tmpfs's `size=` read them;
+/// `"1g"`, `"512m"`, also `"1GiB"`, `"512MB"`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ShmSize {
+    #[default]
+    Off,
+    Bytes(u64),
+}
+
+impl ShmSize {
+    pub fn bytes(self) -> Option<u64> {
+        match self {
+            ShmSize::Off => None,
+            ShmSize::Bytes(n) => Some(n),
+        }
+    }
+
+    /// Reads a size as the key accepts it; None when it is not one.
+    pub fn parse(text: &str) -> Option<ShmSize> {
+        let t = text.trim();
+        if t.is_empty() {
+            return Some(ShmSize::Off);
+        }
+        let digits = t.bytes().take_while(u8::is_ascii_digit).count();
+        let (num, unit) = t.split_at(digits);
+        let n: u64 = num.parse().ok()?;
+        let shift = match unit.trim_start().to_ascii_lowercase().as_str() {
+            "" | "b" => 0,
+            "k" | "kb" | "kib" => 10,
+            "m" | "mb" | "mib" => 20,
+            "g" | "gb" | "gib" => 30,
+            "t" | "tb" | "tib" => 40,
+            _ => return None,
+        };
+        n.checked_mul(1u64 << shift).map(ShmSize::Bytes)
+    }
+}
+
+impl Serialize for ShmSize {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            ShmSize::Off => s.serialize_str(""),
+            ShmSize::Bytes(n) => s.serialize_u64(*n),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ShmSize {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ShmSize, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = ShmSize;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("\"\" (off), a number of bytes, or a size such as \"1g\" or \"512m\"")
+            }
+            fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<ShmSize, E> {
+                Ok(ShmSize::Bytes(n))
+            }
+            fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<ShmSize, E> {
+                u64::try_from(n)
+                    .map(ShmSize::Bytes)
+                    .map_err(|_| E::custom("shm_size must not be negative"))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ShmSize, E> {
+                ShmSize::parse(v).ok_or_else(|| {
+                    E::custom(format!(
+                        "`{}` is not \"\", a number of bytes or a size such as \"1g\" or \"512m\"",
+                        v.trim()
+                    ))
+                })
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// `[metrics]`: decision counters for Prometheus' node_exporter.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// The `*.prom` file node_exporter's textfile collector reads; empty: off.
+    pub textfile: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -404,6 +502,7 @@ impl Default for Config {
             kernel_image: KernelImageConfig::default(),
             compat: CompatConfig::default(),
             log: LogConfig::default(),
+            metrics: MetricsConfig::default(),
         }
     }
 }
@@ -417,6 +516,9 @@ impl Default for HostConfig {
             on_probe_failure: OnFailure::Refuse,
             cache_file: "/run/gpu-guard/host-facts.json".into(),
             cache_ttl_s: 300,
+            // CDI's default spec directories (container-device-interface
+            // pkg/cdi/spec-dirs.go DefaultSpecDirs): static, then dynamic.
+            cdi_spec_dirs: vec!["/etc/cdi".into(), "/var/run/cdi".into()],
         }
     }
 }
@@ -465,6 +567,8 @@ impl Default for TuningConfig {
             disable_annotation: "gpu-guard.tuning".into(),
             frameworks,
             memlock: Memlock::Off,
+            stack: Limit::Off,
+            shm_size: ShmSize::Off,
             env: vec![
                 TuningRule::plain("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),
                 TuningRule::plain("CUDA_DEVICE_MAX_CONNECTIONS", "32"),

@@ -30,7 +30,7 @@ use std::fmt;
 mod eval;
 mod parse;
 
-pub use eval::{Context, Judgement, MinorVersion, Outcome, TermResult, RequirementOutcome};
+pub use eval::{Context, Judgement, MinorVersion, Outcome, RequirementOutcome, TermResult};
 pub use parse::{cuda_version_major_minor, parse_go_bool, SyntaxError};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
