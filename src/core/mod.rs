@@ -5,6 +5,7 @@
 
 pub mod arch;
 pub mod capability;
+pub mod cdi;
 pub mod compat;
 pub mod compat_check;
 pub mod container;

@@ -7,5 +7,6 @@
 
 pub mod fsutil;
 pub mod logging;
+pub mod metrics;
 pub mod policy_file;
 pub mod time;
