@@ -80,10 +80,13 @@ fn nodes_table_and_summary() {
     assert!(row("gpu-rtx4090-545 ").contains("refuse"));
     assert!(row("gpu-rtx4090-545 ").contains("driver 545 too old for CUDA 12.4"));
     assert!(row("gpu-a100-mig-525 ").contains("driver 525 too old for CUDA 12.4"));
+    // A node without GPU facts is refused (issue 17 C7): a GPU container
+    // cannot be judged there.
+    assert!(row("cpu-1 ").contains("refuse"), "{out}");
     assert!(row("cpu-1 ").contains("no GPU facts"));
     assert_eq!(
         lines[8],
-        "runs on 4 of 6 hosts; refused on 2: driver 545 too old for CUDA 12.4 on 1, driver 525 too old for CUDA 12.4 on 1; 1 without GPU facts (not counted)"
+        "runs on 4 of 7 hosts; refused on 3: driver 545 too old for CUDA 12.4 on 1, driver 525 too old for CUDA 12.4 on 1, no GPU facts on 1"
     );
     // --any: allowed somewhere is enough.
     assert_eq!(nodes_check(&d, &["--any"]).status.code(), Some(0));
@@ -102,10 +105,18 @@ fn nodes_json_shape_and_label_facts() {
     let results = v["results"].as_array().unwrap();
     assert_eq!(results.len(), 7);
     assert_eq!(v["summary"]["allowed"], 4);
-    assert_eq!(v["summary"]["refused"], 2);
+    assert_eq!(v["summary"]["refused"], 3);
     assert_eq!(v["summary"]["no_gpu_facts"], 1);
     let by = |n: &str| results.iter().find(|r| r["host"] == n).unwrap();
-    assert!(by("cpu-1")["decision"].is_null());
+    // Every result carries a Decision (issue 17 C7, design.md).
+    let cpu = &by("cpu-1")["decision"];
+    assert_eq!(cpu["verdict"], "refuse", "{cpu}");
+    assert_eq!(cpu["findings"][0]["check"], "host");
+    assert_eq!(cpu["findings"][0]["severity"], "error");
+    assert!(cpu["findings"][0]["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("no GPU facts"));
     let h100 = &by("gpu-h100-550")["decision"];
     assert_eq!(h100["verdict"], "allow");
     let info = h100["findings"][0]["message"].as_str().unwrap();
@@ -121,7 +132,7 @@ fn nodes_json_shape_and_label_facts() {
     assert!(a100["findings"][0]["message"]
         .as_str()
         .unwrap()
-        .contains("brand unknown"));
+        .contains("brand unknown (no gpu-guard.io/brand label)"));
     // The old-label node: facts from the deprecated names.
     let old = by("gpu-l4-oldgfd")["decision"]["findings"][0]["message"]
         .as_str()
@@ -130,8 +141,11 @@ fn nodes_json_shape_and_label_facts() {
     assert!(old.contains("driver 550.54.15, CUDA 12.4"), "{old}");
 }
 
+/// Issue 21 A2: an alternative whose brand labels cannot tell does not
+/// hold, so the unlabelled A100 is refused (it was "allowed" with a
+/// warning before), with a warning naming the label that decides it.
 #[test]
-fn unknown_brand_is_a_warning_not_a_pass_or_a_failure() {
+fn unknown_brand_does_not_hold_and_names_its_label() {
     let d = tmpdir("brand");
     // CUDA 12.4 fails everywhere below; only brand=tesla,driver>=550 could hold.
     let o = run(
@@ -157,10 +171,24 @@ fn unknown_brand_is_a_warning_not_a_pass_or_a_failure() {
             .unwrap()["decision"]
             .clone()
     };
-    // Labelled tesla: holds. Unlabelled A100: cannot judge -> warning.
+    // Labelled tesla: holds. Unlabelled A100: not shown to hold -> refused.
     assert_eq!(by("gpu-h100-550")["verdict"], "allow");
     let a100 = by("gpu-a100-550");
-    assert_eq!(a100["verdict"], "allow");
+    assert_eq!(a100["verdict"], "refuse", "{a100}");
+    let err = a100["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["severity"] == "error")
+        .unwrap()
+        .clone();
+    assert!(
+        err["message"]
+            .as_str()
+            .unwrap()
+            .contains("not shown to hold"),
+        "{err}"
+    );
     let warn = a100["findings"]
         .as_array()
         .unwrap()
@@ -177,6 +205,13 @@ fn unknown_brand_is_a_warning_not_a_pass_or_a_failure() {
     );
     assert!(
         warn["fix"].as_str().unwrap().contains("--node-labels"),
+        "{warn}"
+    );
+    assert!(
+        warn["message"]
+            .as_str()
+            .unwrap()
+            .contains("gpu-guard.io/brand would decide it"),
         "{warn}"
     );
     // Labelled geforcertx: a definite failure.
@@ -284,6 +319,7 @@ fn node_labels_print_and_write() {
     assert_eq!(
         lines,
         [
+            "gpu-guard.io/brand=mixed",
             "gpu-guard.io/brand.nvidia=true",
             "gpu-guard.io/brand.tesla=true",
             "gpu-guard.io/compute.min=7.5",

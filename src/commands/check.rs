@@ -57,6 +57,9 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
             }
         }
     }
+    if args.spec.is_none() && args.bundle.is_none() {
+        crate::fleet::attached::env_alone_as_run_with_gpus(&mut container);
+    }
     if let (Some(host), false) = (args.host.first(), fleet_report::wanted(args)) {
         // Unreadable input is a usage error here, not a refusal.
         if let Err(e) = crate::host::facts_file::read_facts_file(host) {

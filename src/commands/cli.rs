@@ -82,10 +82,11 @@ that is read from the spec. With --env alone there is no spec, and the container
 if run with GPUs attached, as `docker run --gpus` would.
 
 Exit status: 0 the container would start (on every host given; with --any, on \
-at least one); 1 it is refused (on some host); 2 bad usage or unreadable input. Nodes of --nodes \
-without GPU Feature Discovery labels are listed as \"no GPU facts\" and neither allowed nor \
-refused; a run where no host could be judged exits 1. --affinity exits 0 when the affinity \
-admits at least one node.")]
+at least one); 1 it is refused (on some host; with several, also when not judged as a GPU \
+container there: a skip is not runs); 2 bad usage or \
+unreadable input. Nodes of --nodes without GPU Feature Discovery labels are refused (\"no GPU \
+facts\"). --affinity exits 0 when the affinity is exact and admits a node; without --nodes it is \
+over node labels only and exact for every labelled node, or stricter and exits 1.")]
 pub struct CheckArgs {
     /// Bundle directory; reads DIR/config.json
     #[arg(long, value_name = "DIR")]
@@ -109,13 +110,13 @@ pub struct CheckArgs {
     /// Judge on every *.json host facts file in DIR (sorted by name)
     #[arg(long, value_name = "DIR")]
     pub hosts: Option<PathBuf>,
-    /// Judge on Kubernetes nodes: `kubectl get nodes -o json` output; facts from GPU Feature Discovery and gpu-guard.io labels
+    /// Judge on Kubernetes nodes: `kubectl get nodes -o json` or `-o yaml` output, `-` for stdin; facts from GPU Feature Discovery and gpu-guard.io labels
     #[arg(long, value_name = "FILE")]
     pub nodes: Option<PathBuf>,
     /// With several hosts: exit 0 when allowed on at least one (default: on every one)
     #[arg(long)]
     pub any: bool,
-    /// Print a Kubernetes nodeAffinity admitting the nodes of --nodes where the container is allowed (YAML; JSON with --json)
+    /// Print a Kubernetes nodeAffinity admitting the nodes where the container is allowed: over node labels, exact for labelled nodes; with --nodes, patched by name to be exact on them (YAML; JSON with --json)
     #[arg(long)]
     pub affinity: bool,
     /// Print the decision as JSON

@@ -53,13 +53,7 @@ pub fn container_for(image_env: &[String], env: &[(String, String)]) -> Containe
     for (k, v) in env {
         c.env.set(k, v);
     }
-    let legacy = !c.env.get("CUDA_VERSION").unwrap_or("").is_empty()
-        && c.env.get("NVIDIA_REQUIRE_CUDA").unwrap_or("").is_empty();
-    if !c.env.contains("NVIDIA_VISIBLE_DEVICES") && !legacy {
-        c.env.set("NVIDIA_VISIBLE_DEVICES", "all");
-    }
-    // Judged as `docker run --gpus all` would run it: GPUs attached.
-    c.assume_attached = true;
+    crate::fleet::attached::as_run_with_all_gpus(&mut c);
     c
 }
 

@@ -180,7 +180,7 @@ type MajorMinor = (u16, u16);
 /// nvcc 13.5 writes `.version 9.5` (checked with the nvidia-cuda-nvcc wheel);
 /// 9.2 and 9.3 follow the same one-to-one 13.x numbering.
 /// A driver too old for the ISA fails with CUDA_ERROR_UNSUPPORTED_PTX_VERSION.
-const PTX_ISA_TO_CUDA: &[(MajorMinor, MajorMinor)] = &[
+pub(crate) const PTX_ISA_TO_CUDA: &[(MajorMinor, MajorMinor)] = &[
     ((1, 0), (1, 0)),
     ((1, 1), (1, 1)),
     ((1, 2), (2, 0)),

@@ -8,7 +8,7 @@
 use crate::core::version::Version;
 
 /// (CUDA toolkit major.minor, minimum Linux driver).
-const TOOLKIT_MIN_DRIVER: &[(&str, &str)] = &[
+pub(crate) const TOOLKIT_MIN_DRIVER: &[(&str, &str)] = &[
     ("10.0", "410.48"),
     ("10.1", "418.39"),
     ("10.2", "440.33"),
@@ -50,7 +50,8 @@ const TOOLKIT_MIN_DRIVER: &[(&str, &str)] = &[
 /// CUDA 13.x is left out on purpose: only ">= 580" is known for it, not
 /// the exact version NVIDIA's table gives, so a 13.x gap is never admitted
 /// until it is checked against that table.
-const MINOR_VERSION_FAMILY_MIN_DRIVER: &[(u64, &str)] = &[(11, "450.80.02"), (12, "525.60.13")];
+pub(crate) const MINOR_VERSION_FAMILY_MIN_DRIVER: &[(u64, &str)] =
+    &[(11, "450.80.02"), (12, "525.60.13")];
 
 /// The family minimum driver for minor-version compatibility within CUDA
 /// `major`; None for a major the table does not cover (10 and older had no
