@@ -324,3 +324,16 @@ fn no_cycle_between_the_files_of_the_core() {
         panic!("import cycle between files of src/core: {}", c.join(" -> "));
     }
 }
+
+// The rest of the `module_graph` test binary: the other checks that read the
+// repository's sources rather than run gpu-guard (`unsafe` only at the
+// audited place; the test layout). It does not link the gpu-guard library,
+// so it builds in seconds. A new source-reading check is one more
+// `#[path] mod` line here, its file in tests/structure/.
+#[path = "support/mod.rs"]
+mod support;
+
+#[path = "structure/no_unsafe.rs"]
+mod no_unsafe;
+#[path = "structure/test_layout.rs"]
+mod test_layout;
