@@ -154,6 +154,18 @@ fn tuning_on(c: &Container, cfg: &TuningConfig) -> bool {
 /// env rules, off when tuning is off or the container's annotation turns
 /// it off.
 pub fn rlimits(c: &Container, cfg: &TuningConfig) -> BTreeMap<String, Rlimit> {
+    rlimits_over(c, cfg, &BTreeMap::new())
+}
+
+/// [`rlimits`] for a container whose spec, where it lists no entry of a
+/// type, inherits the limit in `inherited` (crate::sys::limits: runc's
+/// own): an added entry keeps the inherited soft or hard value where that
+/// is higher, so writing it never lowers what the container would have had.
+pub fn rlimits_over(
+    c: &Container,
+    cfg: &TuningConfig,
+    inherited: &BTreeMap<String, Rlimit>,
+) -> BTreeMap<String, Rlimit> {
     let mut out = BTreeMap::new();
     if !tuning_on(c, cfg) {
         return out;
@@ -163,9 +175,15 @@ pub fn rlimits(c: &Container, cfg: &TuningConfig) -> BTreeMap<String, Rlimit> {
             continue;
         };
         let r = match c.rlimits.get(kind) {
-            None => Rlimit {
-                soft: want,
-                hard: want,
+            None => match inherited.get(kind) {
+                Some(have) => Rlimit {
+                    soft: have.soft.max(want),
+                    hard: have.hard.max(want),
+                },
+                None => Rlimit {
+                    soft: want,
+                    hard: want,
+                },
             },
             Some(have) => {
                 let r = Rlimit {
@@ -336,6 +354,24 @@ mod tests {
         // Never lowered.
         cfg.stack = Limit::Bytes(1 << 20);
         assert!(!rlimits(&c, &cfg).contains_key(STACK));
+        // No entry in the spec: the inherited limit is the floor, so the
+        // added entry keeps an unlimited hard limit unlimited.
+        cfg.stack = Limit::Bytes(64 << 20);
+        let inherited = BTreeMap::from([(
+            STACK.to_string(),
+            Rlimit {
+                soft: 8 << 20,
+                hard: u64::MAX,
+            },
+        )]);
+        let bare = Container::default();
+        assert_eq!(
+            rlimits_over(&bare, &cfg, &inherited)[STACK],
+            Rlimit {
+                soft: 64 << 20,
+                hard: u64::MAX
+            }
+        );
         cfg.enabled = false;
         assert!(rlimits(&c, &cfg).is_empty());
     }
