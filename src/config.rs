@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use crate::core::policy::{default_kernel_image_libraries, Config};
 
 /// Where the config lives when neither `--config` nor `GPU_GUARD_CONFIG` says.
-const DEFAULT_CONFIG_PATH: &str = "/etc/gpu-guard/config.toml";
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/gpu-guard/config.toml";
 /// Environment variable naming the config file (docs/interfaces.md, "Config file").
 const CONFIG_ENV: &str = "GPU_GUARD_CONFIG";
 /// The shipped config, compiled in so a test can hold `Default` to it.
@@ -82,6 +82,15 @@ pub fn load(flag: Option<&Path>) -> Result<Config, ConfigError> {
 /// `60-enforce.toml` that cannot be read must not leave an earlier
 /// `50-warn.toml` in force).
 pub fn load_detailed(flag: Option<&Path>) -> Result<Loaded, ConfigError> {
+    let mut loaded = load_files(flag)?;
+    // What NVIDIA's toolkit on this host honours decides which requests
+    // make a GPU container (core::detect): read with the config, once.
+    let nvidia = crate::host::nvidia_config::read(&loaded.config.detect.nvidia_config);
+    loaded.config.detect.nvidia = nvidia;
+    Ok(loaded)
+}
+
+fn load_files(flag: Option<&Path>) -> Result<Loaded, ConfigError> {
     let (path, explicit) = config_path(flag);
     let main_text = match read_config_file(&path) {
         Ok(t) => Some(t),

@@ -276,8 +276,7 @@ fn the_line_counter_counts_code_not_tests() {
     assert_eq!(counted_lines(&format!("{helper}{code}")), 14);
     assert_eq!(counted_lines(&format!("{helper}{code}{tests}")), 14);
     // The rule fails on a file over the limit and passes at it.
-    let d = std::env::temp_dir().join(format!("gg-module-graph-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
+    let d = support::tempdir("module-graph");
     std::fs::create_dir_all(d.join("sub")).unwrap();
     std::fs::write(d.join("ok.rs"), format!("{}{tests}", "//\n".repeat(700))).unwrap();
     std::fs::write(d.join("sub/big.rs"), "//\n".repeat(701)).unwrap();

@@ -22,6 +22,7 @@ pub mod policy_check;
 pub mod profiles;
 pub mod report;
 pub mod requirement;
+pub mod runtime_engines;
 pub mod sanitize;
 pub mod security;
 pub mod tuning;

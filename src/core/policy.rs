@@ -63,6 +63,39 @@ pub struct DetectConfig {
     /// CDI kinds (`vendor/class`) that name NVIDIA GPUs, besides the
     /// built-in `nvidia.com/gpu`, `nvidia.com/mig` and `runtime.nvidia.com/gpu`.
     pub cdi_kinds: Vec<String>,
+    /// NVIDIA's container toolkit config, read for [`NvidiaDeviceSettings`];
+    /// `""`: NVIDIA's defaults.
+    pub nvidia_config: String,
+    /// What NVIDIA's toolkit on this host honours, from `nvidia_config`
+    /// (filled when the config is loaded, not a key of gpu-guard's own).
+    #[serde(skip)]
+    pub nvidia: NvidiaDeviceSettings,
+}
+
+/// The two settings of NVIDIA's toolkit that decide which device requests
+/// it acts on (`/etc/nvidia-container-runtime/config.toml`, top level;
+/// nvidia-container-toolkit api/config/v1/config.go, `Config` and
+/// `GetDefault`; internal/config/image/cuda_image.go, `VisibleDevices`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NvidiaDeviceSettings {
+    /// `accept-nvidia-visible-devices-as-volume-mounts` (default false):
+    /// the device list of `/dev/null` mounts under
+    /// `/var/run/nvidia-container-devices/` is honoured, and then wins
+    /// over the env.
+    pub accept_volume_mounts: bool,
+    /// `accept-nvidia-visible-devices-envvar-when-unprivileged` (default
+    /// true): `NVIDIA_VISIBLE_DEVICES` is honoured in a container without
+    /// `CAP_SYS_ADMIN` in its bounding set.
+    pub accept_envvar_unprivileged: bool,
+}
+
+impl Default for NvidiaDeviceSettings {
+    fn default() -> Self {
+        NvidiaDeviceSettings {
+            accept_volume_mounts: false,
+            accept_envvar_unprivileged: true,
+        }
+    }
 }
 
 impl Default for DetectConfig {
@@ -72,6 +105,8 @@ impl Default for DetectConfig {
             // The k8s device plugin's cdi-annotations / cdi-cri strategies
             // (NVIDIA/k8s-device-plugin: cdi.WithVendor("k8s.device-plugin.nvidia.com")).
             cdi_kinds: vec!["k8s.device-plugin.nvidia.com/gpu".into()],
+            nvidia_config: "/etc/nvidia-container-runtime/config.toml".into(),
+            nvidia: NvidiaDeviceSettings::default(),
         }
     }
 }
@@ -406,6 +441,8 @@ pub struct Exception {
 #[serde(deny_unknown_fields, default)]
 pub struct RuntimeConfig {
     pub path: String,
+    /// Per-engine chains and the runtime roots that tell the engines apart.
+    pub engines: crate::core::runtime_engines::Engines,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -617,5 +654,25 @@ impl Default for LogConfig {
             syslog: true,
             syslog_socket: String::new(),
         }
+    }
+}
+
+impl Config {
+    /// The engine that invoked the runtime wrapper, from its `--root`.
+    pub fn engine_for_root(
+        &self,
+        root: &std::path::Path,
+    ) -> Option<crate::core::runtime_engines::Engine> {
+        self.runtime.engines.engine_for_root(root)
+    }
+
+    /// The runtime the wrapper execs for `engine` (`None`: not known):
+    /// `runtime.engines.ENGINE.path`, else `runtime.path`; `""`: PATH search.
+    pub fn chained_runtime(&self, engine: Option<crate::core::runtime_engines::Engine>) -> &str {
+        crate::core::runtime_engines::chained_runtime(
+            &self.runtime.path,
+            &self.runtime.engines,
+            engine,
+        )
     }
 }

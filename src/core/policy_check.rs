@@ -26,6 +26,7 @@ impl Config {
             }
         }
         profiles::validate(&self.security)?;
+        self.runtime.engines.validate()?;
         for (i, rule) in self.tuning.env.iter().enumerate() {
             self.check_tuning_rule(i, rule)?;
         }

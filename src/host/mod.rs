@@ -20,6 +20,7 @@ pub mod cdi;
 pub mod child;
 pub mod facts_file;
 pub mod kernel;
+pub mod nvidia_config;
 pub mod nvml;
 pub mod procfs;
 

@@ -325,9 +325,14 @@ fn cdi_names_in_annotations_and_volume_mounts() {
             None,
         ),
     ];
+    // The volume-mounts strategy needs NVIDIA's
+    // accept-nvidia-visible-devices-as-volume-mounts = true (its default is
+    // false: tests/nvidia_settings.rs).
+    let mut cfg = Config::default();
+    cfg.detect.nvidia.accept_volume_mounts = true;
     for (extra, env, want, gpus) in table {
         let what = format!("{extra} {env:?}");
-        let d = decide("t4-a10", &spec(&env, extra));
+        let d = decide_with(&cfg, "t4-a10", &spec(&env, extra));
         assert_eq!(d.verdict, want, "{what}: {:#?}", d.findings);
         assert_eq!(d.gpu_container, gpus.is_some(), "{what}");
         if let Some(g) = gpus {

@@ -20,6 +20,7 @@ mod detect_table;
 mod fleet_affinity;
 mod fleet_cli;
 mod fleet_inputs;
+mod nvidia_settings;
 mod precreate_handoff;
 mod profiles;
 mod spec_go_decoder;

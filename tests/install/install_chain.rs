@@ -1,6 +1,7 @@
 //! `gpu-guard install` chains the runtime wrapper to NVIDIA's runtime when
 //! that is the engine's default: a gpu-guard config drop-in
-//! (`/etc/gpu-guard/config.d/50-chain-nvidia-ENGINE.toml`) recorded in the
+//! (`/etc/gpu-guard/config.d/50-chain-ENGINE.toml`, `[runtime.engines.ENGINE]
+//! path`, read only for that engine's invocations) recorded in the
 //! install state, a no-op on reinstall, removed by uninstall while
 //! unchanged. And `install containerd` passes CDI annotations through,
 //! never a pattern that would let a pod forge the keys security
@@ -15,9 +16,7 @@ use gpu_guard::install::{self, containerd, Engine};
 const NVIDIA: &str = "/usr/bin/nvidia-container-runtime";
 
 fn chain_path(root: &Path, engine: &str) -> PathBuf {
-    root.join(format!(
-        "etc/gpu-guard/config.d/50-chain-nvidia-{engine}.toml"
-    ))
+    root.join(format!("etc/gpu-guard/config.d/50-chain-{engine}.toml"))
 }
 
 fn state(root: &Path, engine: &str) -> serde_json::Value {
@@ -60,12 +59,18 @@ fn round_trip(engine: Engine, name: &str, config: &str, before: &str, set_defaul
     assert_eq!(st["chain"]["runtime"], NVIDIA, "{name}");
     assert_eq!(
         st["chain"]["file"],
-        format!("/etc/gpu-guard/config.d/50-chain-nvidia-{name}.toml")
+        format!("/etc/gpu-guard/config.d/50-chain-{name}.toml")
     );
-    // gpu-guard reads it: the wrapper's runtime.path, from that file.
+    // gpu-guard reads it: the wrapper's chain for this engine only, from
+    // that file; the global runtime.path (every other engine) is untouched.
     let loaded = gpu_guard::config::load_detailed(Some(&conffile)).unwrap();
-    assert_eq!(loaded.config.runtime.path, NVIDIA);
-    assert_eq!(loaded.runtime_path_from, Some(chain.clone()));
+    assert_eq!(loaded.config.chained_runtime(Some(engine)), NVIDIA);
+    assert_eq!(loaded.config.runtime.path, "");
+    for other in Engine::ALL.into_iter().filter(|e| *e != engine) {
+        assert_eq!(loaded.config.chained_runtime(Some(other)), "", "{other:?}");
+    }
+    assert_eq!(loaded.config.chained_runtime(None), "");
+    assert!(loaded.drop_ins.contains(&chain));
 
     // Reinstall: nothing changes, even with gpu-guard now the default.
     assert!(run(&o).is_empty(), "{name}: reinstall is a no-op");
@@ -196,7 +201,7 @@ fn an_edited_chain_file_stays_and_nvidia_gone_removes_ours() {
     // The admin edits it: uninstall leaves it, with a warning.
     fs::write(
         &chain,
-        "[runtime]\npath = \"/opt/nvidia-container-runtime\"\n",
+        "[runtime.engines.containerd]\npath = \"/opt/nvidia-container-runtime\"\n",
     )
     .unwrap();
     let mut u = o.clone();

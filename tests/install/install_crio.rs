@@ -47,7 +47,9 @@ fn handler_copies_the_current_runtime_but_not_a_vm_one() {
         rt["monitor_path"].as_str(),
         Some("/usr/libexec/crio/conmon")
     );
-    assert_eq!(rt["runtime_root"].as_str(), Some("/run/runc"));
+    // The root is gpu-guard's own, whatever the copied runtime had: the
+    // wrapper knows CRI-O by it (issue 17 A2).
+    assert_eq!(rt["runtime_root"].as_str(), Some("/run/gpu-guard/crio"));
     // A kata default would not be copied: only "oci" runtimes are.
     let kata = "[crio.runtime]\ndefault_runtime = \"kata\"\n[crio.runtime.runtimes.kata]\nruntime_path = \"/k\"\nruntime_type = \"vm\"\n";
     let eff = crio::effective([kata]).unwrap();
@@ -55,7 +57,7 @@ fn handler_copies_the_current_runtime_but_not_a_vm_one() {
     let rt = doc["crio"]["runtime"]["runtimes"]["gpu-guard"]
         .as_table()
         .unwrap();
-    assert_eq!(rt.len(), 2, "{rt:?}");
+    assert_eq!(rt.len(), 3, "{rt:?}");
 }
 
 fn write(root: &Path, host: &str, text: &str) {

@@ -139,11 +139,11 @@ fn flow_creates_records_backs_up_and_restores() {
     let mut o = options(&root, Engine::Docker);
     o.set_default = true;
     // NVIDIA's runtime is the default here: install chains to it.
-    let chain = root.join("etc/gpu-guard/config.d/50-chain-nvidia-docker.toml");
+    let chain = root.join("etc/gpu-guard/config.d/50-chain-docker.toml");
     assert_eq!(run(&o), vec![cfg.clone(), chain.clone()]);
     assert!(fs::read_to_string(&chain)
         .unwrap()
-        .contains("[runtime]\npath = \"nvidia-container-runtime\"\n"));
+        .contains("[runtime.engines.docker]\npath = \"nvidia-container-runtime\"\n"));
     let installed = fs::read_to_string(&cfg).unwrap();
     assert_eq!(json(&installed)["default-runtime"], "gpu-guard");
     // The backup holds the content before the change, under the state dir.

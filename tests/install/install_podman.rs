@@ -56,8 +56,10 @@ fn flow_installs_the_precreate_hook_where_crio_does_not_look() {
     let plan = gpu_guard::install::plan(&o).unwrap();
     assert!(plan.warnings.is_empty(), "{:?}", plan.warnings);
     // podman reads only /usr/share/containers/oci/hooks.d unless told: the
-    // drop-in adds our directory and keeps that one.
-    assert_eq!(run(&o), vec![conf.clone(), file.clone()]);
+    // drop-in adds our directory and keeps that one. The prestart hook
+    // (shipped inactive by the package) is activated beside the precreate one.
+    let prestart = root.join("etc/containers/oci/hooks.d/gpu-guard-prestart.json");
+    assert_eq!(run(&o), vec![conf.clone(), file.clone(), prestart.clone()]);
     golden(
         "podman/gpu-guard-precreate.json",
         &fs::read_to_string(&file).unwrap(),
@@ -71,8 +73,8 @@ fn flow_installs_the_precreate_hook_where_crio_does_not_look() {
     u.uninstall = true;
     let mut removed = run(&u);
     removed.sort();
-    assert_eq!(removed, vec![conf.clone(), file.clone()]);
-    assert!(!file.exists() && !conf.exists());
+    assert_eq!(removed, vec![conf.clone(), file.clone(), prestart.clone()]);
+    assert!(!file.exists() && !conf.exists() && !prestart.exists());
     assert!(!root.join("var/lib/gpu-guard/engines/podman.json").exists());
     // The directories install created went with the file.
     assert!(!root.join("etc").exists());
@@ -148,7 +150,10 @@ fn the_admins_hooks_dirs_are_kept_in_the_drop_in() {
     let changed = run(&options(&root2, Engine::Podman));
     assert_eq!(
         changed,
-        vec![root2.join("etc/containers/oci/hooks.d/gpu-guard-precreate.json")]
+        vec![
+            root2.join("etc/containers/oci/hooks.d/gpu-guard-precreate.json"),
+            root2.join("etc/containers/oci/hooks.d/gpu-guard-prestart.json")
+        ]
     );
     // A custom hooks dir podman does not read is a warning, not a drop-in.
     let mut o3 = options(&root2, Engine::Podman);

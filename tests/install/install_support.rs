@@ -55,16 +55,10 @@ pub fn host_root(tag: &str) -> PathBuf {
 }
 
 pub fn options(root: &Path, engine: Engine) -> Options {
-    Options {
-        engine,
-        uninstall: false,
-        set_default: false,
-        config_path: None,
-        host_root: root.to_path_buf(),
-        bin_dir: PathBuf::from("/usr/bin"),
-        state_dir: PathBuf::from(DEFAULT_STATE_DIR),
-        config_d: PathBuf::from(gpu_guard::install::GPU_GUARD_CONFIG_D),
-    }
+    let o = Options::new(engine, root);
+    assert_eq!(o.bin_dir, PathBuf::from("/usr/bin"));
+    assert_eq!(o.state_dir, PathBuf::from(DEFAULT_STATE_DIR));
+    o
 }
 
 /// Plans and applies; returns the plan's changed paths.

@@ -13,6 +13,9 @@ mod install_support;
 
 mod install_chain;
 mod install_containerd;
+mod install_containerd_merge;
+mod install_conventions;
 mod install_crio;
 mod install_docker;
+mod install_drift;
 mod install_podman;

@@ -24,9 +24,24 @@ use toml_edit::{DocumentMut, Item, Table, Value};
 
 use super::RUNTIME_NAME;
 
+mod annotations;
+mod effective;
+pub mod merge;
+mod plan;
+
+use annotations::pass_through_annotations;
+pub use annotations::{untrusted_pattern, CDI_ANNOTATIONS};
+pub use effective::{judge, Expect, Problem};
+pub(super) use plan::{check, plan_install, plan_uninstall, registered_runtimes};
+
 pub const RUNC_V2: &str = "io.containerd.runc.v2";
 /// The drop-in file name in a conf.d directory the config imports.
-pub const DROP_IN_NAME: &str = "99-gpu-guard.toml";
+pub const DROP_IN_NAME: &str = DROP_IN_NAMES[0];
+/// The names gpu-guard's drop-in may have, in order of preference: the
+/// first that containerd loads after every other file of the directory
+/// that has a CRI section (in containerd 1.x the last such file's section
+/// is the whole CRI configuration: merge.rs).
+pub const DROP_IN_NAMES: [&str; 2] = ["99-gpu-guard.toml", "zz-gpu-guard.toml"];
 /// A new config file gets version 2: containerd 1.6/1.7 read it and 2.x
 /// migrates it on start (nvidia-ctk uses the same default, containerd.go
 /// `defaultConfigVersion`, "to ensure compatibility with older containerd").
@@ -193,8 +208,11 @@ fn new_runtime_table(base: Option<&Table>) -> Table {
     base.map(fresh_table).unwrap_or_default()
 }
 
-fn base_runtime<'a>(source: &'a DocumentMut, plugin: &str) -> Option<&'a Table> {
-    let containerd = lookup(source.as_table(), &["plugins", plugin, "containerd"])?;
+/// The runtime gpu-guard's copies its settings from: the CRI section's
+/// default (unless that is gpu-guard), then runc, then crun, when it is a
+/// runc.v2 runtime.
+fn base_runtime(section: &Table) -> Option<&Table> {
+    let containerd = lookup(section, &["containerd"])?;
     let default = containerd
         .get("default_runtime_name")
         .and_then(Item::as_str)
@@ -211,20 +229,40 @@ fn base_runtime<'a>(source: &'a DocumentMut, plugin: &str) -> Option<&'a Table> 
         })
 }
 
+/// What gpu-guard's runtime entry says: the wrapper (`options.BinaryName`)
+/// and the runtime root that tells the wrapper containerd invoked it
+/// (`options.Root`; containerd's runc shim appends the namespace:
+/// containerd pkg/process/init.go, `NewRunc`).
+#[derive(Debug, Clone, Copy)]
+pub struct Ours<'a> {
+    pub binary: &'a str,
+    pub root: &'a str,
+}
+
+impl<'a> Ours<'a> {
+    /// The wrapper at `binary` with the default root.
+    pub fn at(binary: &'a str) -> Self {
+        Ours {
+            binary,
+            root: crate::core::runtime_engines::CONTAINERD_ROOT,
+        }
+    }
+}
+
 /// Adds (or corrects) the gpu-guard runtime in `doc` under `plugin`, using
-/// `source`'s runtimes as the base for a new one.
+/// the runtimes of `source` (a CRI plugin section) as the base for a new one.
 fn add_runtime(
     doc: &mut DocumentMut,
-    source: &DocumentMut,
+    source: Option<&Table>,
     plugin: &str,
-    runtime_path: &str,
+    ours_rt: Ours,
     set_default: bool,
 ) -> Result<Option<String>, ContainerdError> {
     let root = doc.as_table_mut();
     let runtimes = descend(root, &["plugins", plugin, "containerd", "runtimes"], true)?
         .ok_or_else(|| ContainerdError::Shape("plugins".into()))?;
     if !runtimes.contains_key(RUNTIME_NAME) {
-        let t = new_runtime_table(base_runtime(source, plugin));
+        let t = new_runtime_table(source.and_then(base_runtime));
         runtimes.insert(RUNTIME_NAME, Item::Table(t));
     }
     let ours = descend(runtimes, &[RUNTIME_NAME], false)?
@@ -233,7 +271,12 @@ fn add_runtime(
     let options = descend(ours, &["options"], true)?
         .ok_or_else(|| ContainerdError::Shape(format!("runtimes.{RUNTIME_NAME}.options")))?;
     options.set_implicit(false);
-    set_str(options, "BinaryName", runtime_path);
+    set_str(options, "BinaryName", ours_rt.binary);
+    if ours_rt.root.is_empty() {
+        options.remove("Root");
+    } else {
+        set_str(options, "Root", ours_rt.root);
+    }
     pass_through_annotations(ours);
 
     let mut replaced = None;
@@ -250,128 +293,6 @@ fn add_runtime(
         set_str(containerd, "default_runtime_name", RUNTIME_NAME);
     }
     Ok(replaced)
-}
-
-/// The pattern of CDI device annotations (`cdi.k8s.io/<name>`), which
-/// NVIDIA's device plugin (cdi-annotations strategy) and the kubelet's
-/// device-plugin API put on a container. containerd copies container
-/// annotations into the OCI spec only when the runtime's
-/// `container_annotations` lists a matching pattern
-/// (getPassthroughAnnotations, `path.Match`); without it gpu-guard never
-/// sees the CDI request that attaches GPUs.
-pub const CDI_ANNOTATIONS: &str = "cdi.k8s.io/*";
-
-/// The keys gpu-guard's security exceptions trust (core::profiles): a
-/// pass-through pattern that matches one would let a pod author write it,
-/// where the runtime itself does not.
-const TRUSTED_KEYS: [&str; 9] = [
-    crate::core::profiles::CONTAINERD_CONTAINER_TYPE,
-    crate::core::profiles::CONTAINERD_NAMESPACE,
-    crate::core::profiles::CONTAINERD_POD,
-    crate::core::profiles::CONTAINERD_IMAGE,
-    crate::core::profiles::CRIO_CONTAINER_TYPE,
-    crate::core::profiles::CRIO_NAMESPACE,
-    crate::core::profiles::CRIO_POD,
-    crate::core::profiles::CRIO_IMAGE,
-    crate::core::profiles::CRIO_HANDLER,
-];
-
-/// Whether a pass-through pattern (Go `path.Match`) could let a pod's own
-/// annotation through under a key gpu-guard trusts, or under any
-/// `io.kubernetes.` key. Patterns with character classes or escapes are
-/// judged by their literal prefix, conservatively.
-pub fn untrusted_pattern(pattern: &str) -> bool {
-    if pattern.starts_with("io.kubernetes.") {
-        return true;
-    }
-    let literal: String = pattern
-        .chars()
-        .take_while(|c| !matches!(c, '*' | '?' | '[' | '\\'))
-        .collect();
-    if pattern.contains(['[', '\\']) {
-        return TRUSTED_KEYS
-            .iter()
-            .chain(["io.kubernetes."].iter())
-            .any(|k| k.starts_with(&literal) || literal.starts_with(k));
-    }
-    TRUSTED_KEYS
-        .iter()
-        .any(|k| crate::core::profiles::glob_match(pattern, k))
-        || crate::core::profiles::glob_match(pattern, "io.kubernetes.x")
-}
-
-/// gpu-guard's runtime passes CDI annotations through
-/// (`container_annotations` gains [`CDI_ANNOTATIONS`], keeping what it
-/// copied from the base runtime), and never a pattern that matches a key
-/// security exceptions trust (those are dropped from
-/// `container_annotations` and `pod_annotations`).
-fn pass_through_annotations(ours: &mut Table) {
-    for key in ["container_annotations", "pod_annotations"] {
-        let Some(arr) = ours.get_mut(key).and_then(Item::as_array_mut) else {
-            continue;
-        };
-        let n = arr.len();
-        arr.retain(|v| !v.as_str().is_some_and(untrusted_pattern));
-        if arr.len() != n {
-            // A removed first element leaves the next one's leading space.
-            arr.fmt();
-        }
-    }
-    let has = ours
-        .get("container_annotations")
-        .and_then(Item::as_array)
-        .is_some_and(|a| a.iter().any(|v| v.as_str() == Some(CDI_ANNOTATIONS)));
-    if has {
-        return;
-    }
-    match ours
-        .get_mut("container_annotations")
-        .and_then(Item::as_array_mut)
-    {
-        Some(arr) => arr.push(CDI_ANNOTATIONS),
-        None => {
-            let mut arr = toml_edit::Array::new();
-            arr.push(CDI_ANNOTATIONS);
-            ours.insert("container_annotations", toml_edit::value(arr));
-        }
-    }
-}
-
-/// The binary of containerd's default runtime, from the configs as
-/// containerd reads them (`docs`: the main config, then its imports in
-/// order; later wins): `default_runtime_name` (or, where that names
-/// gpu-guard, `replaced_default`), then that runtime's `options.BinaryName`.
-pub fn default_runtime_binary(docs: &[&str], replaced_default: Option<&str>) -> Option<String> {
-    let mut default: Option<String> = None;
-    let mut binaries: std::collections::BTreeMap<String, String> = Default::default();
-    for text in docs {
-        let Ok(doc) = parse(Some(text)) else { continue };
-        let Ok(Some(v)) = version(&doc) else { continue };
-        let Some(c) = lookup(doc.as_table(), &["plugins", cri_plugin(v), "containerd"]) else {
-            continue;
-        };
-        if let Some(d) = c.get("default_runtime_name").and_then(Item::as_str) {
-            default = Some(d.to_string());
-        }
-        if let Some(rts) = c.get("runtimes").and_then(Item::as_table) {
-            for (name, rt) in rts.iter() {
-                if let Some(b) = rt
-                    .as_table()
-                    .and_then(|t| lookup(t, &["options"]))
-                    .and_then(|o| o.get("BinaryName"))
-                    .and_then(Item::as_str)
-                {
-                    binaries.insert(name.to_string(), b.to_string());
-                }
-            }
-        }
-    }
-    let name = match default.as_deref() {
-        Some(RUNTIME_NAME) => replaced_default?.to_string(),
-        Some(d) => d.to_string(),
-        None => return None,
-    };
-    binaries.get(&name).cloned()
 }
 
 fn is_empty(doc: &DocumentMut) -> bool {
@@ -403,10 +324,20 @@ fn finish(before: Option<&str>, doc: &DocumentMut, replaced_default: Option<Stri
     }
 }
 
-/// Registers the runtime in the main config (no conf.d import).
+/// Registers the runtime in the main config (no conf.d import), with the
+/// default root.
 pub fn install(
     before: Option<&str>,
     runtime_path: &str,
+    set_default: bool,
+) -> Result<Edited, ContainerdError> {
+    install_ours(before, Ours::at(runtime_path), set_default)
+}
+
+/// [`install`] with the runtime entry `ours`.
+pub fn install_ours(
+    before: Option<&str>,
+    ours: Ours,
     set_default: bool,
 ) -> Result<Edited, ContainerdError> {
     let mut doc = parse(before)?;
@@ -417,24 +348,14 @@ pub fn install(
             NEW_FILE_VERSION
         }
     };
-    let source = doc.clone();
-    let replaced = add_runtime(
-        &mut doc,
-        &source,
-        cri_plugin(version),
-        runtime_path,
-        set_default,
-    )?;
+    let plugin = cri_plugin(version);
+    let source = lookup(doc.as_table(), &["plugins", plugin]).cloned();
+    let replaced = add_runtime(&mut doc, source.as_ref(), plugin, ours, set_default)?;
     Ok(finish(before, &doc, replaced))
 }
 
-/// The drop-in for a config that imports a conf.d directory. It carries the
-/// main config's version (containerd refuses an import with a higher one:
-/// containerd-config.toml(5), "imports"). containerd before 2.0 replaces a
-/// whole plugin section with an imported one instead of merging it
-/// (containerd issue #5837; merged deeply since 2.0, PR #9982), so for
-/// version 1/2 configs the drop-in starts from a copy of the main config's
-/// CRI plugin section, as nvidia-ctk does (nvidia-container-toolkit PR #1311).
+/// The drop-in for a config that imports a conf.d directory, built over
+/// the main config's own CRI section (see [`drop_in_over`]).
 pub fn drop_in(
     main: &str,
     runtime_path: &str,
@@ -442,22 +363,43 @@ pub fn drop_in(
 ) -> Result<String, ContainerdError> {
     let main_doc = parse(Some(main))?;
     let version = version(&main_doc)?.unwrap_or(NEW_FILE_VERSION);
+    let section = lookup(main_doc.as_table(), &["plugins", cri_plugin(version)]);
+    drop_in_over(version, section, Ours::at(runtime_path), set_default)
+}
+
+/// The drop-in, of config `version` (the main config's: containerd refuses
+/// an import with a higher one, containerd-config.toml(5), "imports").
+/// containerd before 2.0 replaces a whole plugin section with an imported
+/// one instead of merging it (see [`super::containerd_merge`]), so for
+/// version 1/2 configs the drop-in starts from a copy of `section`, the CRI
+/// section containerd would use without gpu-guard (the main config's, or
+/// NVIDIA's drop-in's), as nvidia-ctk does (nvidia-container-toolkit
+/// pkg/config/engine/containerd/containerd.go, `getBaseDropInConfigTree`).
+/// containerd 2.x merges sections, so a version 3 drop-in holds only ours.
+pub fn drop_in_over(
+    version: i64,
+    section: Option<&Table>,
+    ours: Ours,
+    set_default: bool,
+) -> Result<String, ContainerdError> {
     let plugin = cri_plugin(version);
     let mut doc = DocumentMut::new();
-    doc.decor_mut().set_prefix(
-        "# Written by `gpu-guard install containerd`; `gpu-guard uninstall containerd` removes it.\n",
-    );
+    doc.decor_mut().set_prefix(DROP_IN_HEADER);
     doc.insert("version", toml_edit::value(version));
     if version < 3 {
-        if let Some(cri) = lookup(main_doc.as_table(), &["plugins", plugin]) {
+        if let Some(cri) = section {
             let plugins = descend(doc.as_table_mut(), &["plugins"], true)?
                 .ok_or_else(|| ContainerdError::Shape("plugins".into()))?;
             plugins.insert(plugin, Item::Table(cri.clone()));
         }
     }
-    add_runtime(&mut doc, &main_doc, plugin, runtime_path, set_default)?;
+    add_runtime(&mut doc, section, plugin, ours, set_default)?;
     Ok(doc.to_string())
 }
+
+/// The first line of every drop-in gpu-guard writes.
+pub const DROP_IN_HEADER: &str =
+    "# Written by `gpu-guard install containerd`; `gpu-guard uninstall containerd` removes it.\n";
 
 /// Removes the gpu-guard runtime from a config and, when
 /// `default_runtime_name` names it, restores `restore_default` (or removes
