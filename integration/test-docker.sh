@@ -40,7 +40,10 @@ else
     ARGV_LOG="$T/runtime.argv"
     printf '#!/bin/sh\necho "$*" >> %s\nexec runc "$@"\n' "$ARGV_LOG" > "$T/bin/runc-argv"
     chmod +x "$T/bin/runc-argv"
-    GG_RUNTIME_PATH="$T/bin/runc-argv" gg_config "$T/cfg.toml" geforce-545
+    GG_SYSLOG_SOCKET="$T/log.sock" GG_RUNTIME_PATH="$T/bin/runc-argv" gg_config "$T/cfg.toml" geforce-545
+    # /dev/shm and RLIMIT_STACK tuning (tuning.shm_size, tuning.stack).
+    sed -i 's/^shm_size = ""/shm_size = "1g"/; s/^stack = ""/stack = 67108864/' "$T/cfg.toml"
+    start_syslog "$T/log.sock" "$T/log.txt"
     ln -sf "$GG" "$T/bin/gpu-guard-runtime"
     DAEMON_JSON="$T/daemon.json"
     jq -n --arg p "$T/bin/gpu-guard-runtime" '{runtimes: {"gpu-guard": {path: $p}}, "default-runtime": "gpu-guard"}' > "$DAEMON_JSON"
@@ -125,6 +128,29 @@ check_eq "docker: non-GPU container runs" "$RC" 0
 check_not_contains "docker: non-GPU gets no tuning" "$OUT" "CUDA_DEVICE_ORDER"
 check_contains "docker: non-GPU keeps docker's no_new_privileges" "$OUT" "NoNewPrivs:	0"
 check_caps_not "docker: non-GPU capabilities untouched" "$OUT" CapEff
+
+if [ "${GG_INSTALLED:-0}" != 1 ]; then
+    # docker bind-mounts a per-container /dev/shm it sizes itself
+    # (--shm-size, 64 MiB by default): never changed, a warning when small.
+    SHMSHOW='grep " /dev/shm " /proc/mounts; echo STACK=$(ulimit -s) HARD=$(ulimit -Hs)'
+    : > "$T/log.txt"
+    OUT=$(timeout 120 "${D[@]}" run --rm "${RUNTIME_FLAG[@]}" --gpus all gg-allow:1 sh -c "$SHMSHOW" 2>&1)
+    check_contains "docker shm: docker's 64 MiB /dev/shm is left as it is" "$OUT" "size=65536k"
+    check_contains "docker stack: ulimit -s raised" "$OUT" "STACK=65536 "
+    sleep 0.3
+    check_contains "docker shm: --shm-size left small gives the warning" "$(cat "$T/log.txt")" "/dev/shm is 64 MiB (a bind mount of"
+    check_contains "docker shm: the warning names docker's fix" "$(cat "$T/log.txt")" "docker run --shm-size=1g"
+    : > "$T/log.txt"
+    OUT=$(timeout 120 "${D[@]}" run --rm "${RUNTIME_FLAG[@]}" --gpus all --shm-size=2g gg-allow:1 sh -c "$SHMSHOW" 2>&1)
+    check_contains "docker shm: --shm-size=2g is kept" "$OUT" "size=2097152k"
+    sleep 0.3
+    check_not_contains "docker shm: no warning with --shm-size=2g" "$(cat "$T/log.txt")" "smaller than tuning.shm_size"
+    # A /dev/shm the container mounts as its own tmpfs is raised.
+    OUT=$(timeout 120 "${D[@]}" run --rm "${RUNTIME_FLAG[@]}" --gpus all --tmpfs /dev/shm:size=64m gg-allow:1 sh -c "$SHMSHOW" 2>&1)
+    check_contains "docker shm: a tmpfs /dev/shm of its own is raised to 1 GiB" "$OUT" "size=1048576k"
+    OUT=$(timeout 120 "${D[@]}" run --rm "${RUNTIME_FLAG[@]}" --tmpfs /dev/shm:size=64m gg-plain:1 sh -c "$SHMSHOW" 2>&1)
+    check_contains "docker shm: non-GPU tmpfs /dev/shm stays 64 MiB" "$OUT" "size=65536k"
+fi
 
 # The runtime root dockerd passes the wrapper (what tells the wrapper docker
 # invoked it: runtime.engines.docker.root): <exec-root>/runtime-runc/<namespace

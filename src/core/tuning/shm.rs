@@ -303,16 +303,17 @@ fn bind_findings(m: &Mount, want: u64, host: &ShmHost) -> Option<Finding> {
 }
 
 /// The fix for a small bind-mounted `/dev/shm`, by the engine that made
-/// it: docker keeps it under its containers directory; containerd's CRI
-/// plugin under its sandboxes (a pod's containers share the sandbox's
-/// 64 MiB); podman and CRI-O under containers/storage's `userdata/shm`.
+/// it: docker keeps it at `<data-root>/containers/<id>/mounts/shm` (moby
+/// container.ShmResourcePath); containerd's CRI plugin under its
+/// sandboxes (a pod's containers share the sandbox's 64 MiB); podman and
+/// CRI-O under containers/storage's `userdata/shm`.
 fn bind_fix(source: &str, want: u64) -> String {
     let flag = format!("--shm-size={}", engine_size(want));
     let k8s = format!(
         "mount an emptyDir volume with medium: Memory (sizeLimit: {}) at /dev/shm in the pod",
         kube_size(want)
     );
-    if source.contains("/docker/containers/") {
+    if source.contains("/containers/") && source.ends_with("/mounts/shm") {
         format!("docker run {flag} (docker's default is 64 MiB)")
     } else if source.contains("io.containerd.grpc.v1.cri") || source.contains("/kubelet/pods/") {
         format!("Kubernetes: {k8s} (a pod's /dev/shm is 64 MiB)")
