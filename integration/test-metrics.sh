@@ -111,7 +111,7 @@ else
     SUM=$(printf '%s\n' "$COUNTS" | awk '$1 == "decisions" { n += $5 } END { print n + 0 }')
     check_eq "metrics: counted and dropped add up to 40" "$((SUM + DROPPED))" 40
 fi
-check_contains "metrics: host info from the facts" "$COUNTS" "host_info 550.54.15 12.4 1"
+check_contains "metrics: host info from the facts" "$COUNTS" "host_info 535.104.05 12.2 1"
 check_eq "metrics: the file has no container id" "$(grep -c 'gg-' "$PROM")" 0
 READ=$(cat "$T/reader.txt")
 echo "$READ" | tail -3

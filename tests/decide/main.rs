@@ -20,6 +20,7 @@ mod detect_table;
 mod fleet_affinity;
 mod fleet_cli;
 mod fleet_inputs;
+mod host_tuning;
 mod nvidia_settings;
 mod precreate_handoff;
 mod profiles;
