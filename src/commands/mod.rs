@@ -9,7 +9,6 @@ pub mod hook;
 pub mod host;
 pub mod image_check;
 pub mod install;
-pub mod pipeline;
+pub mod output;
 pub mod runtime;
-pub mod runtime_exec;
 pub mod scan;

@@ -29,6 +29,7 @@ mod image_compat;
 mod image_reader;
 mod memlock;
 mod minor_version;
+mod pipeline_paths;
 mod scan_budget;
 mod scan_cli;
 mod scan_cuobjdump;
