@@ -184,6 +184,10 @@ pub struct Decision {
     /// Extension: where host facts came from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_source: Option<String>,
+    /// The driver and CUDA versions of the host facts decided on, for the
+    /// metrics' `gpu_guard_host_info`. Not part of the JSON.
+    #[serde(skip)]
+    pub host_versions: Option<(String, String)>,
     /// The edits a refused container would have had (`edits` is empty when
     /// refused). Not part of the JSON; podman's precreate hook applies them
     /// when it leaves the refusal to the prestart hook.
@@ -201,6 +205,7 @@ impl Decision {
             container_id: None,
             visible_gpus: None,
             host_source: None,
+            host_versions: None,
             withheld_edits: Edits::default(),
         }
     }

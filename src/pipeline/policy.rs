@@ -72,6 +72,15 @@ impl Policy {
         }
     }
 
+    /// `metrics.textfile`: where decisions are counted (empty: nowhere, as
+    /// under a config that cannot be used).
+    pub fn metrics_textfile(&self) -> &str {
+        match &self.0 {
+            Ok(c) => &c.metrics.textfile,
+            Err(_) => "",
+        }
+    }
+
     /// `runtime.path`: the runtime the wrapper chains (empty: search PATH).
     pub fn runtime_path(&self) -> &str {
         match &self.0 {

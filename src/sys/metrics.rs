@@ -23,7 +23,8 @@
 //! chooses. Every file is opened without following a symlink, in a
 //! directory that others cannot write (or the write is refused).
 
-use crate::core::decision::{Check, Verdict};
+use crate::core::decision::{Check, Decision, Verdict};
+use crate::sys::logging::{self, Fallback, Syslog};
 use nix::fcntl::{Flock, FlockArg, OFlag};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -31,6 +32,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// The longest a decision waits for the state lock.
@@ -406,6 +408,40 @@ fn read_state(path: &Path) -> Result<String, MetricsError> {
         .read_to_string(&mut text)
         .map_err(io_err("state file", path))?;
     Ok(text)
+}
+
+/// When this process's entry point started: the decision time runs from here.
+static STARTED: OnceLock<Instant> = OnceLock::new();
+
+/// Marks the start of an entry point (the hooks and the wrapper call it
+/// first thing).
+pub fn mark_start() {
+    STARTED.get_or_init(Instant::now);
+}
+
+impl Sample {
+    /// `d`, decided by `entry`, timed from [`mark_start`].
+    pub fn of(d: &Decision, entry: Entry) -> Sample {
+        Sample {
+            verdict: d.verdict,
+            check: d.errors().next().map(|f| f.check),
+            entry,
+            seconds: STARTED.get().map_or(0.0, |t| t.elapsed().as_secs_f64()),
+            host: d.host_versions.clone(),
+        }
+    }
+}
+
+/// Counts decision `d` of `entry` in `textfile` (`metrics.textfile`; empty:
+/// off). A failure is logged (syslog, else `fallback`), never returned: a
+/// metrics failure changes no decision.
+pub fn count(textfile: &str, d: &Decision, entry: Entry, syslog: &Syslog, fallback: Fallback) {
+    if textfile.is_empty() {
+        return;
+    }
+    if let Err(e) = record(Path::new(textfile), &Sample::of(d, entry)) {
+        logging::stood_aside(&format!("metrics not updated: {e}"), syslog, fallback);
+    }
 }
 
 /// Counts one decision in the textfile at `textfile`. Never waits more

@@ -22,9 +22,11 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 
 /// Carries out `outcome` for `call`, then execs `real` with `args`; the
-/// exit status when it does not exec.
+/// exit status when it does not exec. A decision is logged and counted in
+/// the metrics at `metrics` (`metrics.textfile`; empty: off) first.
 pub fn carry_out(
     syslog: &Syslog,
+    metrics: &str,
     call: &Call,
     outcome: Outcome,
     real: &Path,
@@ -32,7 +34,14 @@ pub fn carry_out(
 ) -> i32 {
     if let Some(d) = &outcome.decision {
         let fallback = logging::Fallback::RuntimeLog(call.log.clone());
-        logging::record(d, syslog, fallback);
+        logging::record(d, syslog, fallback.clone());
+        crate::sys::metrics::count(
+            metrics,
+            d,
+            crate::sys::metrics::Entry::Runtime,
+            syslog,
+            fallback,
+        );
     }
     match outcome.act {
         Act::Refuse => match &outcome.decision {

@@ -22,6 +22,7 @@ use std::ffi::OsString;
 use std::path::Path;
 
 pub fn main(config_flag: Option<&Path>, args: Vec<OsString>) -> i32 {
+    crate::sys::metrics::mark_start();
     let policy = Policy::load(config_flag);
     let real = match find_real_runtime(policy.runtime_path()) {
         Ok(r) => r,
@@ -32,5 +33,6 @@ pub fn main(config_flag: Option<&Path>, args: Vec<OsString>) -> i32 {
     };
     let call = parse::call(&args);
     let outcome = decide::outcome(&policy, &call, &real);
-    act::carry_out(&policy.syslog(), &call, outcome, &real, &args)
+    let metrics = policy.metrics_textfile();
+    act::carry_out(&policy.syslog(), metrics, &call, outcome, &real, &args)
 }
