@@ -6,9 +6,10 @@
 //! is a read-modify-write under an flock(2) on a lock file:
 //!
 //! - `.NAME.lock`: locked with LOCK_NB, retried for at most [`LOCK_WAIT`];
-//!   a start never waits longer. Past that the update is skipped and one
-//!   byte is appended to `.NAME.dropped` (O_APPEND, no lock), whose size is
-//!   `gpu_guard_metrics_dropped_total`.
+//!   a start never waits longer. Past that the decision is appended to
+//!   `.NAME.pending` instead ([`pending`]), and the next holder of the lock
+//!   counts it: every process that held the lock looks for pending lines
+//!   once more after it let go, so a line never waits for a later start.
 //! - `.NAME.state`: the counts, one line each ([`State`]).
 //! - `NAME`: rendered whole from the state and replaced atomically (a
 //!   temporary name in the same directory, then rename), as node_exporter's
@@ -16,6 +17,9 @@
 //!   hidden state, lock and temporary files are never read, and a reader
 //!   sees the old file or the new one, never half of one. No timestamps
 //!   (node_exporter skips a file that has them).
+//! - `.NAME.dropped`: one byte per decision that could be neither counted
+//!   nor appended (the pending file full or never the same twice); its
+//!   size is `gpu_guard_metrics_dropped_total`.
 //!
 //! Labels are few and bounded: the verdict, the check of the first error
 //! finding (or `none`), the entry point; the host's driver and CUDA
@@ -26,8 +30,6 @@
 use crate::core::decision::{Check, Decision, Verdict};
 use crate::sys::logging::{self, Fallback, Syslog};
 use nix::fcntl::{Flock, FlockArg, OFlag};
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -35,9 +37,14 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+mod pending;
+mod state;
+
+pub use state::{escape, Histogram, State};
+
 /// The longest a decision waits for the state lock.
-pub const LOCK_WAIT: Duration = Duration::from_millis(5);
-/// The pause between two tries of the lock.
+pub const LOCK_WAIT: Duration = Duration::from_millis(2);
+/// The pause between two tries of a lock.
 const LOCK_RETRY: Duration = Duration::from_micros(250);
 /// The state file is a few KiB; more is not ours.
 const MAX_STATE_BYTES: u64 = 256 << 10;
@@ -99,217 +106,10 @@ pub struct Sample {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Recorded {
     Written,
-    /// The lock stayed busy: counted as dropped.
+    /// The lock stayed busy: left in the pending file for its holder.
+    Pending,
+    /// Neither: counted as dropped.
     Dropped,
-}
-
-/// The counts kept between decisions.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct State {
-    /// (verdict, check, entry) → decisions.
-    pub decisions: BTreeMap<(String, String, String), u64>,
-    /// entry → histogram.
-    pub seconds: BTreeMap<String, Histogram>,
-    /// (driver, cuda), the last seen.
-    pub host: Option<(String, String)>,
-}
-
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Histogram {
-    /// Observations per bucket of [`BUCKETS`] (not cumulative), then +Inf.
-    pub counts: [u64; BUCKETS.len() + 1],
-    pub sum: f64,
-}
-
-fn verdict_str(v: Verdict) -> &'static str {
-    match v {
-        Verdict::Allow => "allow",
-        Verdict::Refuse => "refuse",
-        Verdict::Skip => "skip",
-    }
-}
-
-const VERDICTS: [&str; 3] = ["allow", "refuse", "skip"];
-const CHECKS: [&str; 9] = [
-    "none",
-    "requirement",
-    "device",
-    "host",
-    "kernel-image",
-    "tuning",
-    "security",
-    "config",
-    "compat",
-];
-
-/// A host version as a label value: the characters versions use, at most
-/// 64 of them (NVML's strings are short; anything else is not a version).
-fn version_label(s: &str) -> String {
-    let v: String = s
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '+'))
-        .take(64)
-        .collect();
-    if v.is_empty() {
-        "unknown".into()
-    } else {
-        v
-    }
-}
-
-impl State {
-    /// Adds one decision.
-    pub fn add(&mut self, s: &Sample) {
-        let check = s.check.map_or("none", Check::as_str);
-        let key = (
-            verdict_str(s.verdict).to_string(),
-            check.to_string(),
-            s.entry.as_str().to_string(),
-        );
-        *self.decisions.entry(key).or_default() += 1;
-        let h = self.seconds.entry(s.entry.as_str().into()).or_default();
-        let secs = if s.seconds.is_finite() && s.seconds > 0.0 {
-            s.seconds
-        } else {
-            0.0
-        };
-        let i = BUCKETS
-            .iter()
-            .position(|b| secs <= *b)
-            .unwrap_or(BUCKETS.len());
-        h.counts[i] += 1;
-        h.sum += secs;
-        if let Some((d, c)) = &s.host {
-            self.host = Some((version_label(d), version_label(c)));
-        }
-    }
-
-    /// The state file's text: a header, then `d VERDICT CHECK ENTRY N`,
-    /// `h ENTRY SUM N...` and `host DRIVER CUDA` lines.
-    pub fn to_text(&self) -> String {
-        let mut out = String::from("gpu-guard-metrics 1\n");
-        for ((v, c, e), n) in &self.decisions {
-            let _ = writeln!(out, "d {v} {c} {e} {n}");
-        }
-        for (e, h) in &self.seconds {
-            let counts: Vec<String> = h.counts.iter().map(u64::to_string).collect();
-            let _ = writeln!(out, "h {e} {:?} {}", h.sum, counts.join(" "));
-        }
-        if let Some((d, c)) = &self.host {
-            let _ = writeln!(out, "host {d} {c}");
-        }
-        out
-    }
-
-    /// Reads a state file's text. A line that is not one this version
-    /// writes (or names a label value outside the known sets) is dropped,
-    /// so a damaged file costs its bad lines, never a label it invents.
-    pub fn from_text(text: &str) -> State {
-        let mut s = State::default();
-        let mut lines = text.lines();
-        if lines.next() != Some("gpu-guard-metrics 1") {
-            return s;
-        }
-        for line in lines {
-            let f: Vec<&str> = line.split(' ').collect();
-            match f.as_slice() {
-                ["d", v, c, e, n] if VERDICTS.contains(v) && CHECKS.contains(c) => {
-                    if let (Some(e), Ok(n)) = (Entry::parse(e), n.parse::<u64>()) {
-                        s.decisions
-                            .insert((v.to_string(), c.to_string(), e.as_str().into()), n);
-                    }
-                }
-                ["h", e, sum, counts @ ..] if counts.len() == BUCKETS.len() + 1 => {
-                    let (Some(e), Ok(sum)) = (Entry::parse(e), sum.parse::<f64>()) else {
-                        continue;
-                    };
-                    let mut h = Histogram {
-                        sum: if sum.is_finite() { sum } else { 0.0 },
-                        ..Default::default()
-                    };
-                    let parsed: Option<Vec<u64>> = counts.iter().map(|c| c.parse().ok()).collect();
-                    let Some(parsed) = parsed else {
-                        continue;
-                    };
-                    h.counts.copy_from_slice(&parsed);
-                    s.seconds.insert(e.as_str().into(), h);
-                }
-                ["host", d, c] => s.host = Some((version_label(d), version_label(c))),
-                _ => {}
-            }
-        }
-        s
-    }
-
-    /// The textfile: the exposition format node_exporter reads.
-    pub fn render(&self, dropped: u64) -> String {
-        let mut o = String::new();
-        o.push_str("# HELP gpu_guard_decisions_total Container decisions of gpu-guard's hooks and runtime wrapper.\n");
-        o.push_str("# TYPE gpu_guard_decisions_total counter\n");
-        for ((v, c, e), n) in &self.decisions {
-            let _ = writeln!(
-                o,
-                "gpu_guard_decisions_total{{verdict=\"{}\",check=\"{}\",entry=\"{}\"}} {n}",
-                escape(v),
-                escape(c),
-                escape(e)
-            );
-        }
-        o.push_str(
-            "# HELP gpu_guard_decision_seconds Time from an entry point's start to its decision.\n",
-        );
-        o.push_str("# TYPE gpu_guard_decision_seconds histogram\n");
-        for (e, h) in &self.seconds {
-            let e = escape(e);
-            let mut cumulative = 0;
-            for (i, n) in h.counts.iter().enumerate() {
-                cumulative += n;
-                let le = BUCKETS.get(i).map_or("+Inf".to_string(), |b| b.to_string());
-                let _ = writeln!(
-                    o,
-                    "gpu_guard_decision_seconds_bucket{{entry=\"{e}\",le=\"{le}\"}} {cumulative}"
-                );
-            }
-            let _ = writeln!(
-                o,
-                "gpu_guard_decision_seconds_sum{{entry=\"{e}\"}} {}",
-                h.sum
-            );
-            let _ = writeln!(
-                o,
-                "gpu_guard_decision_seconds_count{{entry=\"{e}\"}} {cumulative}"
-            );
-        }
-        if let Some((d, c)) = &self.host {
-            o.push_str("# HELP gpu_guard_host_info The NVIDIA driver and CUDA version the last decision with host facts saw.\n");
-            o.push_str("# TYPE gpu_guard_host_info gauge\n");
-            let _ = writeln!(
-                o,
-                "gpu_guard_host_info{{driver=\"{}\",cuda=\"{}\"}} 1",
-                escape(d),
-                escape(c)
-            );
-        }
-        o.push_str("# HELP gpu_guard_metrics_dropped_total Metric updates skipped because the state lock stayed busy.\n");
-        o.push_str("# TYPE gpu_guard_metrics_dropped_total counter\n");
-        let _ = writeln!(o, "gpu_guard_metrics_dropped_total {dropped}");
-        o
-    }
-}
-
-/// A label value as the exposition format writes it: backslash, double
-/// quote and line feed escaped (prometheus/docs exposition_formats.md).
-pub fn escape(v: &str) -> String {
-    let mut out = String::with_capacity(v.len());
-    for c in v.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 /// The files beside the textfile.
@@ -317,6 +117,8 @@ struct Files {
     textfile: PathBuf,
     state: PathBuf,
     lock: PathBuf,
+    pending: PathBuf,
+    folding: PathBuf,
     dropped: PathBuf,
 }
 
@@ -349,6 +151,8 @@ impl Files {
             textfile: textfile.to_path_buf(),
             state: beside("state"),
             lock: beside("lock"),
+            pending: beside("pending"),
+            folding: beside("folding"),
             dropped: beside("dropped"),
         })
     }
@@ -370,10 +174,10 @@ fn open_nofollow(path: &Path, create: bool, append: bool) -> io::Result<File> {
         .open(path)
 }
 
-/// Takes the lock, trying for at most [`LOCK_WAIT`]; None when it stayed busy.
-fn lock(path: &Path) -> Result<Option<Flock<File>>, MetricsError> {
+/// Takes the lock, trying for at most `wait`; None when it stayed busy.
+fn lock(path: &Path, wait: Duration) -> Result<Option<Flock<File>>, MetricsError> {
     let mut file = open_nofollow(path, true, false).map_err(io_err("lock file", path))?;
-    let deadline = Instant::now() + LOCK_WAIT;
+    let deadline = Instant::now() + wait;
     loop {
         match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(l) => return Ok(Some(l)),
@@ -445,18 +249,49 @@ pub fn count(textfile: &str, d: &Decision, entry: Entry, syslog: &Syslog, fallba
 }
 
 /// Counts one decision in the textfile at `textfile`. Never waits more
-/// than [`LOCK_WAIT`] for another process's update.
+/// than [`LOCK_WAIT`] for another process's update (twice, when pending
+/// lines must be waited for).
 pub fn record(textfile: &Path, sample: &Sample) -> Result<Recorded, MetricsError> {
     let files = Files::new(textfile)?;
-    let Some(_held) = lock(&files.lock)? else {
-        let mut f = open_nofollow(&files.dropped, true, true)
-            .map_err(io_err("drop counter", &files.dropped))?;
-        f.write_all(b".")
-            .map_err(io_err("drop counter", &files.dropped))?;
-        return Ok(Recorded::Dropped);
+    let line = State::sample_line(sample);
+    let done = match lock(&files.lock, LOCK_WAIT)? {
+        Some(held) => {
+            update(&files, Some(&line))?;
+            drop(held);
+            Recorded::Written
+        }
+        None => match pending::append(&files.pending, &line) {
+            Ok(()) => Recorded::Pending,
+            Err(_) => {
+                let mut f = open_nofollow(&files.dropped, true, true)
+                    .map_err(io_err("drop counter", &files.dropped))?;
+                f.write_all(b".")
+                    .map_err(io_err("drop counter", &files.dropped))?;
+                return Ok(Recorded::Dropped);
+            }
+        },
     };
+    // Lines appended while the lock was held (this one's own too) are
+    // counted now when the lock is free; when it is not, its holder will
+    // look again once it lets go.
+    if pending::waiting(&files.pending, &files.folding) {
+        if let Some(held) = lock(&files.lock, Duration::ZERO)? {
+            update(&files, None)?;
+            drop(held);
+        }
+    }
+    Ok(done)
+}
+
+/// Under the lock: the state, with the pending lines and `line` counted,
+/// written back, then the textfile rendered from it.
+fn update(files: &Files, line: Option<&str>) -> Result<(), MetricsError> {
     let mut state = State::from_text(&read_state(&files.state)?);
-    state.add(sample);
+    pending::fold(&files.pending, &files.folding, &mut state)
+        .map_err(io_err("pending file", &files.pending))?;
+    if let Some(l) = line {
+        state.add_line(l.trim_end());
+    }
     let dropped = fs::symlink_metadata(&files.dropped).map_or(0, |m| m.len());
     // The state first: the textfile never shows counts the state lacks.
     crate::sys::fsutil::write_with_mode(&files.state, state.to_text().as_bytes(), 0o600, false)
@@ -468,12 +303,13 @@ pub fn record(textfile: &Path, sample: &Sample) -> Result<Recorded, MetricsError
         false,
     )
     .map_err(io_err("textfile", &files.textfile))?;
-    Ok(Recorded::Written)
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::decision::Check;
 
     fn sample(v: Verdict, check: Option<Check>, entry: Entry, secs: f64) -> Sample {
         Sample {
@@ -486,53 +322,36 @@ mod tests {
     }
 
     #[test]
-    fn state_round_trips_and_renders() {
-        let mut s = State::default();
-        s.add(&sample(Verdict::Allow, None, Entry::Prestart, 0.002));
-        s.add(&sample(Verdict::Allow, None, Entry::Prestart, 0.02));
-        s.add(&sample(
-            Verdict::Refuse,
-            Some(Check::Requirement),
-            Entry::Runtime,
-            7.0,
-        ));
-        let again = State::from_text(&s.to_text());
-        assert_eq!(again, s);
-        let text = s.render(3);
-        assert!(text.contains(
-            "gpu_guard_decisions_total{verdict=\"allow\",check=\"none\",entry=\"prestart\"} 2\n"
-        ));
-        assert!(text.contains(
-            "gpu_guard_decisions_total{verdict=\"refuse\",check=\"requirement\",entry=\"runtime\"} 1\n"
-        ));
-        assert!(
-            text.contains("gpu_guard_decision_seconds_bucket{entry=\"prestart\",le=\"0.005\"} 1\n")
-        );
-        assert!(
-            text.contains("gpu_guard_decision_seconds_bucket{entry=\"prestart\",le=\"0.05\"} 2\n")
-        );
-        assert!(text.contains("gpu_guard_decision_seconds_bucket{entry=\"runtime\",le=\"5\"} 0\n"));
-        assert!(
-            text.contains("gpu_guard_decision_seconds_bucket{entry=\"runtime\",le=\"+Inf\"} 1\n")
-        );
-        assert!(text.contains("gpu_guard_decision_seconds_count{entry=\"prestart\"} 2\n"));
-        assert!(text.contains("gpu_guard_host_info{driver=\"535.104.05\",cuda=\"12.2\"} 1\n"));
-        assert!(text.contains("gpu_guard_metrics_dropped_total 3\n"));
-        assert!(!text.contains("container"), "no high-cardinality label");
-    }
-
-    #[test]
-    fn a_damaged_state_keeps_only_what_it_can_vouch_for() {
-        let text = "gpu-guard-metrics 1\nd allow none runtime 5\nd allow none runtime x\nd allow \"evil runtime 1\nd allow none nosuch 1\nh runtime 1.5 1 2\nhost 535\"}\\n x\n";
-        let s = State::from_text(text);
-        assert_eq!(s.decisions.len(), 1);
-        assert!(s.seconds.is_empty());
-        assert_eq!(s.host, Some(("535n".into(), "x".into())));
-        assert_eq!(
-            State::from_text("garbage\nd allow none runtime 5\n"),
-            State::default()
-        );
-        assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    fn threads_racing_for_the_lock_lose_no_decision() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempdir("race");
+        fs::set_permissions(&d, fs::Permissions::from_mode(0o755)).unwrap();
+        let tf = d.join("gpu-guard.prom");
+        // flock(2) locks belong to the open file, so threads that each
+        // open the lock file exclude one another as processes do.
+        std::thread::scope(|sc| {
+            for t in 0..8 {
+                let tf = &tf;
+                sc.spawn(move || {
+                    for i in 0..25 {
+                        let v = if (t + i) % 2 == 0 {
+                            Verdict::Allow
+                        } else {
+                            Verdict::Refuse
+                        };
+                        record(tf, &sample(v, None, Entry::Runtime, 0.001)).unwrap();
+                    }
+                });
+            }
+        });
+        // Whatever is still pending is counted by the next update.
+        record(&tf, &sample(Verdict::Skip, None, Entry::Runtime, 0.001)).unwrap();
+        let s = State::from_text(&fs::read_to_string(d.join(".gpu-guard.prom.state")).unwrap());
+        let n: u64 = s.decisions.values().sum();
+        let dropped = fs::metadata(d.join(".gpu-guard.prom.dropped")).map_or(0, |m| m.len());
+        assert_eq!((n, dropped), (201, 0), "{s:?}");
+        assert_eq!(s.seconds["runtime"].counts.iter().sum::<u64>(), 201);
+        fs::remove_dir_all(d).unwrap();
     }
 
     fn tempdir(tag: &str) -> PathBuf {
@@ -543,7 +362,7 @@ mod tests {
     }
 
     #[test]
-    fn record_updates_the_textfile_and_drops_when_locked() {
+    fn record_updates_the_textfile_and_waits_never_long() {
         use std::os::unix::fs::PermissionsExt;
         let d = tempdir("record");
         fs::set_permissions(&d, fs::Permissions::from_mode(0o755)).unwrap();
@@ -554,19 +373,41 @@ mod tests {
         let text = fs::read_to_string(&tf).unwrap();
         assert!(text.contains("entry=\"precreate\"} 2\n"), "{text}");
         assert_eq!(fs::metadata(&tf).unwrap().mode() & 0o777, 0o644);
-        // Someone holds the lock: dropped within the wait, and counted.
+        // Someone holds the lock: left pending within the wait, and
+        // counted by the next update.
+        let lock_path = d.join(".gpu-guard.prom.lock");
         let held = Flock::lock(
-            open_nofollow(&d.join(".gpu-guard.prom.lock"), true, false).unwrap(),
+            open_nofollow(&lock_path, true, false).unwrap(),
             FlockArg::LockExclusiveNonblock,
         )
         .unwrap();
         let t = Instant::now();
-        assert_eq!(record(&tf, &s).unwrap(), Recorded::Dropped);
+        assert_eq!(record(&tf, &s).unwrap(), Recorded::Pending);
         assert!(t.elapsed() < LOCK_WAIT * 4, "{:?}", t.elapsed());
+        assert!(d.join(".gpu-guard.prom.pending").exists());
         drop(held);
+        assert_eq!(record(&tf, &s).unwrap(), Recorded::Written);
+        let text = fs::read_to_string(&tf).unwrap();
+        assert!(text.contains("entry=\"precreate\"} 4\n"), "{text}");
+        assert!(
+            text.contains("gpu_guard_metrics_dropped_total 0\n"),
+            "{text}"
+        );
+        assert!(!d.join(".gpu-guard.prom.pending").exists());
+        // The pending file full: dropped, and counted as such.
+        let held = Flock::lock(
+            open_nofollow(&lock_path, true, false).unwrap(),
+            FlockArg::LockExclusiveNonblock,
+        )
+        .unwrap();
+        let full = fs::File::create(d.join(".gpu-guard.prom.pending")).unwrap();
+        full.set_len(pending::MAX_PENDING_BYTES).unwrap();
+        assert_eq!(record(&tf, &s).unwrap(), Recorded::Dropped);
+        drop(held);
+        fs::remove_file(d.join(".gpu-guard.prom.pending")).unwrap();
         record(&tf, &s).unwrap();
         let text = fs::read_to_string(&tf).unwrap();
-        assert!(text.contains("entry=\"precreate\"} 3\n"), "{text}");
+        assert!(text.contains("entry=\"precreate\"} 5\n"), "{text}");
         assert!(
             text.contains("gpu_guard_metrics_dropped_total 1\n"),
             "{text}"
