@@ -6,14 +6,16 @@
 //! `--shm-size=1g`.
 //!
 //! - A `/dev/shm` the spec mounts as its own tmpfs (runc's default spec,
-//!   podman) gets its `size=` raised, never lowered, every other option
+//!   docker's default IPC mode `private`, `--tmpfs /dev/shm`) gets its
+//!   `size=` raised, never lowered, every other option
 //!   kept. Without `size=`, tmpfs takes half of the host's RAM (the
 //!   kernel's Documentation/filesystems/tmpfs.rst); gpu-guard counts that
 //!   as half of this host's RAM, so it raises such a mount only on a host
 //!   where half the RAM is below `shm_size`. `size=N%` is N percent of the
 //!   RAM; `size=0` (and `nr_blocks=0`) is unlimited, never raised.
-//! - A `/dev/shm` that is a bind mount (docker's per-container shm, a
-//!   Kubernetes pod's sandbox shm, `--ipc` shared with another container)
+//! - A `/dev/shm` that is a bind mount (podman's per-container shm,
+//!   docker's with `--ipc=shareable`, a Kubernetes pod's sandbox shm,
+//!   `--ipc` shared with another container or the host)
 //!   belongs to the engine, and other containers may share it: it is never
 //!   touched. When its size (read on the host by the caller) is below
 //!   `shm_size`, a `tuning` warning names the engine's fix.
