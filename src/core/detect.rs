@@ -641,8 +641,17 @@ mod tests {
             destination: "/var/run/nvidia-container-devices/cdi/nvidia.com/gpu/1".into(),
             ..Default::default()
         }];
+        // NVIDIA's default: device-list volume mounts are not accepted, the env is.
         let d = classify(&c);
-        // The volume mounts win over the env (cuda_image.go VisibleDevices).
+        assert_eq!(
+            d.cdi_devices,
+            vec!["nvidia.com/gpu=all", "k8s.device-plugin.nvidia.com/gpu=GPU-aaa"]
+        );
+        // Where they are accepted, the mounts win over the env
+        // (cuda_image.go VisibleDevices).
+        let mut cfg = DetectConfig::default();
+        cfg.nvidia.accept_volume_mounts = true;
+        let d = classify_with(&c, &cfg);
         assert_eq!(
             d.cdi_devices,
             vec![
