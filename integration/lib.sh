@@ -99,6 +99,7 @@ gg_config() {
         -e "s|^facts_file = .*|facts_file = \"$HOSTS_DIR/$profile.json\"|" \
         -e "s|^cache_file = .*|cache_file = \"$dir/host-cache.json\"|" \
         -e "s|^cache_dir = .*|cache_dir = \"$dir/scan-cache\"|" \
+        -e "s|^state_dir = .*|state_dir = \"$dir/metrics-state\"|" \
         -e "s|^syslog = .*|syslog = ${GG_SYSLOG:-true}|" \
         -e "s|^syslog_socket = .*|syslog_socket = \"${GG_SYSLOG_SOCKET:-}\"|" \
         -e "s|^path = \"\"|path = \"${GG_RUNTIME_PATH:-}\"|" \

@@ -137,7 +137,7 @@ fn decide(policy: &Policy, container: Container, stage: Stage) -> Decision {
 fn logged(policy: &Policy, decision: &Decision, entry: Entry) {
     logging::record(decision, &policy.syslog(), logging::Fallback::Stderr);
     metrics::count(
-        policy.metrics_textfile(),
+        policy.metrics(),
         decision,
         entry,
         &policy.syslog(),

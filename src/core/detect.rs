@@ -645,7 +645,10 @@ mod tests {
         let d = classify(&c);
         assert_eq!(
             d.cdi_devices,
-            vec!["nvidia.com/gpu=all", "k8s.device-plugin.nvidia.com/gpu=GPU-aaa"]
+            vec![
+                "nvidia.com/gpu=all",
+                "k8s.device-plugin.nvidia.com/gpu=GPU-aaa"
+            ]
         );
         // Where they are accepted, the mounts win over the env
         // (cuda_image.go VisibleDevices).

@@ -344,11 +344,24 @@ impl<'de> Deserialize<'de> for ShmSize {
 }
 
 /// `[metrics]`: decision counters for Prometheus' node_exporter.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MetricsConfig {
     /// The `*.prom` file node_exporter's textfile collector reads; empty: off.
     pub textfile: String,
+    /// Where the counts and the lock live between decisions (a tmpfs, so
+    /// that an update costs no disk flush and counts restart at boot);
+    /// empty: beside the textfile.
+    pub state_dir: String,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig {
+            textfile: String::new(),
+            state_dir: "/run/gpu-guard/metrics".into(),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -70,6 +70,12 @@ impl Config {
                 "key `metrics.textfile`: `{t}` is not an absolute file path (e.g. /var/lib/node_exporter/textfile/gpu-guard.prom)"
             ));
         }
+        let d = &self.metrics.state_dir;
+        if !d.is_empty() && !d.starts_with('/') {
+            return Err(format!(
+                "key `metrics.state_dir`: `{d}` is not an absolute path"
+            ));
+        }
         if self.tuning.shm_size.bytes() == Some(0) {
             return Err(
                 "key `tuning.shm_size`: must be more than 0 (\"\" leaves /dev/shm as it is)".into(),

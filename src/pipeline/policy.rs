@@ -5,7 +5,7 @@
 //! refused, naming the error; other containers are none of its business.
 
 use crate::config::{self, ConfigError};
-use crate::core::policy::{Config, DetectConfig, Mode, Syslog};
+use crate::core::policy::{Config, DetectConfig, MetricsConfig, Mode, Syslog};
 use std::path::Path;
 
 /// The config, or why there is none to use.
@@ -72,13 +72,10 @@ impl Policy {
         }
     }
 
-    /// `metrics.textfile`: where decisions are counted (empty: nowhere, as
-    /// under a config that cannot be used).
-    pub fn metrics_textfile(&self) -> &str {
-        match &self.0 {
-            Ok(c) => &c.metrics.textfile,
-            Err(_) => "",
-        }
+    /// `[metrics]`: where decisions are counted (None under a config that
+    /// cannot be used).
+    pub fn metrics(&self) -> Option<&MetricsConfig> {
+        self.0.as_ref().ok().map(|c| &c.metrics)
     }
 
     /// `runtime.path`: the runtime the wrapper chains (empty: search PATH).

@@ -523,7 +523,11 @@ fn forty_hooks_eight_at_a_time_leave_exact_counts() {
     let cfg = config(
         t.path(),
         "c.toml",
-        &format!("[metrics]\ntextfile = \"{}\"\n", prom.display()),
+        &format!(
+            "[metrics]\ntextfile = \"{}\"\nstate_dir = \"{}\"\n",
+            prom.display(),
+            t.join("state").display()
+        ),
     );
     let bundle = |name: &str, spec: serde_json::Value| {
         let b = t.join(name);
@@ -599,15 +603,25 @@ fn a_metrics_failure_changes_no_decision() {
     let mut refused = gpu_spec(serde_json::json!([]), serde_json::json!({}));
     refused["process"]["env"][2] = "NVIDIA_REQUIRE_CUDA=cuda>=13.0".into();
     let refused = serde_json::to_vec(&refused).unwrap();
-    for bad in [
-        t.join("nodir/x.prom"),
-        open.join("x.prom"),
-        t.path().to_path_buf(),
-    ] {
+    let good = t.join("good");
+    std::fs::create_dir(&good).unwrap();
+    // An unwritable textfile (no directory, a world-writable one, a
+    // directory), and a state directory others can write.
+    let cases = [
+        (t.join("nodir/x.prom"), t.join("state")),
+        (open.join("x.prom"), t.join("state")),
+        (t.path().to_path_buf(), t.join("state")),
+        (good.join("x.prom"), open.clone()),
+    ];
+    for (bad, state) in cases {
         let cfg = config(
             t.path(),
             "bad.toml",
-            &format!("[metrics]\ntextfile = \"{}\"\n", bad.display()),
+            &format!(
+                "[metrics]\ntextfile = \"{}\"\nstate_dir = \"{}\"\n",
+                bad.display(),
+                state.display()
+            ),
         );
         for input in [&spec, &refused] {
             let want = run(&["--config", &a(&plain), "hook", "precreate"], input);
@@ -617,6 +631,6 @@ fn a_metrics_failure_changes_no_decision() {
             assert_eq!(got.status.code(), want.status.code(), "{}", bad.display());
             assert_eq!(got.stdout, want.stdout, "{}", bad.display());
         }
-        assert!(!open.join("x.prom").exists());
+        assert!(!open.join("x.prom").exists() && !good.join("x.prom").exists());
     }
 }

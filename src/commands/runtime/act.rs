@@ -13,7 +13,7 @@
 use crate::commands::runtime::outcome::{Act, Effects, MarkerChange, Outcome};
 use crate::commands::runtime::parse::Call;
 use crate::core::decision::Decision;
-use crate::core::policy::Syslog;
+use crate::core::policy::{MetricsConfig, Syslog};
 use crate::core::report;
 use crate::oci::{marker, spec_file};
 use crate::sys::logging;
@@ -23,10 +23,10 @@ use std::path::Path;
 
 /// Carries out `outcome` for `call`, then execs `real` with `args`; the
 /// exit status when it does not exec. A decision is logged and counted in
-/// the metrics at `metrics` (`metrics.textfile`; empty: off) first.
+/// the metrics (`[metrics]`; None or no textfile: off) first.
 pub fn carry_out(
     syslog: &Syslog,
-    metrics: &str,
+    metrics: Option<&MetricsConfig>,
     call: &Call,
     outcome: Outcome,
     real: &Path,

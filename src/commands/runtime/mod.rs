@@ -33,6 +33,12 @@ pub fn main(config_flag: Option<&Path>, args: Vec<OsString>) -> i32 {
     };
     let call = parse::call(&args);
     let outcome = decide::outcome(&policy, &call, &real);
-    let metrics = policy.metrics_textfile();
-    act::carry_out(&policy.syslog(), metrics, &call, outcome, &real, &args)
+    act::carry_out(
+        &policy.syslog(),
+        policy.metrics(),
+        &call,
+        outcome,
+        &real,
+        &args,
+    )
 }

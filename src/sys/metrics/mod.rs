@@ -28,11 +28,12 @@
 //! directory that others cannot write (or the write is refused).
 
 use crate::core::decision::{Check, Decision, Verdict};
+use crate::core::policy::MetricsConfig;
 use crate::sys::logging::{self, Fallback, Syslog};
 use nix::fcntl::{Flock, FlockArg, OFlag};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -123,7 +124,11 @@ struct Files {
 }
 
 impl Files {
-    fn new(textfile: &Path) -> Result<Files, MetricsError> {
+    /// The textfile, and its state, lock and pending files in `state_dir`
+    /// (named for the textfile), or beside it (hidden) when `state_dir` is
+    /// None. The state directory is created (0755) when missing, and must
+    /// be private (crate::sys::fsutil::check_private_dir).
+    fn new(textfile: &Path, state_dir: Option<&Path>) -> Result<Files, MetricsError> {
         let bad = |why: &str| MetricsError::Path {
             path: textfile.to_path_buf(),
             why: why.into(),
@@ -146,7 +151,20 @@ impl Files {
                 dir.display()
             )));
         }
-        let beside = |suffix: &str| dir.join(format!(".{name}.{suffix}"));
+        let beside = |suffix: &str| match state_dir {
+            Some(d) => d.join(format!("{name}.{suffix}")),
+            None => dir.join(format!(".{name}.{suffix}")),
+        };
+        if let Some(d) = state_dir {
+            if !d.is_dir() {
+                fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o755)
+                    .create(d)
+                    .map_err(io_err("state directory", d))?;
+            }
+            crate::sys::fsutil::check_private_dir(d).map_err(io_err("state directory", d))?;
+        }
         Ok(Files {
             textfile: textfile.to_path_buf(),
             state: beside("state"),
@@ -236,14 +254,21 @@ impl Sample {
     }
 }
 
-/// Counts decision `d` of `entry` in `textfile` (`metrics.textfile`; empty:
-/// off). A failure is logged (syslog, else `fallback`), never returned: a
-/// metrics failure changes no decision.
-pub fn count(textfile: &str, d: &Decision, entry: Entry, syslog: &Syslog, fallback: Fallback) {
-    if textfile.is_empty() {
+/// Counts decision `d` of `entry` as `[metrics]` says (`cfg`; None or an
+/// empty textfile: off). A failure is logged (syslog, else `fallback`),
+/// never returned: a metrics failure changes no decision.
+pub fn count(
+    cfg: Option<&MetricsConfig>,
+    d: &Decision,
+    entry: Entry,
+    syslog: &Syslog,
+    fallback: Fallback,
+) {
+    let Some(cfg) = cfg.filter(|c| !c.textfile.is_empty()) else {
         return;
-    }
-    if let Err(e) = record(Path::new(textfile), &Sample::of(d, entry)) {
+    };
+    let state_dir = Some(Path::new(&cfg.state_dir)).filter(|d| !d.as_os_str().is_empty());
+    if let Err(e) = record(Path::new(&cfg.textfile), state_dir, &Sample::of(d, entry)) {
         logging::stood_aside(&format!("metrics not updated: {e}"), syslog, fallback);
     }
 }
@@ -251,8 +276,12 @@ pub fn count(textfile: &str, d: &Decision, entry: Entry, syslog: &Syslog, fallba
 /// Counts one decision in the textfile at `textfile`. Never waits more
 /// than [`LOCK_WAIT`] for another process's update (twice, when pending
 /// lines must be waited for).
-pub fn record(textfile: &Path, sample: &Sample) -> Result<Recorded, MetricsError> {
-    let files = Files::new(textfile)?;
+pub fn record(
+    textfile: &Path,
+    state_dir: Option<&Path>,
+    sample: &Sample,
+) -> Result<Recorded, MetricsError> {
+    let files = Files::new(textfile, state_dir)?;
     let line = State::sample_line(sample);
     let done = match lock(&files.lock, LOCK_WAIT)? {
         Some(held) => {
@@ -339,13 +368,18 @@ mod tests {
                         } else {
                             Verdict::Refuse
                         };
-                        record(tf, &sample(v, None, Entry::Runtime, 0.001)).unwrap();
+                        record(tf, None, &sample(v, None, Entry::Runtime, 0.001)).unwrap();
                     }
                 });
             }
         });
         // Whatever is still pending is counted by the next update.
-        record(&tf, &sample(Verdict::Skip, None, Entry::Runtime, 0.001)).unwrap();
+        record(
+            &tf,
+            None,
+            &sample(Verdict::Skip, None, Entry::Runtime, 0.001),
+        )
+        .unwrap();
         let s = State::from_text(&fs::read_to_string(d.join(".gpu-guard.prom.state")).unwrap());
         let n: u64 = s.decisions.values().sum();
         let dropped = fs::metadata(d.join(".gpu-guard.prom.dropped")).map_or(0, |m| m.len());
@@ -368,8 +402,8 @@ mod tests {
         fs::set_permissions(&d, fs::Permissions::from_mode(0o755)).unwrap();
         let tf = d.join("gpu-guard.prom");
         let s = sample(Verdict::Skip, None, Entry::Precreate, 0.001);
-        assert_eq!(record(&tf, &s).unwrap(), Recorded::Written);
-        assert_eq!(record(&tf, &s).unwrap(), Recorded::Written);
+        assert_eq!(record(&tf, None, &s).unwrap(), Recorded::Written);
+        assert_eq!(record(&tf, None, &s).unwrap(), Recorded::Written);
         let text = fs::read_to_string(&tf).unwrap();
         assert!(text.contains("entry=\"precreate\"} 2\n"), "{text}");
         assert_eq!(fs::metadata(&tf).unwrap().mode() & 0o777, 0o644);
@@ -382,11 +416,11 @@ mod tests {
         )
         .unwrap();
         let t = Instant::now();
-        assert_eq!(record(&tf, &s).unwrap(), Recorded::Pending);
+        assert_eq!(record(&tf, None, &s).unwrap(), Recorded::Pending);
         assert!(t.elapsed() < LOCK_WAIT * 4, "{:?}", t.elapsed());
         assert!(d.join(".gpu-guard.prom.pending").exists());
         drop(held);
-        assert_eq!(record(&tf, &s).unwrap(), Recorded::Written);
+        assert_eq!(record(&tf, None, &s).unwrap(), Recorded::Written);
         let text = fs::read_to_string(&tf).unwrap();
         assert!(text.contains("entry=\"precreate\"} 4\n"), "{text}");
         assert!(
@@ -402,10 +436,10 @@ mod tests {
         .unwrap();
         let full = fs::File::create(d.join(".gpu-guard.prom.pending")).unwrap();
         full.set_len(pending::MAX_PENDING_BYTES).unwrap();
-        assert_eq!(record(&tf, &s).unwrap(), Recorded::Dropped);
+        assert_eq!(record(&tf, None, &s).unwrap(), Recorded::Dropped);
         drop(held);
         fs::remove_file(d.join(".gpu-guard.prom.pending")).unwrap();
-        record(&tf, &s).unwrap();
+        record(&tf, None, &s).unwrap();
         let text = fs::read_to_string(&tf).unwrap();
         assert!(text.contains("entry=\"precreate\"} 5\n"), "{text}");
         assert!(
@@ -421,14 +455,14 @@ mod tests {
         assert_eq!(proms.len(), 1);
         // A world-writable directory, a symlinked state: refused.
         fs::set_permissions(&d, fs::Permissions::from_mode(0o777)).unwrap();
-        assert!(record(&tf, &s)
+        assert!(record(&tf, None, &s)
             .unwrap_err()
             .to_string()
             .contains("writable by everyone"));
         fs::set_permissions(&d, fs::Permissions::from_mode(0o755)).unwrap();
         fs::remove_file(d.join(".gpu-guard.prom.state")).unwrap();
         std::os::unix::fs::symlink("/etc/passwd", d.join(".gpu-guard.prom.state")).unwrap();
-        assert!(record(&tf, &s).is_err());
+        assert!(record(&tf, None, &s).is_err());
         fs::remove_dir_all(d).unwrap();
     }
 }
