@@ -125,6 +125,7 @@ pub struct Config {
     pub compat: CompatConfig,
     pub log: LogConfig,
     pub metrics: MetricsConfig,
+    pub admission: super::admission::AdmissionConfig,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -553,6 +554,7 @@ impl Default for Config {
             compat: CompatConfig::default(),
             log: LogConfig::default(),
             metrics: MetricsConfig::default(),
+            admission: super::admission::AdmissionConfig::default(),
         }
     }
 }
