@@ -132,7 +132,7 @@ pub fn refuse_unknown(
     if !refused || d.verdict == Verdict::Refuse {
         return;
     }
-    if mode == Mode::Enforce {
+    if mode.refuses() {
         d.verdict = Verdict::Refuse;
         d.withheld_edits = std::mem::take(&mut d.edits);
     } else if !d
