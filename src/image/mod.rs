@@ -45,6 +45,7 @@ mod layer;
 mod open;
 mod platform;
 mod readat;
+pub mod registry_source;
 pub mod scan;
 mod source;
 mod tar_guard;
@@ -55,6 +56,7 @@ pub use error::ImageError;
 pub use platform::Platform;
 pub use readat::{scan_fatbin, FatbinScan};
 pub(crate) use readat::{ReadAtBuf, MAX_READAT_BYTES};
+pub use registry_source::BlobSource;
 pub use tree::{normalize, ContentRef, Kind, Node, Tree};
 
 use budget::Budget;
@@ -131,6 +133,10 @@ pub enum Format {
     OciLayout,
     OciArchive,
     DockerArchive,
+    /// An OCI distribution registry (`docker://...`).
+    Registry,
+    /// The docker daemon's image export (`docker-daemon:...`).
+    DockerDaemon,
 }
 
 /// What was read, for the report.
