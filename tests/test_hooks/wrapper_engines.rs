@@ -432,6 +432,48 @@ fn exec_flags_into_an_allow_privileged_container_are_allowed_with_a_warning() {
     // default profile and refused.
     let o = exec(DOCKER_ROOT);
     assert_eq!(code(&o), 1, "{}", shown(&o));
+    // `docker exec --privileged` / `kubectl exec` of a privileged process
+    // file: allowed into the exempt container, its capabilities kept (it
+    // gets the main process's tuning variables, as a privileged GPU
+    // container does at create).
+    let all = gpu_guard::core::capability::all_names();
+    let caps = all
+        .iter()
+        .map(|c| format!("\"{c}\""))
+        .collect::<Vec<_>>()
+        .join(",");
+    let pf = t.0.join("privileged-process.json");
+    let process = format!(
+        r#"{{"args":["sh"],"cwd":"/","user":{{"uid":0,"gid":0}},"env":["PATH=/bin"],"capabilities":{{"bounding":[{caps}],"effective":[{caps}],"permitted":[{caps}]}}}}"#
+    );
+    std::fs::write(&pf, &process).unwrap();
+    let by_process = |root: &str| {
+        let argv: Vec<String> = [
+            "--root",
+            root,
+            "--log",
+            &log,
+            "exec",
+            "--process",
+            pf.to_str().unwrap(),
+            "op",
+        ]
+        .map(String::from)
+        .to_vec();
+        t.run(&cfg, &argv)
+    };
+    let o = by_process(CONTAINERD_ROOT);
+    assert_eq!(code(&o), 0, "{}", shown(&o));
+    let after: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&pf).unwrap()).unwrap();
+    assert_eq!(
+        after["capabilities"]["bounding"].as_array().unwrap().len(),
+        all.len(),
+        "{after}"
+    );
+    std::fs::write(&pf, &process).unwrap();
+    let o = by_process(DOCKER_ROOT);
+    assert_eq!(code(&o), 1, "{}", shown(&o));
 }
 
 #[test]
