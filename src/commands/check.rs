@@ -50,10 +50,14 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
     );
     let stage = args.stage.stage();
     let engine: Option<Engine> = args.engine.map(Into::into);
-    let cri_keys = cri_keys_without_evidence(&container, engine);
+    // The prestart hook believes no CRI fact, whatever engine runs it.
+    let cri = engine
+        .and_then(cri_runtime_of)
+        .filter(|_| stage == Stage::Edit);
+    let cri_keys = cri.is_none() && has_cri_keys(&container);
     let case = Case::new(container, stage)
         .with_runtime(wrapper_runtime(stage, &policy, engine))
-        .with_cri(engine.and_then(cri_runtime_of));
+        .with_cri(cri);
     if fleet_report::wanted(args) {
         return match policy.config() {
             Ok(c) => fleet_report::main(c, case, args),
@@ -87,13 +91,12 @@ fn cri_runtime_of(e: Engine) -> Option<CriRuntime> {
     }
 }
 
-/// Whether the spec carries a CRI runtime's keys while `check` has no
-/// evidence of which runtime made it (no `--engine containerd|crio`).
-fn cri_keys_without_evidence(c: &Container, engine: Option<Engine>) -> bool {
+/// Whether the spec carries a CRI runtime's keys (believed only with
+/// evidence of which runtime made it: `--engine containerd|crio`).
+fn has_cri_keys(c: &Container) -> bool {
     use crate::core::cri_facts::{CONTAINERD_CONTAINER_TYPE, CRIO_CONTAINER_TYPE};
-    engine.and_then(cri_runtime_of).is_none()
-        && (c.annotations.contains_key(CONTAINERD_CONTAINER_TYPE)
-            || c.annotations.contains_key(CRIO_CONTAINER_TYPE))
+    c.annotations.contains_key(CONTAINERD_CONTAINER_TYPE)
+        || c.annotations.contains_key(CRIO_CONTAINER_TYPE)
 }
 
 /// Why no exception matched a spec that names a CRI runtime.

@@ -142,7 +142,7 @@ pub struct CheckArgs {
     /// Decide as this entry point would: the wrapper edits, the prestart hook only verifies
     #[arg(long, value_enum, default_value_t = CheckStage::Runtime)]
     pub stage: CheckStage,
-    /// Decide as the wrapper invoked by this engine would: it execs that engine's chain (runtime.engines.ENGINE.path, else runtime.path), and for containerd and crio the spec's CRI facts (namespace, pod, image) select security exceptions. Default: the global runtime.path, and no CRI facts believed
+    /// Decide as the wrapper invoked by this engine would: it execs that engine's chain (runtime.engines.ENGINE.path, else runtime.path), and for containerd and crio the spec's CRI facts (namespace, pod, image) select security exceptions (not with --stage prestart: the hook believes none). Default: the global runtime.path, and no CRI facts believed
     #[arg(long, value_enum, value_name = "ENGINE")]
     pub engine: Option<Engine>,
     /// With several hosts (--host repeated, --hosts, --nodes): the NVIDIA container toolkit config those hosts run (accept-nvidia-visible-devices-*). Default: NVIDIA's defaults; this host's file is never used for other hosts

@@ -451,7 +451,13 @@ fn check_cli_exempts_by_namespace_and_names_the_mechanism() {
     );
     // Without --engine, or as docker's and podman's wrapper: the spec alone
     // vouches for nothing (issue 17 B1), and check says how to ask.
-    for extra in [&[][..], &["--engine", "docker"], &["--engine", "podman"]] {
+    for extra in [
+        &[][..],
+        &["--engine", "docker"],
+        &["--engine", "podman"],
+        // As the prestart hook under containerd: a hook believes none.
+        &["--engine", "containerd", "--stage", "prestart"],
+    ] {
         let (code, out) = check_as(&conf, &cri_spec(ann("gpu-operator")), &dir, extra);
         assert_eq!(code, 1, "{extra:?}: {out}");
         assert!(
