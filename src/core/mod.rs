@@ -10,6 +10,7 @@ pub mod cdi;
 pub mod compat;
 pub mod compat_check;
 pub mod container;
+pub mod cri_facts;
 pub mod cuda_tables;
 pub mod decide;
 pub mod decision;
