@@ -151,7 +151,13 @@ fn logged(policy: &Policy, decision: &Decision, entry: Entry) {
     } else {
         logging::record(decision, &policy.syslog(), fallback.clone());
     }
-    metrics::count(policy.metrics(), decision, entry, &policy.syslog(), fallback);
+    metrics::count(
+        policy.metrics(),
+        decision,
+        entry,
+        &policy.syslog(),
+        fallback,
+    );
 }
 
 fn precreate(config_flag: Option<&Path>) -> i32 {

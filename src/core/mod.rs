@@ -30,4 +30,5 @@ pub mod runtime_engines;
 pub mod sanitize;
 pub mod security;
 pub mod tuning;
+pub mod tuning_config;
 pub mod version;
