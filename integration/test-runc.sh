@@ -2,7 +2,8 @@
 # gpu-guard under real runc: the prestart hook (refuse / run / non-GPU /
 # hook-only policy verification) and the runtime wrapper (refuse with a --log
 # JSON line / edits visible inside the container / non-GPU untouched /
-# pass-through argv / parallel creates / unparseable config.json).
+# pass-through argv / parallel creates / unparseable config.json / memlock,
+# stack and /dev/shm tuning).
 . "$(dirname "$0")/lib.sh"
 
 need_root
@@ -219,6 +220,36 @@ done
 check_eq "wrapper: 10 parallel creates, all config.json correct and created" "$OK" 10
 check_eq "wrapper: no temp files left in bundles" "$(ls -a "$T"/p*/ | grep -c 'gpu-guard.*tmp')" 0
 
+# mode = "audit" (issue 21 B2): everything decided, nothing refused or
+# changed. A container enforce refuses runs, and one enforce edits keeps
+# its capabilities and no_new_privileges; both config.json byte-identical;
+# the runtime log says what enforce would have done, at warning level.
+GG_MODE=audit gg_config "$T/audit.toml" geforce-545
+export GPU_GUARD_CONFIG="$T/audit.toml"
+for kind in refused edited; do
+    if [ $kind = refused ]; then
+        make_bundle "$T/a-$kind" "$SHOW" NVIDIA_VISIBLE_DEVICES=all "NVIDIA_REQUIRE_CUDA=$CUDA_12_4_REQUIRE"
+        WOULD="gpu-guard would refuse container gg-a-$kind"
+    else
+        make_bundle "$T/a-$kind" "$SHOW" NVIDIA_VISIBLE_DEVICES=all "NVIDIA_REQUIRE_CUDA=cuda>=12.0"
+        WOULD="gpu-guard would edit container gg-a-$kind: env+=CUDA_DEVICE_ORDER=PCI_BUS_ID"
+    fi
+    BEFORE=$(sha256sum < "$T/a-$kind/config.json")
+    OUT=$(timeout 60 "$WRAP" --root "$T/runc-root" --log "$T/a-$kind/log.json" --log-format json run -b "$T/a-$kind" "gg-a-$kind" 2>&1)
+    RC=$?
+    runc --root "$T/runc-root" delete -f "gg-a-$kind" >/dev/null 2>&1
+    check_eq "audit: the container enforce would have $kind runs" "$RC/$(printf '%s' "$OUT" | grep -c RAN)" 0/1
+    check_eq "audit: its config.json is byte-identical ($kind)" "$(sha256sum < "$T/a-$kind/config.json")" "$BEFORE"
+    check_caps_not "audit: its capabilities are untouched ($kind)" "$OUT" CapEff
+    check_contains "audit: no_new_privileges untouched ($kind)" "$OUT" "NoNewPrivs:	0"
+    check_not_contains "audit: no tuning env ($kind)" "$OUT" "CUDA_DEVICE_ORDER"
+    LAST=$(tail -n 1 "$T/a-$kind/log.json")
+    check_eq "audit: the runtime log line is a warning ($kind)" "$(printf '%s' "$LAST" | jq -r .level)" warning
+    check_contains "audit: it says what enforce would do ($kind)" "$(printf '%s' "$LAST" | jq -r .msg)" "$WOULD"
+done
+check_contains "audit: check shows what enforce would do, and says audit" \
+    "$("$GG" check --bundle "$T/a-refused" 2>&1)" 'mode = "audit": this is what enforce would do'
+
 # RLIMIT_MEMLOCK for RDMA (tuning.memlock): raised in the container the
 # wrapper starts, never lowered below what the container set. Raising a
 # hard limit past ours needs CAP_SYS_RESOURCE; without it (unprivileged VMs,
@@ -279,5 +310,68 @@ if [ "$UNLIMITED" = 1 ]; then
 else
     echo "note: no CAP_SYS_RESOURCE here; memlock = \"unlimited\" not run (hard limit $(ulimit -Hl) KiB)"
 fi
+
+echo "== /dev/shm and RLIMIT_STACK (tuning.shm_size, tuning.stack) =="
+# runc's default spec mounts /dev/shm as the container's own tmpfs, 64 MiB
+# (size=65536k): gpu-guard raises it. A bind-mounted /dev/shm (docker's,
+# a pod's) is the engine's: left alone, with a warning when it is smaller.
+GG_SYSLOG_SOCKET="$T/shm-log.sock" gg_config "$T/shm.toml" a100
+sed -i 's/^shm_size = ""/shm_size = "1g"/; s/^stack = ""/stack = 67108864/' "$T/shm.toml"
+grep -q '^shm_size = "1g"' "$T/shm.toml" && grep -q '^stack = 67108864' "$T/shm.toml" ||
+    fail "the shipped config has no shm_size or stack line"
+start_syslog "$T/shm-log.sock" "$T/shm-log.txt"
+export GPU_GUARD_CONFIG="$T/shm.toml"
+SHMSHOW=$(jq -nc '["sh", "-c", "echo RAN; grep \" /dev/shm \" /proc/mounts; echo STACK=$(ulimit -s) HARD=$(ulimit -Hs)"]')
+shm_opts() { jq -c '[.mounts[] | select(.destination == "/dev/shm")][-1] | [.type, .source, .options]' "$1/config.json"; }
+make_bundle "$T/s0" "$SHMSHOW" NVIDIA_VISIBLE_DEVICES=all "NVIDIA_REQUIRE_CUDA=cuda>=12.0"
+check_eq "runc spec: /dev/shm is its own 64 MiB tmpfs" "$(shm_opts "$T/s0")" '["tmpfs","shm",["nosuid","noexec","nodev","mode=1777","size=65536k"]]'
+D=$("$GG" check --json --bundle "$T/s0")
+check_eq "check: the decision shows the /dev/shm edit" "$(printf '%s' "$D" | jq -c '.edits.mounts')" '{"/dev/shm":{"size":1073741824}}'
+check_eq "check: the decision shows the stack edit" "$(printf '%s' "$D" | jq -c '.edits.rlimits.RLIMIT_STACK.soft')" 67108864
+OUT=$(timeout 60 "$WRAP" --root "$T/runc-root" run -b "$T/s0" gg-s0 2>&1)
+RC=$?
+runc --root "$T/runc-root" delete -f gg-s0 >/dev/null 2>&1
+check_eq "wrapper shm: runs" "$RC" 0
+check_contains "wrapper shm: /proc/mounts shows /dev/shm raised to 1 GiB" "$OUT" "size=1048576k"
+check_contains "wrapper stack: ulimit -s shows 64 MiB" "$OUT" "STACK=65536 "
+check_contains "wrapper stack: the inherited hard limit is not lowered" "$OUT" "HARD=$(ulimit -Hs)"
+check_eq "wrapper shm: every other option kept" "$(shm_opts "$T/s0")" '["tmpfs","shm",["nosuid","noexec","nodev","mode=1777","size=1048576k"]]'
+# A non-GPU container: its config.json byte for byte, its /dev/shm and stack as they were.
+make_bundle "$T/s1" "$SHMSHOW"
+BEFORE=$(sha256sum < "$T/s1/config.json")
+OUT=$(timeout 60 "$WRAP" --root "$T/runc-root" run -b "$T/s1" gg-s1 2>&1)
+RC=$?
+runc --root "$T/runc-root" delete -f gg-s1 >/dev/null 2>&1
+check_eq "wrapper shm: non-GPU runs" "$RC" 0
+check_contains "wrapper shm: non-GPU /dev/shm stays 64 MiB" "$OUT" "size=65536k"
+check_contains "wrapper stack: non-GPU stack as inherited" "$OUT" "STACK=$(ulimit -s) "
+check_eq "wrapper shm: non-GPU config.json byte-identical" "$(sha256sum < "$T/s1/config.json")" "$BEFORE"
+# A bind-mounted /dev/shm of 64 MiB (as docker makes one): no edit, a warning.
+mkdir -p "$T/shmsrc"
+if mount -t tmpfs -o size=64m gg-test-shm "$T/shmsrc"; then
+    make_bundle "$T/s2" "$SHMSHOW" NVIDIA_VISIBLE_DEVICES=all "NVIDIA_REQUIRE_CUDA=cuda>=12.0"
+    jq --arg src "$T/shmsrc" '.mounts = [.mounts[] | if .destination == "/dev/shm"
+        then {destination: "/dev/shm", type: "bind", source: $src, options: ["rbind", "rprivate"]} else . end]' \
+        "$T/s2/config.json" > "$T/s2/c.json" && mv "$T/s2/c.json" "$T/s2/config.json"
+    D=$("$GG" check --json --bundle "$T/s2")
+    check_eq "check: no /dev/shm edit for a bind mount" "$(printf '%s' "$D" | jq -c '.edits.mounts // "none"')" '"none"'
+    check_contains "check: a tuning warning for the small bind mount" "$(printf '%s' "$D" | jq -r '.findings[] | select(.check == "tuning") | .message')" "/dev/shm is 64 MiB (a bind mount of $T/shmsrc), smaller than tuning.shm_size (1 GiB)"
+    check_contains "check: the fix names --shm-size and the emptyDir" "$(printf '%s' "$D" | jq -r '.findings[] | select(.check == "tuning") | .fix')" "--shm-size=1g; Kubernetes: mount an emptyDir volume with medium: Memory"
+    BEFORE=$(shm_opts "$T/s2")
+    : > "$T/shm-log.txt"
+    OUT=$(timeout 60 "$WRAP" --root "$T/runc-root" run -b "$T/s2" gg-s2 2>&1)
+    RC=$?
+    runc --root "$T/runc-root" delete -f gg-s2 >/dev/null 2>&1
+    check_eq "wrapper shm: bind-mounted /dev/shm runs" "$RC" 0
+    check_contains "wrapper shm: the bind mount stays 64 MiB" "$OUT" "size=65536k"
+    check_eq "wrapper shm: the bind mount entry is unchanged" "$(shm_opts "$T/s2")" "$BEFORE"
+    sleep 0.3
+    check_contains "wrapper shm: the warning is logged" "$(cat "$T/shm-log.txt")" "smaller than tuning.shm_size"
+    check_contains "wrapper stack: still raised" "$OUT" "STACK=65536 "
+    umount "$T/shmsrc"
+else
+    fail "cannot mount a tmpfs for the bind-mounted /dev/shm test"
+fi
+unset GPU_GUARD_CONFIG
 
 finish

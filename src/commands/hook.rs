@@ -21,6 +21,7 @@ use crate::oci::spec_file::{self, LoadedSpec};
 use crate::oci::state::{parse_state, MAX_STATE_BYTES};
 use crate::pipeline::{self, Case, HostChoice, Policy};
 use crate::sys::logging;
+use crate::sys::metrics::{self, Entry};
 use std::io::{Read, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -52,6 +53,7 @@ fn read_stdin(limit: u64) -> std::io::Result<Vec<u8>> {
 }
 
 pub fn main(config_flag: Option<&Path>, stage: HookStage) -> i32 {
+    metrics::mark_start();
     match stage {
         HookStage::Prestart | HookStage::CreateRuntime => prestart(config_flag),
         HookStage::Precreate => precreate(config_flag),
@@ -77,18 +79,29 @@ fn prestart(config_flag: Option<&Path>) -> i32 {
             return bad_input(e)
         }
         Err(e) => {
-            return unreadable(config_flag, state.id, &e.to_string(), || {
-                spec_file::file_mentions_gpu(&spec_path).unwrap_or(false)
-            })
+            return unreadable(
+                config_flag,
+                state.id,
+                &e.to_string(),
+                Entry::Prestart,
+                || spec_file::file_mentions_gpu(&spec_path).unwrap_or(false),
+            )
         }
     };
     container.id = state.id;
-    let decision = decide(&Policy::load(config_flag), container, Stage::Verify);
-    if decision.verdict == Verdict::Refuse {
+    let policy = Policy::load(config_flag);
+    let decision = decide(&policy, container, Stage::Verify);
+    if refuses(&policy, &decision) {
         eprint!("{}", report::refusal(&decision));
         return EXIT_REFUSE;
     }
     0
+}
+
+/// Whether the hook refuses: the verdict says so, and the mode acts on it
+/// (under `mode = "audit"` the verdict is enforce's, logged, not acted on).
+fn refuses(policy: &Policy, d: &Decision) -> bool {
+    d.verdict == Verdict::Refuse && policy.mode() != Mode::Audit
 }
 
 /// A spec the hook cannot read (issue 10 B2): refused only when it names a
@@ -98,12 +111,13 @@ fn unreadable(
     config_flag: Option<&Path>,
     id: Option<String>,
     error: &str,
+    entry: Entry,
     mentions_gpu: impl FnOnce() -> bool,
 ) -> i32 {
     let policy = Policy::load(config_flag);
     let decision = unreadable_spec(policy.mode(), id, error, mentions_gpu());
-    logging::record(&decision, &policy.syslog(), logging::Fallback::Stderr);
-    if decision.verdict == Verdict::Refuse {
+    logged(&policy, &decision, entry);
+    if refuses(&policy, &decision) {
         eprint!("{}", report::refusal(&decision));
         return EXIT_REFUSE;
     }
@@ -115,11 +129,35 @@ fn unreadable(
     0
 }
 
-/// Decides through the pipeline (no runtime is chained to a hook) and logs.
+/// Decides through the pipeline and logs. No runtime is chained to a
+/// hook, and a hook has no evidence of which engine runs the container
+/// (podman writes CRI-O's keys itself): its CRI facts are never believed.
 fn decide(policy: &Policy, container: Container, stage: Stage) -> Decision {
     let decision = pipeline::decide(policy, Case::new(container, stage), HostChoice::FromConfig);
-    logging::record(&decision, &policy.syslog(), logging::Fallback::Stderr);
+    let entry = match stage {
+        Stage::Verify => Entry::Prestart,
+        Stage::Edit => Entry::Precreate,
+    };
+    logged(policy, &decision, entry);
     decision
+}
+
+/// Logs a decision (under `mode = "audit"` what enforce would refuse or
+/// edit, at warning level) and counts it in the metrics (`metrics.textfile`).
+fn logged(policy: &Policy, decision: &Decision, entry: Entry) {
+    let fallback = logging::Fallback::Stderr;
+    if policy.mode() == Mode::Audit {
+        logging::record_audit(decision, &policy.syslog(), fallback.clone());
+    } else {
+        logging::record(decision, &policy.syslog(), fallback.clone());
+    }
+    metrics::count(
+        policy.metrics(),
+        decision,
+        entry,
+        &policy.syslog(),
+        fallback,
+    );
 }
 
 fn precreate(config_flag: Option<&Path>) -> i32 {
@@ -133,6 +171,10 @@ fn precreate(config_flag: Option<&Path>) -> i32 {
     };
     let policy = Policy::load(config_flag);
     let decision = decide(&policy, spec.container.clone(), Stage::Edit);
+    if policy.mode() == Mode::Audit {
+        // Decided and logged; the config goes back byte for byte.
+        return write_stdout(&spec.bytes);
+    }
     let edits = if decision.verdict == Verdict::Refuse {
         if !has_gpu_guard_prestart(&spec.view) {
             eprint!("{}", report::refusal(&decision));
@@ -177,9 +219,13 @@ fn write_stdout(output: &[u8]) -> i32 {
 /// request (enforce mode), else passed through unchanged.
 fn precreate_unreadable(config_flag: Option<&Path>, e: (spec_file::SpecFileError, Vec<u8>)) -> i32 {
     let (err, input) = e;
-    let code = unreadable(config_flag, None, &err.to_string(), || {
-        spec_file::mentions_gpu(&input)
-    });
+    let code = unreadable(
+        config_flag,
+        None,
+        &err.to_string(),
+        Entry::Precreate,
+        || spec_file::mentions_gpu(&input),
+    );
     if code != 0 {
         return code;
     }

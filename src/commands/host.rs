@@ -2,7 +2,9 @@
 
 use crate::commands::cli::{HostArgs, ProbeChildArgs};
 use crate::core::facts::{HostProblem, HostProblemKind, HostReport};
+use crate::core::runtime_engines::Engine;
 use crate::host::probe;
+use crate::pipeline::runtime::RuntimeProblem;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -60,12 +62,16 @@ fn host_command_inner(config: Option<&Path>, args: &HostArgs) -> Result<i32, Hos
     let loaded = crate::config::load_detailed(config)?;
     let cfg = &loaded.config;
     let report = probe(&cfg.host);
+    let chains = chain_problems(cfg);
     let Some(facts) = &report.facts else {
         let p = report.problems.first();
         let msg = p.map(|p| p.message.as_str()).unwrap_or("the probe failed");
         match p.and_then(|p| p.fix.as_deref()) {
             Some(fix) => eprintln!("gpu-guard: {msg} (fix: {fix})"),
             None => eprintln!("gpu-guard: {msg}"),
+        }
+        for p in &chains {
+            eprintln!("gpu-guard: error: {} (fix: {})", p.message, p.fix);
         }
         return Ok(EXIT_NO_FACTS);
     };
@@ -80,6 +86,12 @@ fn host_command_inner(config: Option<&Path>, args: &HostArgs) -> Result<i32, Hos
         }
         for w in crate::commands::install::host_lines(cfg).1 {
             eprintln!("gpu-guard: warning: {w}");
+        }
+        for w in cdi_warnings(cfg, facts) {
+            eprintln!("gpu-guard: warning: {w}");
+        }
+        for p in &chains {
+            eprintln!("gpu-guard: error: {} (fix: {})", p.message, p.fix);
         }
     } else {
         print!("{}", render_table(&report));
@@ -97,8 +109,62 @@ fn host_command_inner(config: Option<&Path>, args: &HostArgs) -> Result<i32, Hos
         for w in warnings {
             println!("warning: {w}");
         }
+        for w in cdi_warnings(cfg, facts) {
+            println!("warning: {w}");
+        }
+        for p in &chains {
+            println!("error: {}\n  fix: {}", p.message, p.fix);
+        }
+    }
+    if !chains.is_empty() {
+        // No container starts through the wrapper: as bad as a lost GPU.
+        return Ok(EXIT_HOST_ERROR);
     }
     Ok(exit_status(&report))
+}
+
+/// The problems of the CDI spec directories (`host.cdi_spec_dirs`), one
+/// line each with its fix (docs/interfaces.md, "Host health and tuning").
+/// Warnings only: they do not change the exit status.
+fn cdi_warnings(
+    cfg: &crate::core::policy::Config,
+    facts: &crate::core::facts::HostFacts,
+) -> Vec<String> {
+    if cfg.host.cdi_spec_dirs.is_empty() {
+        return Vec::new();
+    }
+    let specs = crate::host::cdi::load(&cfg.host.cdi_spec_dirs);
+    let kinds = crate::core::detect::nvidia_cdi_kinds(&cfg.detect);
+    let driver = facts.driver_version.as_deref();
+    crate::core::cdi::audit(&specs, &kinds, driver, &crate::host::cdi::RealPaths)
+        .into_iter()
+        .map(|f| match &f.fix {
+            Some(fix) if !fix.is_empty() => format!("{} (fix: {fix})", f.message),
+            _ => f.message,
+        })
+        .collect()
+}
+
+/// The chained runtimes the config names (`runtime.path`, each
+/// `runtime.engines.ENGINE.path`) that cannot be run, each once.
+fn chain_problems(cfg: &crate::core::policy::Config) -> Vec<RuntimeProblem> {
+    let mut out: Vec<RuntimeProblem> = Vec::new();
+    let mut engines: Vec<Option<Engine>> = vec![None];
+    engines.extend(
+        Engine::ALL
+            .into_iter()
+            .filter(|e| cfg.runtime.engines.get(*e).path.is_some())
+            .map(Some),
+    );
+    for e in engines {
+        if e.is_none() && cfg.runtime.path.is_empty() {
+            continue;
+        }
+        if let Some(p) = crate::pipeline::runtime::chained_runtime_problem(cfg, e) {
+            out.push(p);
+        }
+    }
+    out
 }
 
 /// `--node-labels [--write [--output PATH]]`: gpu-guard's node labels,
@@ -144,6 +210,7 @@ fn exit_status(report: &HostReport) -> i32 {
 fn problem_label(kind: &HostProblemKind) -> &'static str {
     match kind {
         HostProblemKind::NoDriver | HostProblemKind::ProbeFailed => "error",
+        HostProblemKind::Untrusted => "error",
         HostProblemKind::GpuLost { .. } => "error",
         HostProblemKind::Degraded => "warning",
     }

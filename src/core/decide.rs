@@ -7,7 +7,7 @@
 
 use crate::core::compat::CompatScan;
 use crate::core::container::Container;
-use crate::core::decision::{Check, Decision, Finding, Verdict};
+use crate::core::decision::{Check, Decision, Finding, Rlimit, Verdict};
 use crate::core::detect::{self, Detection};
 use crate::core::facts::{Gpu, HostFacts, HostProblemKind, HostReport};
 use crate::core::kernel_image::Scanned;
@@ -16,6 +16,8 @@ use crate::core::requirement_check::{check_requirements, forward_compat_findings
 use crate::core::sanitize::esc;
 use crate::core::security::{self, Stage};
 use crate::core::tuning;
+use crate::core::tuning::shm::ShmHost;
+use std::collections::BTreeMap;
 
 pub use crate::core::requirement_check::{checked_requirements, forward_compat_need, Declared};
 
@@ -36,6 +38,22 @@ pub struct Inputs<'a> {
     pub scanned: Option<&'a Scanned>,
     /// The compat-library scan, done when [`forward_compat_need`] says so.
     pub compat: Option<&'a CompatScan>,
+    /// What only the host the container starts on can say, read there;
+    /// empty for a host described by a facts file or labels.
+    pub local: HostLocal,
+}
+
+/// What only the host a container starts on can say about it, read by the
+/// pipeline (docs/interfaces.md, "Host health and tuning").
+#[derive(Clone, Debug, Default)]
+pub struct HostLocal {
+    /// The limits the container inherits where its spec sets none
+    /// (crate::sys::limits), for `tuning.memlock` and `tuning.stack`.
+    pub rlimits: BTreeMap<String, Rlimit>,
+    /// The RAM and a bind-mounted `/dev/shm`'s size, for `tuning.shm_size`.
+    pub shm: ShmHost,
+    /// The findings of the CDI spec check (core::cdi::judge).
+    pub cdi: Vec<Finding>,
 }
 
 fn device_findings(det: &Detection, facts: &HostFacts, out: &mut Vec<Finding>) -> Vec<usize> {
@@ -82,7 +100,9 @@ fn device_findings(det: &Detection, facts: &HostFacts, out: &mut Vec<Finding>) -
 fn host_findings(host: &HostReport, visible: &[&Gpu], cfg: &Config, out: &mut Vec<Finding>) {
     for p in &host.problems {
         let f = match &p.kind {
-            HostProblemKind::NoDriver => Finding::error(Check::Host, p.message.clone()),
+            HostProblemKind::NoDriver | HostProblemKind::Untrusted => {
+                Finding::error(Check::Host, p.message.clone())
+            }
             HostProblemKind::ProbeFailed => match cfg.host.on_probe_failure {
                 OnFailure::Refuse => Finding::error(Check::Host, p.message.clone()),
                 OnFailure::Allow => Finding::warning(
@@ -130,6 +150,10 @@ fn host_and_requirement_findings<'a>(
     d.host_source = Some(host.source.clone());
     match &host.facts {
         Some(facts) => {
+            d.host_versions = facts.driver_version.clone().map(|v| {
+                let cuda = facts.cuda_driver_version.clone();
+                (v, cuda.unwrap_or_else(|| "unknown".into()))
+            });
             let idx = device_findings(det, facts, findings);
             visible = idx.iter().map(|i| &facts.gpus[*i]).collect();
             d.visible_gpus = Some(visible.iter().map(|g| g.index).collect());
@@ -195,13 +219,17 @@ pub fn decide(inp: &Inputs) -> Decision {
     let mut findings = Vec::new();
     let visible = host_and_requirement_findings(inp, &mut d, &mut findings);
     findings.extend(inp.kernel_image.iter().cloned());
+    findings.extend(inp.local.cdi.iter().cloned());
 
     if inp.stage == Stage::Edit {
         let (env, mut tf) = tuning::plan(c, &visible, &cfg.tuning);
         d.edits.env = env;
-        d.edits.rlimits = tuning::rlimits(c, &cfg.tuning);
+        d.edits.rlimits = tuning::rlimits_over(c, &cfg.tuning, &inp.local.rlimits);
         findings.append(&mut tf);
     }
+    let (mount, mut shm) = tuning::shm::plan(c, &cfg.tuning, inp.stage, &inp.local.shm);
+    d.edits.mounts.extend(mount);
+    findings.append(&mut shm);
     let sp = security::plan(c, &cfg.security, &allow, inp.stage);
     findings.extend(sp.findings);
     d.edits.capabilities_dropped = sp.dropped;
@@ -247,24 +275,38 @@ pub fn security_only(c: &Container, gpu: bool, cfg: &Config, stage: Stage) -> De
 
 /// Sets the verdict from the findings and the mode.
 fn finish(d: &mut Decision, cfg: &Config) {
+    if cfg.mode == Mode::Audit {
+        d.findings.push(audit_note());
+    }
     if !d.has_errors() {
         d.verdict = Verdict::Allow;
         return;
     }
-    match cfg.mode {
-        Mode::Enforce => {
-            d.verdict = Verdict::Refuse;
-            // A refused container is never created; edits would mislead.
-            d.withheld_edits = std::mem::take(&mut d.edits);
-        }
-        _ => {
-            d.verdict = Verdict::Allow;
-            d.findings.push(Finding::info(
-                Check::Config,
-                "mode = \"warn\": gpu-guard would refuse this container; it starts anyway",
-            ));
-        }
+    if cfg.mode.refuses() {
+        d.verdict = Verdict::Refuse;
+        // A refused container is never created; edits would mislead.
+        d.withheld_edits = std::mem::take(&mut d.edits);
+    } else {
+        d.verdict = Verdict::Allow;
+        d.findings.push(warn_note("container", "starts"));
     }
+}
+
+/// Under `mode = "audit"` the verdict and edits are enforce's, and nothing
+/// acts on them: every decision says so.
+pub fn audit_note() -> Finding {
+    Finding::info(
+        Check::Config,
+        "mode = \"audit\": this is what enforce would do; gpu-guard only logs it, refuses nothing and changes nothing",
+    )
+}
+
+/// Under `mode = "warn"`: what enforce would have refused still `starts`.
+fn warn_note(what: &str, starts: &str) -> Finding {
+    Finding::info(
+        Check::Config,
+        format!("mode = \"warn\": gpu-guard would refuse this {what}; it {starts} anyway"),
+    )
 }
 
 /// The decision for a GPU container when the config itself is unusable:
@@ -291,8 +333,9 @@ pub fn config_error(error: &str, path: &std::path::Path, c: &Container, gpu: boo
 /// The decision for a spec (or exec process file) gpu-guard cannot read
 /// (issue 10 B2): runc may still run it, so it is decided from what is
 /// certain. A file that mentions a GPU request is refused under `mode =
-/// "enforce"`, naming the error; under "warn" (or "audit") the refusal is
-/// logged and the container starts. Any other file is none of gpu-guard's
+/// "enforce"` (and under "audit" the verdict says so, which the entry
+/// points log without acting on), naming the error; under "warn" the
+/// refusal is logged and the container starts. Any other file is none of gpu-guard's
 /// business: the verdict is skip and the caller stands aside.
 pub fn unreadable_spec(
     mode: Mode,
@@ -316,14 +359,14 @@ pub fn unreadable_spec(
         )
         .with_fix("write config.json as plain JSON (runc's own encoder output), or report the spec to gpu-guard's maintainers"),
     );
-    if mode == Mode::Enforce {
+    if mode.refuses() {
         d.verdict = Verdict::Refuse;
     } else {
         d.verdict = Verdict::Allow;
-        d.findings.push(Finding::info(
-            Check::Config,
-            "mode = \"warn\": gpu-guard would refuse this container; it starts anyway",
-        ));
+        d.findings.push(warn_note("container", "starts"));
+    }
+    if mode == Mode::Audit {
+        d.findings.push(audit_note());
     }
     d
 }

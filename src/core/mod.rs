@@ -6,9 +6,11 @@
 pub mod admission;
 pub mod arch;
 pub mod capability;
+pub mod cdi;
 pub mod compat;
 pub mod compat_check;
 pub mod container;
+pub mod cri_facts;
 pub mod cuda_tables;
 pub mod decide;
 pub mod decision;
@@ -28,4 +30,5 @@ pub mod runtime_engines;
 pub mod sanitize;
 pub mod security;
 pub mod tuning;
+pub mod tuning_config;
 pub mod version;

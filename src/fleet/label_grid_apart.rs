@@ -11,12 +11,13 @@
 //!
 //! Why it is exact: `core::decide` adds the kernel-image findings to the
 //! others and reads them nowhere else, and its verdict depends on findings
-//! only through whether one is an error, which refuses under
-//! `mode = "enforce"` alone (decide.rs `finish`; fleet::unknown's refusal
-//! of unknown facts does not read them). So a node is allowed exactly when
+//! only through whether one is an error, which refuses only under a mode
+//! whose verdict is enforce's (`enforce` and `audit`: core::policy
+//! `Mode::refuses`; decide.rs `finish`; fleet::unknown's refusal of
+//! unknown facts does not read them). So a node is allowed exactly when
 //!  - the decision without them allows it
 //!    ([`super::Subject::judge_host_without_kernel_image`]), and
-//!  - under `mode = "enforce"`, none of them is an error
+//!  - under a mode that refuses, none of them is an error
 //!    ([`super::Subject::kernel_image_findings`]).
 //!
 //! The first part reads the scan only through minor-version compatibility
@@ -37,7 +38,7 @@ use super::label_exprs::Point;
 use super::label_grid::{axes_with, coord_in, ends, host_for, index_in, Grid, Judged};
 use super::Subject;
 use crate::core::decision::{Severity, Verdict};
-use crate::core::policy::{MinorVersionCompat, Mode};
+use crate::core::policy::MinorVersionCompat;
 
 /// One cell's judgement per brand class: the classes allowed (at both ends)
 /// and the classes whose ends agree; None where no label holds a point.
@@ -64,7 +65,11 @@ pub(super) fn judge(subject: &Subject, fine: &Grid, classes: &[u32]) -> Option<J
         .map(|(c, f)| c.project(f))
         .collect::<Option<_>>()?;
     let rest = judge_rest(subject, &coarse, classes);
-    let kernel = (subject.config().mode == Mode::Enforce).then(|| judge_kernel(subject, fine));
+    let kernel = subject
+        .config()
+        .mode
+        .refuses()
+        .then(|| judge_kernel(subject, fine));
     let parts = Parts {
         coarse_sizes: &coarse.sizes,
         to_coarse: &to_coarse,
@@ -125,7 +130,7 @@ struct Parts<'a> {
     /// Per axis, each full slot's coarse slot.
     to_coarse: &'a [Vec<usize>],
     rest: &'a [Rest],
-    /// None: the kernel-image findings cannot refuse (not "enforce").
+    /// None: the kernel-image findings cannot refuse (`mode = "warn"`).
     kernel: Option<&'a [Kernel]>,
 }
 
@@ -133,7 +138,10 @@ struct Parts<'a> {
 /// cell on which the rest allows class c (alike at both ends) is allowed
 /// for c exactly when the kernel-image findings hold no error at both
 /// ends, and its ends agree for c exactly when those findings agree or the
-/// rest refuses c. None when a full cell holds a label point but its
+/// rest refuses c. The rest is judged at its coarse cell's ends: where
+/// they disagree (a constant missed) every full cell inside is refused for
+/// c and the grid marked not exact, stricter, never looser, than judging
+/// the full cells whole. None when a full cell holds a label point but its
 /// coarse cell has none (parts too large for labels): judge it whole.
 fn combine(fine: &Grid, parts: &Parts, classes: &[u32]) -> Option<Judged> {
     let has_points: Vec<Vec<bool>> = fine
@@ -181,7 +189,7 @@ mod tests {
     use crate::core::arch::{Arch, Kind, Variant};
     use crate::core::container::{Container, Env};
     use crate::core::kernel_image::{Image, Library, Scanned};
-    use crate::core::policy::{Config, Enforcement};
+    use crate::core::policy::{Config, Enforcement, Mode};
     use crate::core::security::Stage;
     use crate::fleet::label_grid::{axes, brand_classes, judge_cells};
     use crate::pipeline::{Case, Scans};
@@ -285,9 +293,12 @@ mod tests {
         let mut kernel_warn = enforcing();
         kernel_warn.kernel_image.severity = Enforcement::Warn;
         assert_eq!(agree(&kernel_warn, &[TESLA_535], cublas()), 0);
+        let mut audit = enforcing();
+        audit.mode = Mode::Audit;
+        let env = [TESLA_535, "CUDA_VERSION=12.4.1"];
+        assert!(agree(&audit, &env, cublas()) > 0);
         let mut minor = enforcing();
         minor.requirements.minor_version_compatibility = MinorVersionCompat::Warn;
-        let env = [TESLA_535, "CUDA_VERSION=12.4.1"];
         assert!(agree(&minor, &env, cublas()) > 0);
         // A scan that stopped early refuses wherever a GPU is visible.
         let mut stopped = cublas();

@@ -16,6 +16,7 @@
 //! invalid, GPU containers are refused naming the error, and nothing is
 //! probed or read.
 
+mod local;
 pub mod policy;
 pub mod runtime;
 pub mod scans;
@@ -25,7 +26,8 @@ pub use scans::Scans;
 
 use crate::config::ConfigError;
 use crate::core::container::Container;
-use crate::core::decide::{self, Declared, Inputs};
+use crate::core::cri_facts::CriRuntime;
+use crate::core::decide::{self, Declared, HostLocal, Inputs};
 use crate::core::decision::{Decision, Finding};
 use crate::core::detect::{self, Detection};
 use crate::core::facts::{HostFacts, HostReport, HostSource};
@@ -46,6 +48,10 @@ pub struct Case {
     /// Scans already made; by default each is read from the container's
     /// rootfs when a host needs it.
     pub scans: Scans,
+    /// The CRI runtime that made the container, as evidence from outside
+    /// its spec knows it (the wrapper's runtime root, `check --engine`);
+    /// None: the spec's CRI facts are not believed (core::cri_facts).
+    pub cri: Option<CriRuntime>,
 }
 
 impl Case {
@@ -56,7 +62,13 @@ impl Case {
             stage,
             runtime: None,
             scans: Scans::default(),
+            cri: None,
         }
+    }
+
+    pub fn with_cri(mut self, cri: Option<CriRuntime>) -> Case {
+        self.cri = cri;
+        self
     }
 
     pub fn with_runtime(mut self, runtime: Option<PathBuf>) -> Case {
@@ -113,13 +125,17 @@ pub fn decide(policy: &Policy, case: Case, host: HostChoice) -> Decision {
     };
     let judge = Judge::new(cfg, case);
     let report = judge.needs_host().then(|| host.report(cfg));
-    judge.on_host(report.as_ref())
+    match host {
+        HostChoice::FromConfig => judge.on_this_host(report.as_ref()),
+        HostChoice::File(_) => judge.on_host(report.as_ref()),
+    }
 }
 
 /// The decision under a config that cannot be used.
 fn refused_for_config(e: &ConfigError, detect_cfg: &DetectConfig, case: Case) -> Decision {
     let runtime = case.runtime.as_deref();
-    let (container, detection) = classify(case.container, runtime, detect_cfg);
+    let (mut container, detection) = classify(case.container, runtime, detect_cfg);
+    container.cri_runtime = case.cri;
     decide::config_error(&e.to_string(), &e.path, &container, detection.gpu)
 }
 
@@ -139,7 +155,8 @@ pub struct Judge<'c> {
 impl<'c> Judge<'c> {
     pub fn new(config: &'c Config, case: Case) -> Judge<'c> {
         let runtime = case.runtime.as_deref();
-        let (container, detection) = classify(case.container, runtime, &config.detect);
+        let (mut container, detection) = classify(case.container, runtime, &config.detect);
+        container.cri_runtime = case.cri;
         Judge {
             config,
             declared: Declared::of(&container),
@@ -186,7 +203,23 @@ impl<'c> Judge<'c> {
     /// Decides on one host (None: its facts were not gathered). A report
     /// given for a container that needs none is not used.
     pub fn on_host(&self, host: Option<&HostReport>) -> Decision {
-        self.decide_on(host, true)
+        self.decide_on(host, HostLocal::default(), true)
+    }
+
+    /// [`Judge::on_host`] for the host this process runs on, where the
+    /// container starts: what only this host can say is read too
+    /// (`local.rs`).
+    pub fn on_this_host(&self, host: Option<&HostReport>) -> Decision {
+        let local = match host.filter(|_| self.needs_host()) {
+            Some(r) => local::read(
+                &self.container,
+                &self.detection,
+                self.config,
+                r.facts.as_ref(),
+            ),
+            None => HostLocal::default(),
+        };
+        self.decide_on(host, local, true)
     }
 
     /// [`Judge::on_host`] without the kernel-image findings: the scans
@@ -194,11 +227,11 @@ impl<'c> Judge<'c> {
     /// forward compatibility), only the findings of
     /// [`Judge::kernel_image_findings`] are left out. `core::decide` adds
     /// those to the others and nothing else reads them, so `on_host` refuses
-    /// exactly when this refuses or, under `mode = "enforce"`, one of them
-    /// is an error (decide.rs `finish`). The label affinity judges the two
+    /// exactly when this refuses or, under a mode that refuses
+    /// (`Mode::refuses`), one of them is an error (decide.rs `finish`). The label affinity judges the two
     /// parts on grids of their own (crate::fleet::label_grid_apart).
     pub fn on_host_without_kernel_image(&self, host: Option<&HostReport>) -> Decision {
-        self.decide_on(host, false)
+        self.decide_on(host, HostLocal::default(), false)
     }
 
     /// The kernel-image findings [`Judge::on_host`] gives on this host: the
@@ -217,7 +250,14 @@ impl<'c> Judge<'c> {
             .on_host(c, &self.declared, &self.detection, facts, self.config)
     }
 
-    fn decide_on(&self, host: Option<&HostReport>, with_kernel_image: bool) -> Decision {
+    /// The decision on `host`, with what only this host can say (`local`),
+    /// and with or without the kernel-image findings.
+    fn decide_on(
+        &self,
+        host: Option<&HostReport>,
+        local: HostLocal,
+        with_kernel_image: bool,
+    ) -> Decision {
         let host = host.filter(|_| self.needs_host());
         let facts = host.and_then(|r| r.facts.as_ref());
         let found = facts.map(|f| self.scans_on(f));
@@ -239,6 +279,7 @@ impl<'c> Judge<'c> {
             },
             scanned,
             compat,
+            local,
         })
     }
 }
