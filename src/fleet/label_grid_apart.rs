@@ -238,8 +238,9 @@ mod tests {
 
     /// Both ways agree on the grid of `env` with `scanned` under `cfg`;
     /// returns how many cells of the CUDA x compute capability (x count)
-    /// axes hold a kernel-image error (so the scan decides somewhere).
-    fn agree(cfg: &Config, env: &[&str], scanned: Scanned) -> usize {
+    /// axes hold a kernel-image error (so the scan decides somewhere) and
+    /// how many cells of the grid allow some brand.
+    fn agree(cfg: &Config, env: &[&str], scanned: Scanned) -> (usize, usize) {
         let mut c = Container::from_env(Env::from_entries(env.iter().copied()));
         crate::fleet::attached::as_run_with_all_gpus(&mut c);
         let case = Case::new(c, Stage::Edit).with_scans(Scans::made(Some(scanned), None));
@@ -250,11 +251,19 @@ mod tests {
         let whole = judge_cells(&subject, &fine, &classes);
         assert_eq!(apart.consistent, whole.consistent, "{env:?}");
         assert_eq!(apart.masks, whole.masks, "{env:?}");
-        assert!(whole.masks.iter().any(|&m| m != 0), "{env:?}: allows none");
-        judge_kernel(&subject, &fine)
+        let errors = judge_kernel(&subject, &fine)
             .iter()
             .filter(|k| matches!(k, Some((false, _))))
-            .count()
+            .count();
+        (errors, whole.masks.iter().filter(|&&m| m != 0).count())
+    }
+
+    /// [`agree`], on a grid the scan decides somewhere and that allows
+    /// some cells.
+    fn agree_decided(cfg: &Config, env: &[&str], scanned: Scanned) {
+        let (errors, allowed) = agree(cfg, env, scanned);
+        assert!(errors > 0, "{env:?}: the scan decides nowhere");
+        assert!(allowed > 0, "{env:?}: allows none");
     }
 
     fn enforcing() -> Config {
@@ -267,44 +276,51 @@ mod tests {
     fn scanned_images_judged_apart_are_judged_alike() {
         let cfg = enforcing();
         let env = [TESLA_535, "CUDA_VERSION=12.4.1"];
-        assert!(agree(&cfg, &env, cublas()) > 0);
+        agree_decided(&cfg, &env, cublas());
         // PTX only, with an ISA a 12.4 driver cannot load: CUDA decides too.
-        assert!(agree(&cfg, &[TESLA_535], scan(vec![vec![ptx(80, (8, 7))]])) > 0);
+        agree_decided(&cfg, &[TESLA_535], scan(vec![vec![ptx(80, (8, 7))]]));
         // Tegra and family code, two libraries, an arch requirement.
         let tegra = scan(vec![
             vec![sass(87, Variant::Plain), sass(100, Variant::Family)],
             vec![sass(52, Variant::Plain), ptx(52, (8, 8))],
         ]);
         let arch = "NVIDIA_REQUIRE_CUDA=cuda>=12.2,arch>=8.0";
-        assert!(agree(&cfg, &[arch], tegra) > 0);
+        agree_decided(&cfg, &[arch], tegra);
         // GPUs by index: the count decides the visible GPUs.
         let by_index = [
             "NVIDIA_REQUIRE_CUDA=cuda>=12.0",
             "NVIDIA_VISIBLE_DEVICES=0,5",
         ];
-        assert!(agree(&cfg, &by_index, cublas()) > 0);
+        agree_decided(&cfg, &by_index, cublas());
     }
 
     #[test]
     fn other_configs_judged_apart_are_judged_alike() {
         let mut warn = enforcing();
         warn.mode = Mode::Warn;
-        agree(&warn, &[TESLA_535], cublas());
+        // Under "warn" the kernel-image errors refuse nowhere.
+        let (errors, allowed) = agree(&warn, &[TESLA_535], cublas());
+        assert!(errors > 0 && allowed > 0);
         let mut kernel_warn = enforcing();
         kernel_warn.kernel_image.severity = Enforcement::Warn;
-        assert_eq!(agree(&kernel_warn, &[TESLA_535], cublas()), 0);
+        let (errors, allowed) = agree(&kernel_warn, &[TESLA_535], cublas());
+        assert_eq!(errors, 0);
+        assert!(allowed > 0);
         let mut audit = enforcing();
         audit.mode = Mode::Audit;
         let env = [TESLA_535, "CUDA_VERSION=12.4.1"];
-        assert!(agree(&audit, &env, cublas()) > 0);
+        agree_decided(&audit, &env, cublas());
         let mut minor = enforcing();
         minor.requirements.minor_version_compatibility = MinorVersionCompat::Warn;
-        assert!(agree(&minor, &env, cublas()) > 0);
-        // A scan that stopped early refuses wherever a GPU is visible.
+        agree_decided(&minor, &env, cublas());
+        // A scan that stopped early refuses wherever a GPU is visible: on
+        // every labelled node.
         let mut stopped = cublas();
         stopped.incomplete = Some("the byte budget ran out".into());
         stopped.on_incomplete = Enforcement::Refuse;
-        assert!(agree(&enforcing(), &[TESLA_535], stopped) > 0);
+        let (errors, allowed) = agree(&enforcing(), &[TESLA_535], stopped);
+        assert!(errors > 0);
+        assert_eq!(allowed, 0);
     }
 
     #[test]
