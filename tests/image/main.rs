@@ -23,6 +23,7 @@ mod compat_bounds;
 mod compat_check;
 mod compat_lib;
 mod fleet_affinity_exact;
+mod fleet_affinity_golden;
 mod image_bounds;
 mod image_check_stream;
 mod image_compat;
