@@ -35,6 +35,10 @@ pub enum Check {
     /// CUDA forward and minor-version compatibility (design.md, "Decision
     /// JSON additions").
     Compat,
+    /// A library the loader will not find at start (core::libraries).
+    Library,
+    /// A CUDA runtime the image ships that the driver is too old for.
+    CudaRuntime,
 }
 
 impl Check {
@@ -48,6 +52,8 @@ impl Check {
             Check::Security => "security",
             Check::Config => "config",
             Check::Compat => "compat",
+            Check::Library => "library",
+            Check::CudaRuntime => "cuda-runtime",
         }
     }
 }
