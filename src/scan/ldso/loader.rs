@@ -120,6 +120,10 @@ pub struct Session<'a> {
     tries: u64,
     /// Set when the loader stops the program.
     pub fatal: Option<String>,
+    /// The object judged (the program, or what the program opened).
+    pub root: Option<usize>,
+    /// Requests made before the root was opened (the program's own).
+    pub edges_before_root: usize,
 }
 
 /// A search ended without a file.
@@ -157,6 +161,8 @@ impl<'a> Session<'a> {
             llp: Vec::new(),
             tries: 0,
             fatal: None,
+            root: None,
+            edges_before_root: 0,
         };
         s.preload();
         let program = main.unwrap_or(root);
@@ -166,8 +172,13 @@ impl<'a> Session<'a> {
         s.main = m;
         s.llp = s.decompose(m, env.ld_library_path.unwrap_or(""), ":;");
         s.load_deps(m);
-        if main.is_some() && s.fatal.is_none() {
-            s.open_as_dlopen(m, root);
+        if main.is_none() {
+            s.root = Some(m);
+        } else if s.fatal.is_none() {
+            s.edges_before_root = s.edges.len();
+            if let Outcome::Found(r) = s.dlopen(m, root) {
+                s.root = Some(r);
+            }
         }
         s
     }
@@ -281,7 +292,7 @@ impl<'a> Session<'a> {
                     outcome: outcome.clone(),
                 });
                 if let Outcome::Fatal(m) = &outcome {
-                    self.fatal = Some(format!("{name}: {m}"));
+                    self.fatal = Some(m.clone());
                     return;
                 }
                 if let Outcome::Found(n) = outcome {
@@ -335,10 +346,6 @@ impl<'a> Session<'a> {
             outcome: outcome.clone(),
         });
         outcome
-    }
-
-    fn open_as_dlopen(&mut self, main: usize, root: &str) {
-        self.dlopen(main, root);
     }
 
     /// `_dl_map_object`: an object already loaded under this name, else a
@@ -557,11 +564,15 @@ impl<'a> Session<'a> {
         };
         match snap.node(idx).kind {
             Kind::File => {}
-            Kind::Dir => return Err(Miss::Fatal("cannot read file data: Is a directory".into())),
+            Kind::Dir => {
+                return Err(Miss::Fatal(format!(
+                    "{path}: cannot read file data: Is a directory"
+                )))
+            }
             _ => {
-                return Err(Miss::Fatal(
-                    "not a regular file (the loader would block or fail reading it)".into(),
-                ))
+                return Err(Miss::Fatal(format!(
+                    "{path}: not a regular file (the loader would block or fail reading it)"
+                )))
             }
         }
         let info = match info_of(snap, self.env.content, idx) {
@@ -572,7 +583,7 @@ impl<'a> Session<'a> {
         match info.fit(p.class, p.machine, false) {
             Fit::Usable => Ok(idx),
             Fit::Skip => Err(Miss::Continue { other_class: true }),
-            Fit::Fatal(m) => Err(Miss::Fatal(m)),
+            Fit::Fatal(m) => Err(Miss::Fatal(format!("{path}: {m}"))),
         }
     }
 

@@ -4,13 +4,14 @@
 //! and where NVIDIA's runtime mounts the driver libraries.
 //!
 //! - Default directories (`SYSTEM_DIRS`, elf/dl-load.c) and `$LIB`
-//!   (`DL_DST_LIB`, the last component of `slibdir`, elf/Makefile): a
-//!   Debian-style multiarch glibc (Debian, Ubuntu: `slibdir` is
-//!   `/lib/<triplet>`, and Debian adds `/lib` and `/usr/lib`, as `ld.so
+//!   (`DL_DST_LIB`, elf/Makefile: upstream the last component of
+//!   `slibdir`): a Debian-style multiarch glibc (Debian, Ubuntu: `slibdir`
+//!   is `/lib/<triplet>`, and Debian adds `/lib` and `/usr/lib`, as `ld.so
 //!   --help` and nvidia-container-toolkit's `internal/ldconfig` show:
-//!   `/lib/x86_64-linux-gnu/ /usr/lib/x86_64-linux-gnu/ /lib/ /usr/lib/`),
-//!   or upstream's layout (RHEL, Fedora: `/lib64/ /usr/lib64/`, `$LIB` =
-//!   `lib64`). Which one an image has is read from where its `libc.so.6`
+//!   `/lib/x86_64-linux-gnu/ /usr/lib/x86_64-linux-gnu/ /lib/ /usr/lib/`;
+//!   its `$LIB` is `lib/<triplet>`, as `LD_DEBUG=libs` of Debian 12's
+//!   glibc 2.36 shows), or upstream's layout (RHEL, Fedora: `/lib64/
+//!   /usr/lib64/`, `$LIB` = `lib64`). Which one an image has is read from where its `libc.so.6`
 //!   lives, else from `/etc/debian_version`.
 //! - glibc-hwcaps (glibc 2.33+, elf/dl-hwcaps.c `_dl_important_hwcaps`):
 //!   every search directory is tried with `glibc-hwcaps/<name>/` for each
@@ -88,7 +89,7 @@ impl Platform {
                     "/lib/".into(),
                     "/usr/lib/".into(),
                 ],
-                t.to_string(),
+                format!("lib/{t}"),
             )
         } else {
             (vec!["/lib64/".into(), "/usr/lib64/".into()], "lib64".into())
@@ -264,7 +265,7 @@ mod tests {
             ("lib", "l:usr/lib"),
         ]);
         let p = Platform::detect(&deb, EM_X86_64, vec![]);
-        assert_eq!(p.lib, "x86_64-linux-gnu");
+        assert_eq!(p.lib, "lib/x86_64-linux-gnu");
         assert_eq!(p.system_dirs[0], "/lib/x86_64-linux-gnu/");
         assert_eq!(p.system_dirs.len(), 4);
         assert_eq!(p.injected_dir, "/usr/lib/x86_64-linux-gnu");
