@@ -2,6 +2,9 @@
 # Per-host cost of `gpu-guard check --hosts DIR` (issue 12 item 2: under
 # 1 ms a host once the container is built). Generates N host facts files,
 # times a run on 1 host and on N, and prints (t_N - t_1) / (N - 1).
+# The same for N Kubernetes nodes (`--nodes`, facts from GFD and gpu-guard
+# labels), and the time of the label-only affinity of the official
+# nvidia/cuda 12.8.1 requirement (61 alternatives).
 # Usage: integration/bench-fleet.sh [N]   (builds the release binary)
 set -euo pipefail
 N=${1:-1000}
@@ -34,3 +37,40 @@ tn=$(best "$WORK/all")
 per=$(( (tn - t1) / (N - 2) ))
 echo "hosts: $N; run on 2 hosts: $((t1 / 1000)) us; on $N hosts: $((tn / 1000)) us; per host: ${per} ns ($(awk "BEGIN{printf \"%.3f\", $per/1e6}") ms)"
 if [ "$per" -ge 1000000 ]; then echo "FAIL: per-host cost is 1 ms or more" >&2; exit 1; fi
+
+# Nodes: GFD and gpu-guard labels, brands and branches mixed.
+brands=(tesla nvidia geforcertx unknown quadro)
+branches=(535 545 550 570 525)
+node() { # name branch brand
+  printf '{"kind":"Node","metadata":{"name":"%s","labels":{"nvidia.com/cuda.driver-version.major":"%s","nvidia.com/cuda.driver-version.minor":"104","nvidia.com/cuda.driver-version.revision":"05","nvidia.com/cuda.runtime-version.major":"12","nvidia.com/cuda.runtime-version.minor":"4","nvidia.com/gpu.compute.major":"9","nvidia.com/gpu.compute.minor":"0","nvidia.com/gpu.count":"8","gpu-guard.io/brand":"%s","gpu-guard.io/driver.branch":"%s"}}}' "$1" "$2" "$3" "$2"
+}
+nodes_file() { # count file
+  { printf '{"kind":"List","items":['
+    for i in $(seq 1 "$1"); do
+      [ "$i" -gt 1 ] && printf ','
+      node "node-$i" "${branches[$((i % 5))]}" "${brands[$((i % 5))]}"
+    done
+    printf ']}'; } >"$2"
+}
+nodes_file "$N" "$WORK/nodes.json"
+nodes_file 2 "$WORK/nodes2.json"
+runn() { "$BIN" --config "$WORK/config.toml" check --env "$REQ" --nodes "$1" --json >/dev/null || true; }
+bestn() {
+  local b=0 t0 t
+  for _ in 1 2 3 4 5; do t0=$(now); runn "$1"; t=$(($(now) - t0)); if [ "$b" = 0 ] || [ "$t" -lt "$b" ]; then b=$t; fi; done
+  echo "$b"
+}
+n1=$(bestn "$WORK/nodes2.json")
+nn=$(bestn "$WORK/nodes.json")
+pern=$(( (nn - n1) / (N - 2) ))
+echo "nodes: $N; run on 2 nodes: $((n1 / 1000)) us; on $N nodes: $((nn / 1000)) us; per node: ${pern} ns ($(awk "BEGIN{printf \"%.3f\", $pern/1e6}") ms)"
+R128=$(awk -F'\t' '$1=="12.8.1"{print $3}' tests/data/requirements/nvidia-cuda-official.tsv)
+b=0
+for _ in 1 2 3; do
+  t0=$(now)
+  "$BIN" --config "$WORK/config.toml" check --env "NVIDIA_REQUIRE_CUDA=$R128" --affinity --json >"$WORK/aff.json" 2>/dev/null
+  t=$(($(now) - t0)); if [ "$b" = 0 ] || [ "$t" -lt "$b" ]; then b=$t; fi
+done
+terms=$(grep -o '"matchExpressions"' "$WORK/aff.json" | wc -l)
+echo "label affinity, nvidia/cuda 12.8.1 (61 alternatives): $terms terms, $((b / 1000000)) ms"
+if [ "$pern" -ge 1000000 ]; then echo "FAIL: per-node cost is 1 ms or more" >&2; exit 1; fi

@@ -209,7 +209,7 @@ check_caps_not() {
 
 # The shipped capability allowlist, read from the shipped config.
 # The shipped allowlist: security.capabilities when set, else the list of
-# the profile security.profile names (src/core/profiles.rs; tests/profiles.rs
+# the profile security.profile names (src/core/profiles.rs; tests/decide/profiles.rs
 # holds the two together).
 ALLOWLIST_CAPS=$(python3 - "$REPO_DIR/config/config.toml" <<'PY'
 import sys, tomllib

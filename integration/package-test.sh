@@ -55,6 +55,7 @@ cleanup() {
     if dpkg -s gpu-guard >/dev/null 2>&1; then
         dpkg --purge gpu-guard >/dev/null 2>&1 || true
     fi
+    command -v podman >/dev/null && podman rmi -f "localhost/gg-pkg-gpu-$$:1" >/dev/null 2>&1 || true
     if [ -e "$work/daemon.json.orig" ]; then
         cp -p "$work/daemon.json.orig" "$daemon_json"
     fi
@@ -62,6 +63,35 @@ cleanup() {
     exit $rc
 }
 trap cleanup EXIT
+
+# --- what a GPU container does under podman, as its user runs it -------------
+# NVIDIA's toolkit gives podman GPUs through a hooks.d file of its own (a
+# stand-in here), so the container counts as a GPU container; podman reads
+# /usr/share/containers/oci/hooks.d (and /etc/containers/oci/hooks.d once
+# install podman adds it). Installing the package alone must not change what
+# happens (issue 21 B1): the old package's always-on prestart hook refused it.
+podman_gpu_run() {
+    command -v podman >/dev/null || return 0
+    local out rc=0
+    out=$(timeout 120 podman --runtime runc --hooks-dir /usr/share/containers/oci/hooks.d \
+        --hooks-dir /etc/containers/oci/hooks.d --hooks-dir "$work/nvidia-hooks.d" \
+        run --rm --ulimit nofile=10000:10000 --ulimit nproc=1000:1000 \
+        "localhost/gg-pkg-gpu-$$:1" sh -c 'echo RAN; grep -E "^(CapEff|NoNewPrivs)" /proc/self/status' 2>&1) || rc=$?
+    printf 'rc=%s\n%s\n' "$rc" "$out"
+}
+podman_gpu_setup() {
+    command -v podman >/dev/null || { skip "podman not installed: no podman behaviour check"; return 0; }
+    mkdir -p "$work/rootfs/bin" "$work/nvidia-hooks.d"
+    cp /bin/busybox "$work/rootfs/bin/busybox"
+    for a in sh echo grep cat; do ln -sf busybox "$work/rootfs/bin/$a"; done
+    tar -C "$work/rootfs" -c . | podman import --change 'ENV NVIDIA_VISIBLE_DEVICES=all' \
+        --change 'ENV NVIDIA_REQUIRE_CUDA=cuda>=12.0' - "localhost/gg-pkg-gpu-$$:1" >/dev/null
+    jq -n --arg h "$PWD/integration/stand-in/nvidia-container-toolkit" '{version: "1.0.0",
+        hook: {path: $h, args: ["nvidia-container-toolkit", "prestart"]},
+        when: {always: true}, stages: ["prestart"]}' > "$work/nvidia-hooks.d/oci-nvidia-hook.json"
+}
+podman_gpu_setup
+podman_before=$(podman_gpu_run)
 
 # --- install -----------------------------------------------------------------
 # What the state directory held before: an earlier install, or another test,
@@ -75,7 +105,16 @@ dpkg-query -L gpu-guard > "$work/files"
 grep -qx /usr/bin/gpu-guard-runtime "$work/files" || fail "dpkg -L does not list gpu-guard-runtime"
 dpkg-query -W -f='${Conffiles}\n' gpu-guard | grep -q '^ /etc/gpu-guard/config.toml ' || fail "config.toml is not a conffile"
 jq -e '.stages == ["prestart"] and .hook.path == "/usr/bin/gpu-guard"' \
-    /usr/share/containers/oci/hooks.d/gpu-guard-prestart.json >/dev/null || fail "packaged hook file"
+    /usr/share/gpu-guard/hooks.d/gpu-guard-prestart.json >/dev/null || fail "packaged hook file"
+# The hook is shipped inactive: in no directory podman or CRI-O reads.
+for d in /usr/share/containers/oci/hooks.d /etc/containers/oci/hooks.d; do
+    [ ! -e "$d/gpu-guard-prestart.json" ] && [ ! -e "$d/gpu-guard-precreate.json" ] || fail "dpkg -i put a gpu-guard hook in $d"
+done
+podman_after=$(podman_gpu_run)
+[ "$podman_after" = "$podman_before" ] || fail "dpkg -i changed what podman does with a GPU container:
+before: $podman_before
+after:  $podman_after"
+[ -z "$podman_after" ] || echo "$podman_after" | grep -qx RAN || fail "the GPU container did not run before or after dpkg -i: $podman_after"
 [ -s /usr/share/man/man1/gpu-guard.1.gz ] || fail "man page missing"
 zcat /usr/share/man/man1/gpu-guard.1.gz | grep -q '^.TH gpu-guard' || fail "man page is not roff for gpu-guard"
 [ -s /usr/share/doc/gpu-guard/LICENSE ] && [ -s /usr/share/doc/gpu-guard/README.md ] || fail "docs missing"
@@ -86,7 +125,7 @@ else
     [ ! -e "$daemon_json" ] || fail "postinst created daemon.json"
 fi
 [ "$(engines_state)" = "$engines_before" ] || fail "postinst registered an engine: /var/lib/gpu-guard/engines changed during dpkg -i"
-pass "dpkg -i: files, link, conffile, hook, man page, docs; no engine touched"
+pass "dpkg -i: files, link, conffile, inactive hook, man page, docs; no engine touched, podman runs a GPU container as before"
 
 # --- register with docker and podman from the package ---------------------------
 gpu-guard install docker
@@ -95,6 +134,7 @@ echo "$out" | grep -q "nothing to change" || fail "second install docker changed
 jq -e '.runtimes["gpu-guard"].path == "/usr/bin/gpu-guard-runtime"' "$daemon_json" >/dev/null || fail "daemon.json lacks the runtime"
 gpu-guard install podman
 [ -f /etc/containers/oci/hooks.d/gpu-guard-precreate.json ] || fail "precreate hook missing"
+[ -f /etc/containers/oci/hooks.d/gpu-guard-prestart.json ] || fail "install podman did not activate the prestart hook"
 pass "gpu-guard install docker/podman"
 
 if command -v dockerd >/dev/null && command -v docker >/dev/null; then
@@ -138,6 +178,7 @@ if [ -e "$daemon_json" ]; then
     ! jq -e 'tostring | test("gpu-guard")' "$daemon_json" >/dev/null || fail "daemon.json still names gpu-guard after dpkg -r"
 fi
 [ ! -e /etc/containers/oci/hooks.d/gpu-guard-precreate.json ] || fail "precreate hook left after dpkg -r"
+[ ! -e /etc/containers/oci/hooks.d/gpu-guard-prestart.json ] || fail "prestart hook left after dpkg -r"
 [ ! -e /var/lib/gpu-guard/engines/docker.json ] || fail "docker state left after dpkg -r"
 [ -f /etc/gpu-guard/config.toml ] || fail "dpkg -r removed the conffile (only purge may)"
 pass "dpkg -r: engines unregistered, conffile kept"
@@ -171,9 +212,9 @@ pass "dpkg --purge: no engine names gpu-guard, nothing left behind"
 expected="/etc/gpu-guard/config.toml
 /usr/bin/gpu-guard
 /usr/bin/gpu-guard-runtime
-/usr/share/containers/oci/hooks.d/gpu-guard-prestart.json
 /usr/share/doc/gpu-guard/LICENSE
 /usr/share/doc/gpu-guard/README.md
+/usr/share/gpu-guard/hooks.d/gpu-guard-prestart.json
 /usr/share/man/man1/gpu-guard.1.gz"
 [ "$(rpm -qpl "$rpmfile" | sort)" = "$expected" ] || fail "rpm -qpl: $(rpm -qpl "$rpmfile")"
 rpm -qp --qf '[%{FILENAMES} %{FILEFLAGS:fflags}\n]' "$rpmfile" | grep -qx '/etc/gpu-guard/config.toml cn' \

@@ -16,6 +16,9 @@ need jq jq
 need rpm rpm
 need hyperfine hyperfine
 need python3 python3
+# Go's own encoding/json, the reference tests/spec_go_decoder.rs compares the
+# spec reader with (a small program built at test time).
+need go golang-go
 [ -x /bin/busybox ] && file -L /bin/busybox 2>/dev/null | grep -q 'statically linked' || want_apt+=(busybox-static)
 command -v file >/dev/null 2>&1 || want_apt+=(file)
 [ -x /usr/bin/time ] || want_apt+=(time)

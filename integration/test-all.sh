@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Every test gpu-guard has: unit and integration tests (cargo test, the whole
 # workspace, including the fake NVML library under real nvml-wrapper and the
-# scanner against NVIDIA's cuobjdump), the real-engine tests (runc, podman,
-# docker), the Kubernetes manifest validation and the package flow (.deb
-# installed, engines registered, engine tests against the installed binary,
-# purge; .rpm contents). Run as root on Debian 12: sudo integration/test-all.sh
+# scanner against NVIDIA's cuobjdump; then again without the test-hooks
+# feature), the real-engine tests (runc, podman, docker), the Kubernetes
+# manifest validation and the package flow (.deb installed, engines
+# registered, engine tests against the installed binary, purge; .rpm
+# contents). Run as root on Debian 12: sudo integration/test-all.sh
 #
 # Prints a summary and exits non-zero when anything failed. With
 # GPU_GUARD_CI=1 (CI), a test that cannot run is a failure, not a skip.
@@ -32,6 +33,9 @@ step() { # NAME COMMAND...
 
 step "release build" cargo build --release --workspace --locked
 step "cargo test" cargo test --workspace --features test-hooks --locked
+# Plain `cargo test` passes too: every test binary but test_hooks (Cargo.toml
+# required-features), built without the feature as a developer builds it.
+step "cargo test, no test-hooks" cargo test --workspace --locked
 step "runc" integration/test-runc.sh
 step "runc spec parity" integration/test-spec-parity.sh
 step "podman" integration/test-podman.sh

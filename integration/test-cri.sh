@@ -32,8 +32,17 @@
 #      "default" (containerd writes its own value over it); the same with
 #      privileged pods where the host's bounding set is every capability;
 #   h. chaining: install over a config whose default runtime is NVIDIA's
-#      writes config.d/50-chain-nvidia-containerd.toml beside the gpu-guard
-#      config, reinstall is a no-op, uninstall removes it.
+#      writes config.d/50-chain-containerd.toml ([runtime.engines.containerd]
+#      path) beside the gpu-guard config, reinstall is a no-op, uninstall
+#      removes it;
+#   i. NVIDIA's drop-in (conf.d/99-nvidia.toml holding the whole CRI section,
+#      as the GPU Operator and `nvidia-ctk runtime configure --drop-in-config`
+#      write it): after `install --set-default`, a pod with no runtime handler
+#      runs through gpu-guard's runtime (containerd's merged default), seen
+#      by the root it passes.
+# Throughout, install registers the runtime with options.Root from the
+# gpu-guard config (runtime.engines.containerd.root, here under the scratch
+# dir), and the wrapper's argv is checked to carry --root ROOT/k8s.io.
 . "$(dirname "$0")/lib.sh"
 . "$INTEGRATION_DIR/cri_lib.sh"
 
@@ -113,6 +122,8 @@ start_instance() {
         "$(jget "$st" '.info.config.containerd.runtimes["gpu-guard"].options.BinaryName')" "$T/bin/gpu-guard-runtime"
     check_eq "install v$v: handler gpu-guard is runc.v2" \
         "$(jget "$st" '.info.config.containerd.runtimes["gpu-guard"].runtimeType')" io.containerd.runc.v2
+    check_eq "install v$v: handler gpu-guard has the engine's runtime root" \
+        "$(jget "$st" '.info.config.containerd.runtimes["gpu-guard"].options.Root')" "$CTD_ROOT"
 }
 
 stop_instance() { cri_stop "$CUR"; CUR=; }
@@ -128,12 +139,23 @@ pause_pod_checks() {
         "$(grep -c " create .* $sid\$" "$ARGV_LOG")" 1
     check_eq "v$v a: the chained runtime saw the workload create" \
         "$(grep -c " create .* $cid\$" "$ARGV_LOG")" 1
+    local line
+    line=$(grep -m1 " create .* $cid\$" "$ARGV_LOG")
+    echo "NOTE v$v containerd's wrapper argv: $line"
+    check_contains "v$v a: the wrapper gets --root <options.Root>/<namespace>" "$line" "--root $CTD_ROOT/k8s.io "
+    check_contains "v$v a: then --log, --log-format json, create --bundle" "$line" "--log-format json create --bundle "
     local pcfg="$CUR/state/io.containerd.runtime.v2.task/k8s.io/$sid/config.json"
     check_eq "v$v a: pause config.json has no tuning env" \
         "$(jq -r '[.process.env[] | select(startswith("CUDA_"))] | length' "$pcfg" 2>/dev/null)" 0
     check_not_contains "v$v a: no gpu-guard decision for the pause" \
         "$(cat "$CUR/state/io.containerd.runtime.v2.task/k8s.io/$sid/log.json" 2>/dev/null)" "gpu-guard"
 }
+
+# The runtime root install gives gpu-guard's runtime (options.Root), from
+# the gpu-guard config; private to this test (the default is under /run).
+mkdir -p "$T/config.d"
+CTD_ROOT="$T/ctd-root"
+printf '[runtime.engines.containerd]\nroot = "%s"\n' "$CTD_ROOT" > "$T/config.d/40-engine-roots.toml"
 
 # ---- config version 1: install + handler loaded + (a)
 start_instance 1
@@ -182,7 +204,7 @@ check_eq "c: ExecSync NoNewPrivs" "$(field "$E" NoNewPrivs)" 1
 jq -n '{terminal: false, user: {uid: 0, gid: 0}, cwd: "/", args: ["sh", "-c", "env"],
         env: ["PATH=/bin", "CUDA_DEVICE_ORDER=FASTEST_FIRST"],
         capabilities: {bounding: ["CAP_CHOWN"], effective: ["CAP_CHOWN"], permitted: ["CAP_CHOWN"]}}' > "$T/process.json"
-X=$(GPU_GUARD_CONFIG="$T/gg.toml" timeout 30 "$T/bin/gpu-guard-runtime" --root /run/containerd/runc/k8s.io \
+X=$(GPU_GUARD_CONFIG="$T/gg.toml" timeout 30 "$T/bin/gpu-guard-runtime" --root "$CTD_ROOT/k8s.io" \
     exec --process "$T/process.json" "$GPU_CID" 2>&1)
 check_contains "c: runc exec --process: own CUDA_DEVICE_ORDER kept" "$X" "CUDA_DEVICE_ORDER=FASTEST_FIRST"
 check_not_contains "c: runc exec --process: not overridden" "$X" "CUDA_DEVICE_ORDER=PCI_BUS_ID"
@@ -303,22 +325,65 @@ mkdir -p "$H/etc"
 cri_base_config "$H/containerd.toml" 2 "$H"
 printf '[plugins."io.containerd.grpc.v1.cri".containerd]\n  default_runtime_name = "nvidia"\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\n  runtime_type = "io.containerd.runc.v2"\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]\n  BinaryName = "%s"\n' \
     "$T/bin/nvidia-container-runtime" >> "$H/containerd.toml"
-printf 'mode = "enforce"\n[log]\nsyslog = false\n' > "$H/etc/config.toml"
-CHAIN="$H/etc/config.d/50-chain-nvidia-containerd.toml"
+printf 'mode = "enforce"\n[log]\nsyslog = false\n[host]\nfacts_file = "%s"\n' "$HOSTS_DIR/tesla-535.json" > "$H/etc/config.toml"
+CHAIN="$H/etc/config.d/50-chain-containerd.toml"
 hinstall() {
     "$GG" --config "$H/etc/config.toml" "$1" containerd --config-path "$H/containerd.toml" \
         --bin-dir "$T/bin" --state-dir "$H/gg-state" 2>&1
 }
 out=$(hinstall install)
 check_contains "h: install writes the chain drop-in" "$out" "created $CHAIN"
-check_contains "h: the drop-in chains to NVIDIA's runtime" \
-    "$(cat "$CHAIN" 2>/dev/null)" "path = \"$T/bin/nvidia-container-runtime\""
-check_contains "h: gpu-guard check shows the chained runtime" \
-    "$("$GG" --config "$H/etc/config.toml" check --env A=1 2>&1)" \
-    "chained runtime: $T/bin/nvidia-container-runtime (from $CHAIN)"
+check_contains "h: the drop-in chains containerd's containers to NVIDIA's runtime" \
+    "$(cat "$CHAIN" 2>/dev/null)" "[runtime.engines.containerd]
+path = \"$T/bin/nvidia-container-runtime\""
+check_contains "h: gpu-guard host shows containerd's chained runtime" \
+    "$("$GG" --config "$H/etc/config.toml" host 2>&1)" \
+    "chained runtime for containerd: $T/bin/nvidia-container-runtime"
 check_eq "h: the admin's config.toml is untouched" "$(head -1 "$H/etc/config.toml")" 'mode = "enforce"'
 check_contains "h: reinstall changes nothing" "$(hinstall install)" "nothing to change"
 hinstall uninstall >/dev/null
 check_eq "h: uninstall removes the chain drop-in and its directory" "$(ls "$H/etc")" config.toml
+
+# i. NVIDIA's drop-in holds the whole CRI section (containerd 1.x replaces
+# a plugin's section whole per imported file, containerd#5837): install
+# must make the merged configuration run gpu-guard.
+I="$T/nvidia-dropin"
+mkdir -p "$I/conf.d"
+cri_base_config "$I/base.toml" 2 "$I"
+{
+    echo "version = 2"
+    echo "imports = [\"$I/conf.d/*.toml\"]"
+    grep -v '^version' "$I/base.toml"
+} > "$I/containerd.toml"
+# What nvidia-ctk --drop-in-config writes: the main CRI section, copied,
+# with NVIDIA's runtime added and made the default.
+{
+    echo "version = 2"
+    sed -n '/^\[plugins/,$p' "$I/base.toml"
+    printf '[plugins."io.containerd.grpc.v1.cri".containerd]\n  default_runtime_name = "nvidia"\n'
+    printf '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\n  runtime_type = "io.containerd.runc.v2"\n'
+    printf '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]\n  BinaryName = "%s"\n' "$T/bin/nvidia-container-runtime"
+} > "$I/conf.d/99-nvidia.toml"
+out=$("$GG" --config "$T/gg.toml" install containerd --set-default --config-path "$I/containerd.toml" \
+    --bin-dir "$T/bin" --state-dir "$I/gg-state" 2>&1)
+check_contains "i: install writes its drop-in after NVIDIA's" "$out" "created $I/conf.d/zz-gpu-guard.toml"
+check_contains "i: install --check: containerd runs gpu-guard" \
+    "$("$GG" --config "$T/gg.toml" install containerd --check --config-path "$I/containerd.toml" --state-dir "$I/gg-state" 2>&1)" \
+    "runs gpu-guard as installed"
+CUR=$I
+if cri_start "$I" "$I/containerd.toml" "$T/gg.toml"; then
+    cri_import "$T/img" || fail "i: image import"
+    st=$(cri status)
+    check_eq "i: CRI's default runtime is gpu-guard" "$(jget "$st" '.info.config.containerd.defaultRuntimeName')" gpu-guard
+    check_eq "i: NVIDIA's runtime is kept" \
+        "$(jget "$st" '.info.config.containerd.runtimes.nvidia.options.BinaryName')" "$T/bin/nvidia-container-runtime"
+    r=$(cri pod --name default-handler --handler "" --image localhost/gg-busybox:1 -- sleep 1000)
+    check_eq "i: a pod with no runtime handler starts" "$(jget "$r" .ok)" true
+    line=$(grep -m1 " create .* $(jget "$r" .container)\$" "$ARGV_LOG")
+    check_contains "i: ... through gpu-guard's runtime (its root)" "$line" "--root $CTD_ROOT/k8s.io "
+else
+    fail "i: containerd does not start with NVIDIA's drop-in and gpu-guard's"
+fi
+stop_instance
 
 finish

@@ -35,7 +35,12 @@ if [ "${GG_INSTALLED:-0}" = 1 ]; then
     [ "$(jq -r '."default-runtime" // ""' "$DAEMON_JSON")" = gpu-guard ] || RUNTIME_FLAG=(--runtime gpu-guard)
     DOCKERD_ENV=()
 else
-    gg_config "$T/cfg.toml" geforce-545
+    # The runtime gpu-guard chains to logs the argv it gets, which is the
+    # argv dockerd's shim gave the wrapper (it passes it on unchanged).
+    ARGV_LOG="$T/runtime.argv"
+    printf '#!/bin/sh\necho "$*" >> %s\nexec runc "$@"\n' "$ARGV_LOG" > "$T/bin/runc-argv"
+    chmod +x "$T/bin/runc-argv"
+    GG_RUNTIME_PATH="$T/bin/runc-argv" gg_config "$T/cfg.toml" geforce-545
     ln -sf "$GG" "$T/bin/gpu-guard-runtime"
     DAEMON_JSON="$T/daemon.json"
     jq -n --arg p "$T/bin/gpu-guard-runtime" '{runtimes: {"gpu-guard": {path: $p}}, "default-runtime": "gpu-guard"}' > "$DAEMON_JSON"
@@ -120,5 +125,17 @@ check_eq "docker: non-GPU container runs" "$RC" 0
 check_not_contains "docker: non-GPU gets no tuning" "$OUT" "CUDA_DEVICE_ORDER"
 check_contains "docker: non-GPU keeps docker's no_new_privileges" "$OUT" "NoNewPrivs:	0"
 check_caps_not "docker: non-GPU capabilities untouched" "$OUT" CapEff
+
+# The runtime root dockerd passes the wrapper (what tells the wrapper docker
+# invoked it: runtime.engines.docker.root): <exec-root>/runtime-runc/<namespace
+# moby>, for every runtime of daemon.json (moby daemon/runtime_unix.go).
+if [ -n "${ARGV_LOG:-}" ]; then
+    CREATE=$(grep -m1 -E '(^| )create ' "$ARGV_LOG")
+    echo "NOTE docker's wrapper argv: $CREATE"
+    check_contains "docker: the wrapper gets --root <exec-root>/runtime-runc/moby" \
+        "$CREATE" "--root $DROOT/exec/runtime-runc/moby "
+    check_contains "docker: then --log, --log-format json, create --bundle" "$CREATE" \
+        "--log-format json create --bundle "
+fi
 
 finish

@@ -242,6 +242,21 @@ runc --root "$T/runc-root" delete -f gg-m1 >/dev/null 2>&1
 check_eq "wrapper memlock: runs" "$RC" 0
 check_contains "wrapper memlock: ulimit -l raised from 64 KiB" "$OUT" "MEMLOCK=$((LIM / 1024))"
 check_eq "wrapper memlock: other rlimits kept" "$(jq -c '.process.rlimits[0]' "$T/m1/config.json")" '{"type":"RLIMIT_NOFILE","hard":1024,"soft":1024}'
+# Two entries of one type (issue 17 D1): runc applies every entry in order,
+# so the last one is in force. runc alone shows it; the wrapper raises that
+# one, not the first.
+make_bundle "$T/m4" "$ULIM" NVIDIA_VISIBLE_DEVICES=all "NVIDIA_REQUIRE_CUDA=cuda>=12.0"
+jq --argjson l "$LIM" '.process.rlimits = [{"type": "RLIMIT_MEMLOCK", "hard": $l, "soft": $l}, {"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024}, {"type": "RLIMIT_MEMLOCK", "hard": 65536, "soft": 65536}]' \
+    "$T/m4/config.json" > "$T/m4/c.json" && mv "$T/m4/c.json" "$T/m4/config.json"
+OUT=$(cd "$T/m4" && timeout 60 runc --root "$T/runc-root" run gg-m4d 2>&1)
+runc --root "$T/runc-root" delete -f gg-m4d >/dev/null 2>&1
+check_contains "runc alone: the last RLIMIT_MEMLOCK entry is in force" "$OUT" "MEMLOCK=64"
+OUT=$(timeout 60 "$WRAP" --root "$T/runc-root" run -b "$T/m4" gg-m4 2>&1)
+RC=$?
+runc --root "$T/runc-root" delete -f gg-m4 >/dev/null 2>&1
+check_eq "wrapper memlock, duplicate entries: runs" "$RC" 0
+check_contains "wrapper memlock, duplicate entries: the entry runc applies is raised" "$OUT" "MEMLOCK=$((LIM / 1024))"
+check_eq "wrapper memlock, duplicate entries: the last entry holds the limit" "$(jq -c '[.process.rlimits[] | select(.type == "RLIMIT_MEMLOCK")][-1] | [.soft, .hard]' "$T/m4/config.json")" "[$LIM,$LIM]"
 # A container that set a higher limit keeps it.
 sed -i "s/^memlock = .*/memlock = $((LIM / 2))/" "$T/memlock.toml"
 make_bundle "$T/m2" "$ULIM" NVIDIA_VISIBLE_DEVICES=all "NVIDIA_REQUIRE_CUDA=cuda>=12.0"

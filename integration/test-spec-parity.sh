@@ -7,7 +7,9 @@
 # capabilities outside the allowlist), then through gpu-guard-runtime: the
 # container's own /proc/self/status and env must show gpu-guard's decision
 # (the allowlist, NoNewPrivs 1, the tuning env) or the container must not
-# exist. Then exec: --process files with the same tricks, --cap and
+# exist. A type error that a later duplicate hides from a merge fails
+# through the wrapper exactly as under runc alone (issue 17 D2). Then exec:
+# --process files with the same tricks (and a hidden type error), --cap and
 # --no-new-privs=false on the command line; an unreadable GPU spec is
 # refused with the parse error in the --log file.
 . "$(dirname "$0")/lib.sh"
@@ -128,6 +130,100 @@ for kind in deep bignum surrogate huge case dup fold; do
     fi
 done
 
+echo "== a type error hidden by a later duplicate: refused as runc alone refuses it =="
+# Go's decoder reports a value it cannot store even when a later duplicate
+# replaces it (issue 17 D2): runc refuses such a spec. The wrapper must not
+# merge the duplicates into a spec runc would start; it leaves the file as
+# it is and runc reports its own error, the same as without the wrapper.
+hide() {
+    python3 - "$1/config.json" "$2" <<'PY'
+import json, sys
+path, kind = sys.argv[1], sys.argv[2]
+spec = json.load(open(path))
+proc = spec.pop("process")
+good = {
+    "cwd": ("cwd", 5, "/"),
+    "gid": ("user", {"uid": 0, "gid": "0"}, {"uid": 0, "gid": 0}),
+    "terminal": ("terminal", "false", False),
+    "args": ("args", proc["args"][0], proc["args"]),
+    "oom": ("oomScoreAdj", "0", 0),
+    "console": ("consoleSize", {"height": -1}, None),
+    "env": ("env", "PATH=/bin", proc["env"]),
+}
+d = lambda o: json.dumps(o)
+if kind == "inline":
+    # the bad value and its replacement inside one process object
+    body = d(proc)[:-1] + ', "cwd": 5, "cwd": "/"}'
+    out = d(spec)[:-1] + ', "process": ' + body + '}'
+else:
+    field, bad, fix = good[kind]
+    proc[field] = bad
+    out = d(spec)[:-1] + ', "process": ' + d(proc) + ', "process": ' + d({field: fix}) + '}'
+open(path, "w").write(out)
+PY
+}
+unmarshal() { printf '%s\n' "$1" | grep -o 'json: cannot unmarshal.*' | sed 's/".*//' | head -n 1; }
+for kind in cwd gid terminal args oom console inline env; do
+    make_bundle "$T/hd-$kind" "$SHOW" NVIDIA_VISIBLE_DEVICES=all
+    hide "$T/hd-$kind" "$kind"
+    run_direct "$T/hd-$kind" "ggp-hd-$kind"
+    DIRECT_RC=$RC DIRECT_ERR=$(unmarshal "$OUT")
+    check_not_contains "hidden $kind: runc alone never runs it" "$OUT" "RAN"
+    [ "$DIRECT_RC" != 0 ] && [ -n "$DIRECT_ERR" ] && pass "hidden $kind: runc alone refuses it ($DIRECT_ERR)" ||
+        fail "hidden $kind: runc alone should refuse it: rc $DIRECT_RC: $OUT"
+
+    make_bundle "$T/hw-$kind" "$SHOW" NVIDIA_VISIBLE_DEVICES=all
+    hide "$T/hw-$kind" "$kind"
+    cp "$T/hw-$kind/config.json" "$T/hw-$kind.orig.json"
+    run_wrapped "$T/hw-$kind" "ggp-hw-$kind"
+    check_not_contains "hidden $kind: wrapper never runs it" "$OUT" "RAN"
+    check_eq "hidden $kind: container does not exist" "$(runc --root "$ROOT" state "ggp-hw-$kind" >/dev/null 2>&1 && echo exists || echo absent)" absent
+    if [ "$kind" = env ]; then
+        # gpu-guard reads env itself: it refuses the GPU spec it cannot
+        # read, naming Go's rule, before runc sees it.
+        check_eq "hidden $kind: wrapper refuses it" "$RC" 1
+        check_contains "hidden $kind: the log names the field" "$(tail -n 1 "$T/hw-$kind/log.json")" "process.env"
+    else
+        check_eq "hidden $kind: wrapper fails with runc's exit status" "$RC" "$DIRECT_RC"
+        check_eq "hidden $kind: wrapper fails with runc's own error" "$(unmarshal "$OUT")" "$DIRECT_ERR"
+        cmp -s "$T/hw-$kind/config.json" "$T/hw-$kind.orig.json" && pass "hidden $kind: config.json left as it was" ||
+            fail "hidden $kind: config.json was rewritten: $(cat "$T/hw-$kind/config.json")"
+    fi
+done
+
+echo "== a hidden type error in a field runc 1.1 does not know =="
+# runtime-spec 1.1 added process.scheduler: runc 1.1 skips it unread, a
+# later runc decodes it and refuses a value of the wrong type. The wrapper
+# edits such a spec and keeps that value where it was, so either runc does
+# with the wrapper what it does alone.
+newer_field() {
+    python3 - "$1/config.json" <<'PY'
+import json, sys
+path = sys.argv[1]
+spec = json.load(open(path))
+proc = spec.pop("process")
+proc["scheduler"] = {"nice": "x"}
+out = json.dumps(spec)[:-1] + ', "process": ' + json.dumps(proc) + ', "process": {"scheduler": {"nice": 1}}}'
+open(path, "w").write(out)
+PY
+}
+make_bundle "$T/nd" "$SHOW" NVIDIA_VISIBLE_DEVICES=all
+newer_field "$T/nd"
+run_direct "$T/nd" ggp-nd
+DIRECT_RC=$RC DIRECT_ERR=$(unmarshal "$OUT")
+make_bundle "$T/nw" "$SHOW" NVIDIA_VISIBLE_DEVICES=all
+newer_field "$T/nw"
+run_wrapped "$T/nw" ggp-nw
+if [ "$DIRECT_RC" = 0 ]; then
+    check_contains "newer field: wrapper runs what runc alone runs" "$OUT" "RAN"
+    check_contains "newer field: wrapper: NoNewPrivs 1" "$OUT" "NoNewPrivs:	1"
+    check_caps "newer field: wrapper: CapEff is the allowlist" "$OUT" CapEff
+    check_contains "newer field: the value a later runc refuses is kept" "$(cat "$T/nw/config.json")" '"scheduler":{"nice": "x"}'
+else
+    check_not_contains "newer field: wrapper refuses what runc alone refuses" "$OUT" "RAN"
+    check_eq "newer field: runc's own error" "$(unmarshal "$OUT")" "$DIRECT_ERR"
+fi
+
 echo "== unreadable GPU spec: refused with the parse error =="
 make_bundle "$T/bad" "$SHOW" NVIDIA_VISIBLE_DEVICES=all
 head -c -2 "$T/bad/config.json" > "$T/bad/c" && mv "$T/bad/c" "$T/bad/config.json"
@@ -179,6 +275,21 @@ PY
     check_caps "exec --process $kind: CapEff is the allowlist" "$OUT" CapEff
     check_contains "exec --process $kind: NoNewPrivs 1" "$OUT" "NoNewPrivs:	1"
 done
+# exec --process with a hidden type error: runc refuses it, through the
+# wrapper too, with the same error.
+printf '{"args": ["sh", "-c", "echo RAN"], "cwd": 5, "cwd": "/", "env": ["PATH=/bin"], "user": {"uid": 0, "gid": 0}}' > "$T/p-hidden.json"
+cp "$T/p-hidden.json" "$T/p-hidden.direct.json"
+OUT=$(runc --root "$ROOT" exec --process "$T/p-hidden.direct.json" ggp-x 2>&1)
+DIRECT_RC=$? DIRECT_ERR=$(unmarshal "$OUT")
+[ "$DIRECT_RC" != 0 ] && [ -n "$DIRECT_ERR" ] && pass "exec --process hidden type error: runc alone refuses it ($DIRECT_ERR)" ||
+    fail "exec --process hidden type error: runc alone should refuse it: rc $DIRECT_RC: $OUT"
+OUT=$("$WRAP" --root "$ROOT" exec --process "$T/p-hidden.json" ggp-x 2>&1)
+RC=$?
+check_not_contains "exec --process hidden type error: never runs" "$OUT" "RAN"
+check_eq "exec --process hidden type error: runc's exit status" "$RC" "$DIRECT_RC"
+check_eq "exec --process hidden type error: runc's own error" "$(unmarshal "$OUT")" "$DIRECT_ERR"
+cmp -s "$T/p-hidden.json" "$T/p-hidden.direct.json" && pass "exec --process hidden type error: file left as it was" ||
+    fail "exec --process hidden type error: file rewritten: $(cat "$T/p-hidden.json")"
 "$WRAP" --root "$ROOT" delete -f ggp-x >/dev/null 2>&1
 
 finish

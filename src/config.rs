@@ -7,10 +7,11 @@ use crate::core::policy::{default_kernel_image_libraries, Config};
 
 /// Where the config lives when neither `--config` nor `GPU_GUARD_CONFIG` says.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/gpu-guard/config.toml";
-/// Environment variable naming the config file (design.md, global options).
-pub const CONFIG_ENV: &str = "GPU_GUARD_CONFIG";
+/// Environment variable naming the config file (docs/interfaces.md, "Config file").
+const CONFIG_ENV: &str = "GPU_GUARD_CONFIG";
 /// The shipped config, compiled in so a test can hold `Default` to it.
-pub const SHIPPED_CONFIG: &str = include_str!("../config/config.toml");
+#[cfg(test)]
+const SHIPPED_CONFIG: &str = include_str!("../config/config.toml");
 
 /// A config that could not be used. The message names the file and the key.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -45,7 +46,7 @@ pub fn drop_in_dir(config: &Path) -> PathBuf {
 }
 
 /// The drop-in directory's name: `/etc/gpu-guard/config.d` beside the default config.
-pub const DROP_IN_DIR_NAME: &str = "config.d";
+const DROP_IN_DIR_NAME: &str = "config.d";
 
 /// A config as loaded, with where it came from.
 #[derive(Debug, Clone, PartialEq)]
@@ -60,8 +61,9 @@ pub struct Loaded {
 }
 
 /// Loads the config. A missing file at the default path means built-in
-/// defaults (design: "a missing default file means built-in defaults"); a
-/// missing file the operator named explicitly is an error, since they meant it.
+/// defaults (a missing default file means built-in defaults; README,
+/// Configuration); a missing file the operator named explicitly is an
+/// error, since they meant it.
 pub fn load(flag: Option<&Path>) -> Result<Config, ConfigError> {
     load_detailed(flag).map(|l| l.config)
 }
@@ -71,18 +73,29 @@ pub fn load(flag: Option<&Path>) -> Result<Config, ConfigError> {
 /// before (tables merge key by key; a value or array replaces). A package
 /// or `gpu-guard install` writes a drop-in, so the admin's config.toml (a
 /// conffile) is never rewritten.
+///
+/// Every file and directory is read as policy
+/// ([`crate::sys::policy_file::read_policy_file`]): owned by root or the
+/// effective uid, not writable by group or others, a regular file of at
+/// most 1 MiB; `config.d` itself not writable by group or others. A file
+/// or drop-in that fails is an error naming it, never skipped (a
+/// `60-enforce.toml` that cannot be read must not leave an earlier
+/// `50-warn.toml` in force).
 pub fn load_detailed(flag: Option<&Path>) -> Result<Loaded, ConfigError> {
+    let mut loaded = load_files(flag)?;
+    // What NVIDIA's toolkit on this host honours decides which requests
+    // make a GPU container (core::detect): read with the config, once.
+    let nvidia = crate::host::nvidia_config::read(&loaded.config.detect.nvidia_config);
+    loaded.config.detect.nvidia = nvidia;
+    Ok(loaded)
+}
+
+fn load_files(flag: Option<&Path>) -> Result<Loaded, ConfigError> {
     let (path, explicit) = config_path(flag);
-    let main_text = match crate::sys::fsutil::read_to_string_limited(&path, MAX_CONFIG_BYTES) {
+    let main_text = match read_config_file(&path) {
         Ok(t) => Some(t),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => None,
-        Err(e) => {
-            return Err(ConfigError {
-                path,
-                message: format!("cannot read it: {e}"),
-                unreadable: true,
-            })
-        }
+        Err(e) if e.absent && !explicit => None,
+        Err(e) => return Err(e.error),
     };
     let drop_ins = list_drop_ins(&drop_in_dir(&path))?;
     let mut loaded = Loaded {
@@ -101,22 +114,25 @@ pub fn load_detailed(flag: Option<&Path>) -> Result<Loaded, ConfigError> {
         }
         return Ok(loaded);
     }
-    let mut merged = toml::Table::new();
     let mut files: Vec<(PathBuf, String)> = Vec::new();
     if let Some(text) = main_text {
         files.push((path.clone(), text));
     }
     for p in drop_ins {
-        let text =
-            crate::sys::fsutil::read_to_string_limited(&p, MAX_CONFIG_BYTES).map_err(|e| {
-                ConfigError {
-                    path: p.clone(),
-                    message: format!("cannot read it: {e}"),
-                    unreadable: true,
-                }
-            })?;
+        let text = read_config_file(&p).map_err(|e| e.error)?;
         files.push((p, text));
     }
+    merge_files(&path, files, &mut loaded)?;
+    Ok(loaded)
+}
+
+/// Merges the main file (when read) and the drop-ins into `loaded`.
+fn merge_files(
+    path: &Path,
+    files: Vec<(PathBuf, String)>,
+    loaded: &mut Loaded,
+) -> Result<(), ConfigError> {
+    let mut merged = toml::Table::new();
     for (p, text) in &files {
         // Each file alone first, so an unknown key or a bad value names
         // the file it is in.
@@ -130,14 +146,14 @@ pub fn load_detailed(flag: Option<&Path>) -> Result<Loaded, ConfigError> {
             loaded.runtime_path_from = Some(p.clone());
         }
         merge_tables(&mut merged, table);
-        if *p != path {
+        if p != path {
             loaded.drop_ins.push(p.clone());
         }
     }
     let what = format!(
         "{} merged with {}",
         path.display(),
-        drop_in_dir(&path).display()
+        drop_in_dir(path).display()
     );
     let cfg: Config = merged
         .try_into()
@@ -148,7 +164,7 @@ pub fn load_detailed(flag: Option<&Path>) -> Result<Loaded, ConfigError> {
         loaded.runtime_path_from = None;
     }
     loaded.config = cfg;
-    Ok(loaded)
+    Ok(())
 }
 
 fn rejected(path: &Path, message: String) -> ConfigError {
@@ -159,33 +175,86 @@ fn rejected(path: &Path, message: String) -> ConfigError {
     }
 }
 
-/// The `*.toml` files of a drop-in directory, in lexical (byte) order;
-/// hidden files (editor and package-manager leftovers) are skipped. A
-/// missing directory has none.
-fn list_drop_ins(dir: &Path) -> Result<Vec<PathBuf>, ConfigError> {
-    if !dir.is_dir() {
-        return Ok(Vec::new());
-    }
-    let rd = match std::fs::read_dir(dir) {
-        Ok(rd) => rd,
-        Err(e) => {
-            return Err(ConfigError {
-                path: dir.to_path_buf(),
-                message: format!("cannot list the drop-in directory: {e}"),
-                unreadable: true,
-            })
-        }
+/// A config file that was not read, and whether it simply is not there.
+struct NotRead {
+    error: ConfigError,
+    absent: bool,
+}
+
+/// Reads one config file as policy. An untrusted file (another owner,
+/// writable by others, in a directory others can write) is rejected; one
+/// that cannot be read as a config (missing, a dangling symlink, a FIFO,
+/// a device, too large, not UTF-8) is unreadable.
+fn read_config_file(path: &Path) -> Result<String, NotRead> {
+    use crate::sys::policy_file::{read_policy_file, PolicyFileError};
+    let unreadable = |message: String, absent: bool| NotRead {
+        error: ConfigError {
+            path: path.to_path_buf(),
+            message,
+            unreadable: true,
+        },
+        absent,
     };
-    let mut out: Vec<PathBuf> = rd
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.ends_with(".toml") && !n.starts_with('.'))
-                && p.is_file()
-        })
-        .collect();
+    match read_policy_file(path, MAX_CONFIG_BYTES) {
+        Ok(bytes) => String::from_utf8(bytes)
+            .map_err(|_| unreadable("cannot read it: not UTF-8".into(), false)),
+        Err(PolicyFileError::Absent) => Err(unreadable(
+            format!(
+                "cannot read it: {}",
+                std::io::Error::from_raw_os_error(libc::ENOENT)
+            ),
+            true,
+        )),
+        Err(PolicyFileError::Unreadable(e)) => {
+            Err(unreadable(format!("cannot read it: {e}"), false))
+        }
+        Err(PolicyFileError::Untrusted(m)) => Err(NotRead {
+            error: rejected(path, m),
+            absent: false,
+        }),
+    }
+}
+
+/// The `*.toml` files of a drop-in directory, in lexical (byte) order;
+/// hidden files (editor and package-manager leftovers) and directories are
+/// skipped; anything else named `*.toml` is a drop-in that must read as
+/// policy (a dangling symlink, a FIFO or a device is an error, not
+/// skipped). A missing directory has none; one that others can write is an
+/// error.
+fn list_drop_ins(dir: &Path) -> Result<Vec<PathBuf>, ConfigError> {
+    use crate::sys::policy_file::{check_policy_dir, PolicyFileError};
+    let fail = |message: String, unreadable: bool| ConfigError {
+        path: dir.to_path_buf(),
+        message,
+        unreadable,
+    };
+    let real = match check_policy_dir(dir) {
+        Ok(real) => real,
+        Err(PolicyFileError::Absent) => return Ok(Vec::new()),
+        Err(PolicyFileError::Unreadable(e)) => {
+            return Err(fail(
+                format!("cannot list the drop-in directory: {e}"),
+                true,
+            ))
+        }
+        Err(PolicyFileError::Untrusted(m)) => return Err(fail(m, false)),
+    };
+    let listing = |e: std::io::Error| fail(format!("cannot list the drop-in directory: {e}"), true);
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(&real).map_err(listing)? {
+        let entry = entry.map_err(listing)?;
+        let name = entry.file_name();
+        let Some(n) = name.to_str() else { continue };
+        if !n.ends_with(".toml") || n.starts_with('.') {
+            continue;
+        }
+        // The entry's own type (a symlink is not followed here): a real
+        // directory is not a drop-in; everything else is read, or fails.
+        if entry.file_type().map_err(listing)?.is_dir() {
+            continue;
+        }
+        out.push(dir.join(n));
+    }
     out.sort();
     Ok(out)
 }
@@ -202,7 +271,7 @@ fn parse_file_table(text: &str) -> Result<toml::Table, String> {
 
 /// Merges `over` into `base`: tables key by key, anything else (values,
 /// arrays, arrays of tables) replaced whole.
-pub fn merge_tables(base: &mut toml::Table, over: toml::Table) {
+fn merge_tables(base: &mut toml::Table, over: toml::Table) {
     for (k, v) in over {
         match (base.get_mut(&k), v) {
             (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge_tables(b, o),
@@ -262,6 +331,21 @@ pub fn chained_runtime_line(l: &Loaded) -> Option<String> {
         .map(|p| format!(" (from {})", p.display()))
         .unwrap_or_default();
     Some(format!("chained runtime: {}{from}", l.config.runtime.path))
+}
+
+/// The line `gpu-guard host` and `check` print about the drop-ins merged
+/// over the main file, in the order applied:
+/// `config drop-ins merged: PATH, PATH`; `None` when there were none.
+pub fn drop_ins_line(l: &Loaded) -> Option<String> {
+    if l.drop_ins.is_empty() {
+        return None;
+    }
+    let list: Vec<String> = l
+        .drop_ins
+        .iter()
+        .map(|p| crate::core::sanitize::esc(&p.display().to_string()))
+        .collect();
+    Some(format!("config drop-ins merged: {}", list.join(", ")))
 }
 
 /// Parses and validates config text; the error is one line naming the key.

@@ -29,8 +29,8 @@ fn main() -> ExitCode {
         Command::Runtime(a) => gpu_guard::commands::runtime::main(config, a.args.clone()),
         Command::Host(a) => gpu_guard::commands::host::main(config, a),
         Command::Scan(a) => gpu_guard::commands::scan::main(config, a),
-        Command::Install(a) => gpu_guard::commands::install::command(config, a, false),
-        Command::Uninstall(a) => gpu_guard::commands::install::command(config, a, true),
+        Command::Install(a) => gpu_guard::commands::install::command(config, a),
+        Command::Uninstall(a) => gpu_guard::commands::install::uninstall(config, a),
         Command::Probe(a) => gpu_guard::commands::host::probe_child(a),
         Command::Man => match gpu_guard::commands::cli::man_page() {
             Ok(page) => {

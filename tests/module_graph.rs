@@ -1,8 +1,10 @@
 //! The layout is the architecture (src/lib.rs): dependencies between the
 //! top-level modules point one way, from the entry points down to the pure
 //! core. This test reads every `crate::<module>` path in src/ and fails on
-//! a cycle between top-level modules, on the core reaching outside itself,
-//! and on clap used outside `commands` and `main`.
+//! a cycle between top-level modules, on a cycle between the files of the
+//! core, on the core reaching outside itself, on clap used outside
+//! `commands` and `main`, and on a source file over 700 lines before its
+//! unit tests ([`counted_lines`] says how lines are counted).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -193,3 +195,144 @@ fn the_cycle_finder_finds_cycles() {
         BTreeSet::from(["core".to_string(), "sys".to_string(), "host".to_string()])
     );
 }
+
+/// The most lines a source file under src/ may have, tests excluded:
+/// past this, a file is split at a natural seam.
+const MAX_FILE_LINES: usize = 700;
+
+/// The lines of a source file that count against [`MAX_FILE_LINES`]:
+/// every line before its unit tests, that is before the first
+/// `#[cfg(test)]` whose item (after any further attributes) is an inline
+/// module (`mod tests {`). A `#[cfg(test)]` on anything else (a helper
+/// function, an import) does not end the count, and a file without an
+/// inline test module counts whole. Unit tests stay inline at the end of
+/// their file, so a test module in a file of its own counts as code.
+fn counted_lines(text: &str) -> usize {
+    let lines: Vec<&str> = text.lines().collect();
+    for (i, l) in lines.iter().enumerate() {
+        if l.trim() != "#[cfg(test)]" {
+            continue;
+        }
+        let item = lines[i + 1..]
+            .iter()
+            .map(|l| l.trim())
+            .find(|l| !l.is_empty() && !l.starts_with("#["));
+        let opens_module = item.is_some_and(|l| {
+            let l = l
+                .strip_prefix("pub(crate) ")
+                .or_else(|| l.strip_prefix("pub(super) "))
+                .or_else(|| l.strip_prefix("pub "))
+                .unwrap_or(l);
+            l.starts_with("mod ") && l.ends_with('{')
+        });
+        if opens_module {
+            return i;
+        }
+    }
+    lines.len()
+}
+
+/// Every file under `src` with more counted lines than `max`, with its count.
+fn oversized(src: &Path, max: usize) -> Vec<(PathBuf, usize)> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    files.sort();
+    files
+        .into_iter()
+        .map(|f| {
+            let n = counted_lines(&std::fs::read_to_string(&f).unwrap());
+            (f, n)
+        })
+        .filter(|(_, n)| *n > max)
+        .collect()
+}
+
+#[test]
+fn no_source_file_is_over_700_lines_tests_excluded() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let big = oversized(&src, MAX_FILE_LINES);
+    let list: Vec<String> = big
+        .iter()
+        .map(|(f, n)| format!("{} ({n} lines)", f.strip_prefix(&src).unwrap().display()))
+        .collect();
+    assert!(
+        list.is_empty(),
+        "over {MAX_FILE_LINES} lines before their tests (split at a natural seam): {}",
+        list.join(", ")
+    );
+}
+
+#[test]
+fn the_line_counter_counts_code_not_tests() {
+    let code = "fn a() {}\n".repeat(10);
+    let tests = "#[cfg(test)]\nmod tests {\n    #[test]\n    fn t() {}\n}\n";
+    assert_eq!(counted_lines(&code), 10);
+    assert_eq!(counted_lines(&format!("{code}{tests}")), 10);
+    // Attributes between cfg(test) and the module, and visibility.
+    let attrs = "#[cfg(test)]\n#[allow(dead_code)]\n\npub(crate) mod test_support {\n}\n";
+    assert_eq!(counted_lines(&format!("{code}{attrs}")), 10);
+    // cfg(test) on a function or an out-of-line module does not end the count.
+    let helper = "#[cfg(test)]\nfn only_for_tests() {}\n#[cfg(test)]\nmod tests;\n";
+    assert_eq!(counted_lines(&format!("{helper}{code}")), 14);
+    assert_eq!(counted_lines(&format!("{helper}{code}{tests}")), 14);
+    // The rule fails on a file over the limit and passes at it.
+    let d = support::tempdir("module-graph");
+    std::fs::create_dir_all(d.join("sub")).unwrap();
+    std::fs::write(d.join("ok.rs"), format!("{}{tests}", "//\n".repeat(700))).unwrap();
+    std::fs::write(d.join("sub/big.rs"), "//\n".repeat(701)).unwrap();
+    let big = oversized(&d, MAX_FILE_LINES);
+    assert_eq!(big, vec![(d.join("sub/big.rs"), 701)]);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// The core's files as a graph: a node per file of src/core (a directory
+/// module such as kernel_image/ is one node), an edge per
+/// `crate::core::<file>` path its code (before its unit tests) names.
+fn core_file_graph() -> BTreeMap<String, BTreeSet<String>> {
+    let core = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/core");
+    let mut files = Vec::new();
+    rust_files(&core, &mut files);
+    let node = |f: &Path| module_of(&core, f).filter(|n| n != "mod");
+    let nodes: BTreeSet<String> = files.iter().filter_map(|f| node(f)).collect();
+    let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for f in &files {
+        let Some(n) = node(f) else { continue };
+        // Unit tests may use any file of the core; only code counts.
+        let text = std::fs::read_to_string(f).unwrap();
+        let body: Vec<&str> = text.lines().take(counted_lines(&text)).collect();
+        let code = code_only(&body.join("\n")).replace("crate::core::", "crate::");
+        let deps = g.entry(n.clone()).or_default();
+        for d in referenced(&code) {
+            if d != n && nodes.contains(&d) {
+                deps.insert(d);
+            }
+        }
+    }
+    g
+}
+
+#[test]
+fn no_cycle_between_the_files_of_the_core() {
+    let g = core_file_graph();
+    assert!(
+        g.contains_key("policy") && g.contains_key("profiles"),
+        "{g:?}"
+    );
+    assert!(g["profiles"].contains("policy"), "{g:?}");
+    if let Some(c) = find_cycle(&g) {
+        panic!("import cycle between files of src/core: {}", c.join(" -> "));
+    }
+}
+
+// The rest of the `module_graph` test binary: the other checks that read the
+// repository's sources rather than run gpu-guard (`unsafe` only at the
+// audited place; the test layout). It does not link the gpu-guard library,
+// so it builds in seconds. A new source-reading check is one more
+// `#[path] mod` line here, its file in tests/structure/.
+#[path = "support/mod.rs"]
+mod support;
+
+#[path = "structure/no_unsafe.rs"]
+mod no_unsafe;
+#[path = "structure/test_layout.rs"]
+mod test_layout;

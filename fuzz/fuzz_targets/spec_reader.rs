@@ -3,7 +3,8 @@
 //! sees them and, when readable, patched with a full set of policy edits.
 //! Anything but a clean Ok/Err is a bug: a panic, a stack overflow (the
 //! reader and writer keep their own stacks), a hang. A patched file must
-//! read back with the edits in force.
+//! read back with the edits in force; a file whose process runc refuses
+//! is left as it is.
 #![no_main]
 
 use gpu_guard::core::decision::Edits;
@@ -20,6 +21,10 @@ fuzz_target!(|data: &[u8]| {
     edits.no_new_privileges = true;
 
     if let Ok(spec) = LoadedSpec::from_bytes(Path::new("config.json"), data.to_vec(), None) {
+        // What runc's decoder refuses is never rewritten (issue 17 D2).
+        if spec.runc_type_error().is_some() {
+            assert!(matches!(spec.patched(&edits), Ok(None)));
+        }
         if let Ok(Some(out)) = spec.patched(&edits) {
             let again = LoadedSpec::from_bytes(Path::new("config.json"), out, None)
                 .expect("a patched config.json reads back");

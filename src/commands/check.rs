@@ -1,6 +1,6 @@
 //! `gpu-guard check`: describe one container, decide as the hook or wrapper
 //! would, change nothing. Exit 0 when it would start, 1 when refused, 2 for
-//! bad usage or unreadable input (design.md).
+//! bad usage or unreadable input (docs/interfaces.md, "`gpu-guard check`").
 
 use crate::commands::cli::{CheckArgs, CheckStage};
 use crate::commands::fleet_report;
@@ -57,6 +57,9 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
             }
         }
     }
+    if args.spec.is_none() && args.bundle.is_none() {
+        crate::fleet::attached::env_alone_as_run_with_gpus(&mut container);
+    }
     if let (Some(host), false) = (args.host.first(), fleet_report::wanted(args)) {
         // Unreadable input is a usage error here, not a refusal.
         if let Err(e) = crate::host::facts_file::read_facts_file(host) {
@@ -94,6 +97,11 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
     let mut decision = pipeline::assess(&cfg, &container, stage, host);
     if let Ok(l) = &loaded {
         chained_runtime_note(&mut decision, l);
+        if let Some(line) = config::drop_ins_line(l) {
+            let f =
+                crate::core::decision::Finding::info(crate::core::decision::Check::Config, line);
+            decision.findings.push(f);
+        }
     }
     print_decision(&decision, args.json)
 }

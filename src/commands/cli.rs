@@ -39,7 +39,7 @@ pub enum Command {
     /// Register gpu-guard with a container engine
     Install(InstallArgs),
     /// Undo `gpu-guard install`
-    Uninstall(InstallArgs),
+    Uninstall(UninstallArgs),
     /// Print the gpu-guard(1) man page (roff)
     #[command(hide = true)]
     Man,
@@ -82,10 +82,11 @@ that is read from the spec. With --env alone there is no spec, and the container
 if run with GPUs attached, as `docker run --gpus` would.
 
 Exit status: 0 the container would start (on every host given; with --any, on \
-at least one); 1 it is refused (on some host); 2 bad usage or unreadable input. Nodes of --nodes \
-without GPU Feature Discovery labels are listed as \"no GPU facts\" and neither allowed nor \
-refused; a run where no host could be judged exits 1. --affinity exits 0 when the affinity \
-admits at least one node.")]
+at least one); 1 it is refused (on some host; with several, also when not judged as a GPU \
+container there: a skip is not runs); 2 bad usage or \
+unreadable input. Nodes of --nodes without GPU Feature Discovery labels are refused (\"no GPU \
+facts\"). --affinity exits 0 when the affinity is exact and admits a node; without --nodes it is \
+over node labels only and exact for every labelled node, or stricter and exits 1.")]
 pub struct CheckArgs {
     /// Bundle directory; reads DIR/config.json
     #[arg(long, value_name = "DIR")]
@@ -109,13 +110,13 @@ pub struct CheckArgs {
     /// Judge on every *.json host facts file in DIR (sorted by name)
     #[arg(long, value_name = "DIR")]
     pub hosts: Option<PathBuf>,
-    /// Judge on Kubernetes nodes: `kubectl get nodes -o json` output; facts from GPU Feature Discovery and gpu-guard.io labels
+    /// Judge on Kubernetes nodes: `kubectl get nodes -o json` or `-o yaml` output, `-` for stdin; facts from GPU Feature Discovery and gpu-guard.io labels
     #[arg(long, value_name = "FILE")]
     pub nodes: Option<PathBuf>,
     /// With several hosts: exit 0 when allowed on at least one (default: on every one)
     #[arg(long)]
     pub any: bool,
-    /// Print a Kubernetes nodeAffinity admitting the nodes of --nodes where the container is allowed (YAML; JSON with --json)
+    /// Print a Kubernetes nodeAffinity admitting the nodes where the container is allowed: over node labels, exact for labelled nodes; with --nodes, patched by name to be exact on them (YAML; JSON with --json)
     #[arg(long)]
     pub affinity: bool,
     /// Print the decision as JSON
@@ -228,6 +229,16 @@ impl From<Engine> for crate::install::Engine {
 }
 
 #[derive(Debug, Args)]
+#[command(after_help = "\
+The engine's merged configuration (containerd's imports and conf.d drop-ins, CRI-O's \
+crio.conf.d, podman's containers.conf.d) is checked before anything is written: gpu-guard must \
+be the runtime the engine really uses. --config is gpu-guard's own config (global option); the \
+engine's file is --config-path.
+
+Exit status: 0 done, or nothing to change (with --check: the engine runs gpu-guard as \
+installed); 1 the engine would still not run gpu-guard (each reason and the file responsible \
+are printed), or with --check drift or not installed; 2 bad usage, or a config that cannot be \
+read or edited (left untouched).")]
 pub struct InstallArgs {
     #[arg(value_enum)]
     pub engine: Engine,
@@ -235,20 +246,51 @@ pub struct InstallArgs {
     #[arg(long)]
     pub dry_run: bool,
     /// Make gpu-guard the engine's default runtime
-    #[arg(long)]
+    #[arg(long, visible_alias = "set-as-default")]
     pub set_default: bool,
-    /// The engine's config file (or hooks directory for podman)
-    #[arg(long, value_name = "P")]
-    pub config_path: Option<PathBuf>,
+    /// The runtime gpu-guard-runtime execs for this engine: `nvidia` (the NVIDIA runtime the engine registers) or an absolute host path. Default: the engine's default runtime when it is NVIDIA's, else runc
+    #[arg(long, value_name = "nvidia|PATH")]
+    pub chain_runtime: Option<String>,
+    /// Change nothing: report whether the engine's effective configuration still runs gpu-guard as installed, and the command that repairs it
+    #[arg(long, conflicts_with_all = ["dry_run", "set_default", "chain_runtime"])]
+    pub check: bool,
+    #[command(flatten)]
+    pub paths: EnginePaths,
     /// Host directory holding gpu-guard and gpu-guard-runtime, as the engine will run them (default: this binary's directory)
     #[arg(long, value_name = "DIR")]
     pub bin_dir: Option<PathBuf>,
+}
+
+/// Where the engine's files and gpu-guard's records are.
+#[derive(Debug, Args)]
+pub struct EnginePaths {
+    /// The engine's config file (for crio the drop-in file, for podman the hooks directory)
+    #[arg(long, value_name = "P")]
+    pub config_path: Option<PathBuf>,
     /// The host's root filesystem when run in a container with it mounted (a DaemonSet); all other paths are host paths
     #[arg(long, value_name = "DIR", default_value = "/")]
     pub host_root: PathBuf,
     /// Where gpu-guard records what install changed and keeps backups (host path)
     #[arg(long, value_name = "DIR", default_value = crate::install::DEFAULT_STATE_DIR)]
     pub state_dir: PathBuf,
+}
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Exit status: 0 done, or nothing to change; 2 bad usage, or a config \
+that cannot be read or edited (left untouched)."
+)]
+pub struct UninstallArgs {
+    #[arg(value_enum)]
+    pub engine: Engine,
+    /// Print a unified diff and change nothing
+    #[arg(long)]
+    pub dry_run: bool,
+    #[command(flatten)]
+    pub paths: EnginePaths,
+    /// Accepted for scripts that pass install's options to uninstall; unused
+    #[arg(long, value_name = "DIR", hide = true)]
+    pub bin_dir: Option<PathBuf>,
 }
 
 /// Renders gpu-guard(1) from the definition above.

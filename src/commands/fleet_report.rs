@@ -9,7 +9,7 @@ use crate::commands::cli::CheckArgs;
 use crate::core::container::Container;
 use crate::core::decision::Verdict;
 use crate::core::facts::{HostFacts as Facts, HostReport};
-use crate::core::policy::{Config, KernelImageSeverity};
+use crate::core::policy::{Config, Enforcement};
 use crate::core::security::Stage;
 use crate::fleet::nodes::{self, NodeLabels};
 use crate::fleet::{affinity, summary, Host, HostFacts, HostResult, ImageInfo, Subject};
@@ -57,18 +57,31 @@ fn gather(args: &CheckArgs) -> Result<(Vec<Host>, Vec<NodeLabels>), String> {
     let mut node_list = Vec::new();
     if let Some(p) = &args.nodes {
         node_list = nodes::read_nodes(p).map_err(|e| e.to_string())?;
-        hosts.extend(node_list.iter().map(nodes::host_from_node));
+        nodes::check_unique(node_list.iter().map(|n| n.name.as_str()))
+            .map_err(|e| e.to_string())?;
+        for n in &node_list {
+            hosts.push(nodes::host_from_node(n).map_err(|e| e.to_string())?);
+        }
     }
     Ok((hosts, node_list))
 }
 
 /// Runs the multi-host check. `cfg` is the loaded, valid config.
 pub fn main(cfg: &Config, container: &Container, stage: Stage, args: &CheckArgs) -> i32 {
+    // No spec: judged as `docker run --gpus all` would run it (check --help).
+    let mut attached;
+    let container = if args.spec.is_none() && args.bundle.is_none() {
+        attached = container.clone();
+        crate::fleet::attached::env_alone_as_run_with_gpus(&mut attached);
+        &attached
+    } else {
+        container
+    };
     // The image's GPU code is scanned once, whatever the number of hosts.
     let scanned = container
         .rootfs
         .as_ref()
-        .filter(|_| cfg.kernel_image.severity != KernelImageSeverity::Off)
+        .filter(|_| cfg.kernel_image.severity != Enforcement::Off)
         .map(|r| crate::scan::libraries::scan_rootfs(r, &cfg.kernel_image));
     main_with(cfg, container, stage, args, (scanned, None), None)
 }
@@ -113,9 +126,7 @@ pub fn main_with(
         },
     )] = &results.iter().zip(&hosts).collect::<Vec<_>>()[..]
     {
-        if let Some(d) = &one.decision {
-            return crate::commands::check::print_decision(d, args.json);
-        }
+        return crate::commands::check::print_decision(&one.decision, args.json);
     }
     print_fleet(&subject, args, &hosts, &results, image)
 }
@@ -165,7 +176,7 @@ fn print_fleet(
             .iter()
             .map(|h| match &h.facts {
                 HostFacts::Known { report, .. } => report.facts.as_ref(),
-                HostFacts::NoGpuFacts => None,
+                HostFacts::NoGpuFacts { .. } => None,
             })
             .collect();
         print!("{}", summary::table(subject, results, &facts));
@@ -181,30 +192,23 @@ fn print_affinity(
     results: &[HostResult],
 ) -> i32 {
     let a = if args.nodes.is_some() {
-        // Node name -> None when allowed, Some(first error) when refused;
-        // nodes without GPU facts are absent.
-        let mut verdicts: BTreeMap<String, Option<String>> = BTreeMap::new();
-        // Nodes come last in `results`, in the order of `node_list`.
+        // Node name -> None when allowed, Some(why not) otherwise. Nodes
+        // come last in `results`, in the order of `node_list`.
         let offset = results.len() - node_list.len();
-        for r in &results[offset..] {
-            if let Some(d) = &r.decision {
-                let why = (d.verdict == Verdict::Refuse).then(|| {
-                    d.errors()
-                        .next()
-                        .map(|f| f.title().to_string())
-                        .unwrap_or_default()
+        let verdicts: BTreeMap<String, Option<String>> = results[offset..]
+            .iter()
+            .map(|r| {
+                let d = &r.decision;
+                let why = (d.verdict != Verdict::Allow).then(|| match d.errors().next() {
+                    Some(f) => f.title().to_string(),
+                    None => "not judged as a GPU container".to_string(),
                 });
-                verdicts.insert(r.host.clone(), why);
-            }
-        }
-        affinity::for_nodes(
-            &subject.requirements,
-            subject.has_scan(),
-            node_list,
-            &verdicts,
-        )
+                (r.host.clone(), why)
+            })
+            .collect();
+        affinity::for_nodes(subject, node_list, &verdicts)
     } else {
-        affinity::for_requirements(&subject.requirements, subject.has_scan())
+        affinity::for_labels(subject)
     };
     if args.json {
         for n in &a.notes {
@@ -217,8 +221,9 @@ fn print_affinity(
     } else {
         print!("{}", affinity::to_yaml(&a));
     }
-    let none = node_list.iter().all(|n| !affinity::admits(&a.terms, n));
-    if args.nodes.is_some() && none {
+    let none = a.terms == [crate::fleet::selector::admits_none()];
+    // Not exact is never looser, but a gate must not pass on it.
+    if none || !a.exact {
         EXIT_REFUSE
     } else {
         EXIT_ALLOW

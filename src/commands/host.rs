@@ -78,10 +78,24 @@ fn host_command_inner(config: Option<&Path>, args: &HostArgs) -> Result<i32, Hos
         for p in &report.problems {
             eprintln!("gpu-guard: {}: {}", problem_label(&p.kind), one_line(p));
         }
+        for w in crate::commands::install::host_lines(cfg).1 {
+            eprintln!("gpu-guard: warning: {w}");
+        }
     } else {
         print!("{}", render_table(&report));
         if let Some(line) = crate::config::chained_runtime_line(&loaded) {
             println!("{line}");
+        }
+        if let Some(line) = crate::config::drop_ins_line(&loaded) {
+            println!("{line}");
+        }
+        // The engines install registered: each one's chain, and drift.
+        let (info, warnings) = crate::commands::install::host_lines(cfg);
+        for line in info {
+            println!("{line}");
+        }
+        for w in warnings {
+            println!("warning: {w}");
         }
     }
     Ok(exit_status(&report))

@@ -1,5 +1,5 @@
 //! `gpu-guard check --image PATH`: judges a container image before it is
-//! scheduled (design.md, "`gpu-guard check` before scheduling"). The image
+//! scheduled (docs/interfaces.md, "`gpu-guard check`"). The image
 //! is read without unpacking ([`crate::image`]); the container is built
 //! from its config and judged as `docker run --gpus all` would start it;
 //! its libraries are scanned once and judged on every host given.
@@ -26,8 +26,8 @@ use crate::config;
 use crate::core::container::Container;
 use crate::core::decision::{Check, Finding};
 use crate::core::facts::{HostReport, HostSource};
-use crate::core::kernel_image::escape;
-use crate::core::policy::{Config, KernelImageSeverity};
+use crate::core::policy::{Config, Enforcement};
+use crate::core::sanitize::esc_bounded;
 use crate::core::security::Stage;
 use crate::fleet::Subject;
 use crate::host::facts_file::FactsFile;
@@ -53,13 +53,7 @@ pub fn container_for(image_env: &[String], env: &[(String, String)]) -> Containe
     for (k, v) in env {
         c.env.set(k, v);
     }
-    let legacy = !c.env.get("CUDA_VERSION").unwrap_or("").is_empty()
-        && c.env.get("NVIDIA_REQUIRE_CUDA").unwrap_or("").is_empty();
-    if !c.env.contains("NVIDIA_VISIBLE_DEVICES") && !legacy {
-        c.env.set("NVIDIA_VISIBLE_DEVICES", "all");
-    }
-    // Judged as `docker run --gpus all` would run it: GPUs attached.
-    c.assume_attached = true;
+    crate::fleet::attached::as_run_with_all_gpus(&mut c);
     c
 }
 
@@ -133,10 +127,10 @@ fn report(img: &Image, container: &Container, scan: Option<&ImageScan>) -> Image
     }
     let line = format!(
         "Image: {} ({}{}, {})",
-        escape(&info.path, 200),
+        esc_bounded(&info.path, 200),
         info.reference
             .as_deref()
-            .map(|r| format!("{}, ", escape(r, 200)))
+            .map(|r| format!("{}, ", esc_bounded(r, 200)))
             .unwrap_or_default(),
         digest,
         info.platform
@@ -194,7 +188,7 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
         Err(e) => return usage(e),
     };
     let container = container_for(&img.env(), &env);
-    let scan = if cfg.kernel_image.severity == KernelImageSeverity::Off {
+    let scan = if cfg.kernel_image.severity == Enforcement::Off {
         None
     } else {
         match crate::image::scan::scan(&img, &cfg.kernel_image) {

@@ -8,7 +8,7 @@ use crate::core::decide::{self, Inputs};
 use crate::core::decision::Decision;
 use crate::core::detect;
 use crate::core::facts::{HostReport, HostSource};
-use crate::core::policy::{Config, DetectConfig, KernelImageSeverity, Mode};
+use crate::core::policy::{Config, DetectConfig, Enforcement, Mode};
 use crate::core::security::Stage;
 use crate::host::facts_file::FactsFile;
 use std::path::Path;
@@ -56,7 +56,7 @@ pub fn assess(
         &container.rootfs,
     ) {
         let (idx, _) = detect::resolve(&detection.request, facts);
-        if !idx.is_empty() && cfg.kernel_image.severity != KernelImageSeverity::Off {
+        if !idx.is_empty() && cfg.kernel_image.severity != Enforcement::Off {
             let s = crate::scan::libraries::scan_rootfs(rootfs, &cfg.kernel_image);
             kernel_image = crate::core::kernel_image::assess_on_host(
                 &s,

@@ -7,8 +7,8 @@
 //! execs the real runtime with the argv unchanged. Every other subcommand is
 //! exec'd byte for byte. A refusal is written as one logrus-style JSON line to
 //! the `--log` file: containerd's shim reports the last `"level":"error"` line
-//! as `OCI runtime create failed: <msg>` (shared/research/oci-integration.md),
-//! which is what `docker run` prints.
+//! as `OCI runtime create failed: <msg>` (containerd pkg/process/utils.go
+//! getLastRuntimeError), which is what `docker run` prints.
 
 use crate::commands::pipeline::{self, HostChoice};
 use crate::commands::runtime_exec::{container_bundle, exec_real};

@@ -5,11 +5,11 @@ use crate::commands::cli::ScanArgs;
 use crate::core::arch::{self, Kind};
 use crate::core::decision::{Finding, Severity};
 use crate::core::facts::HostFacts;
-use crate::core::policy::{KernelImageConfig, KernelImageSeverity};
+use crate::core::policy::{Enforcement, KernelImageConfig};
 use crate::core::version::Version;
 use crate::scan::fatbin::{self, Budget, Entry, FatbinError};
 use crate::scan::read::{self, SizedFile};
-use crate::scan::{elf, kernel_image_findings, rootfs};
+use crate::scan::{elf, rootfs};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -95,11 +95,16 @@ fn rootfs_command(config: Option<&Path>, args: &ScanArgs) -> i32 {
             status = EXIT_BAD_INPUT;
             continue;
         }
-        let findings = kernel_image_findings(rootfs, &facts.gpus, driver.as_ref(), &ki);
+        let scanned =
+            (!facts.gpus.is_empty()).then(|| crate::scan::libraries::scan_rootfs(rootfs, &ki));
+        let findings = scanned.as_ref().map_or_else(Vec::new, |s| {
+            crate::core::kernel_image::assess(s, &facts.gpus, driver.as_ref(), ki.severity)
+        });
         if findings.iter().any(|f| f.severity == Severity::Error) {
             status = status.max(EXIT_FILE_ERROR);
         }
-        all.push((shown(rootfs), findings));
+        let n = scanned.map(|s| s.libraries.len());
+        all.push((shown(rootfs), n, findings));
     }
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
@@ -125,16 +130,16 @@ fn rootfs_inputs(
         .ok_or("scan --rootfs needs --host FILE")?;
     let facts = crate::host::facts_file::read_facts_file(host).map_err(|e| e.to_string())?;
     let mut ki = cfg.kernel_image.clone();
-    if ki.severity == KernelImageSeverity::Off {
-        ki.severity = KernelImageSeverity::Warn;
+    if ki.severity == Enforcement::Off {
+        ki.severity = Enforcement::Warn;
     }
     Ok((ki, facts))
 }
 
-fn print_rootfs_json(out: &mut impl Write, all: Vec<(String, Vec<Finding>)>) {
+fn print_rootfs_json(out: &mut impl Write, all: Vec<(String, Option<usize>, Vec<Finding>)>) {
     let v: Vec<serde_json::Value> = all
         .into_iter()
-        .map(|(p, f)| serde_json::json!({ "rootfs": p, "findings": f }))
+        .map(|(p, n, f)| serde_json::json!({ "rootfs": p, "libraries_scanned": n, "findings": f }))
         .collect();
     let _ = writeln!(
         out,
@@ -143,10 +148,30 @@ fn print_rootfs_json(out: &mut impl Write, all: Vec<(String, Vec<Finding>)>) {
     );
 }
 
-fn print_rootfs_text(out: &mut impl Write, all: Vec<(String, Vec<Finding>)>) {
-    for (p, findings) in all {
-        if findings.is_empty() {
-            let _ = writeln!(out, "{p}: the image's GPU code runs on every GPU");
+fn print_rootfs_text(out: &mut impl Write, all: Vec<(String, Option<usize>, Vec<Finding>)>) {
+    for (p, n, findings) in all {
+        // Say what was scanned: "runs on every GPU" of nothing is no answer.
+        match (findings.is_empty(), n) {
+            (true, None) => {
+                let _ = writeln!(
+                    out,
+                    "{p}: the host has no GPU to judge the image's GPU code on"
+                );
+            }
+            (true, Some(0)) => {
+                let _ = writeln!(
+                    out,
+                    "{p}: no GPU libraries found (0 scanned): nothing to judge"
+                );
+            }
+            (true, Some(n)) => {
+                let _ = writeln!(
+                    out,
+                    "{p}: the GPU code of the {n} librar{} scanned runs on every GPU of this host",
+                    if n == 1 { "y" } else { "ies" }
+                );
+            }
+            _ => {}
         }
         for f in findings {
             let sev = match f.severity {
@@ -244,8 +269,8 @@ fn report_error(out: &mut impl Write, json: bool, first: &mut bool, path: &Path,
         let _ = out.flush();
         eprintln!(
             "gpu-guard: {}: {}",
-            crate::core::kernel_image::escape(&shown(path), 4096),
-            crate::core::kernel_image::escape(error, 4096)
+            crate::core::sanitize::esc_bounded(&shown(path), 4096),
+            crate::core::sanitize::esc_bounded(error, 4096)
         );
     }
 }
@@ -350,7 +375,7 @@ fn scan_summary(
             .entry((e.kind, e.arch, e.ptx_isa, e.compressed))
             .or_insert(0) += 1;
     });
-    let name = crate::core::kernel_image::escape(&shown(path), 4096);
+    let name = crate::core::sanitize::esc_bounded(&shown(path), 4096);
     let total: u64 = counts.values().sum();
     if total == 0 && result.is_ok() {
         let _ = writeln!(out, "{name}: no device code");

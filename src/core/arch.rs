@@ -59,7 +59,7 @@ impl Arch {
         }
     }
 
-    /// `sm_90a`: how nvcc spells a SASS target (design.md, `scan --json`).
+    /// `sm_90a`: how nvcc spells a SASS target (docs/interfaces.md, "`gpu-guard scan`").
     pub fn sass_name(self) -> String {
         format!("sm_{}{}", self.number, self.suffix())
     }
@@ -124,7 +124,7 @@ impl fmt::Display for Cc {
 /// Compute capabilities of Tegra (Jetson/DRIVE) integrated GPUs: TK1 3.2,
 /// TX1/Nano 5.3, TX2 6.2, Xavier 7.2, Orin 8.7, Thor 10.1 (renamed 11.0 in
 /// CUDA 13.0). Sources: NVIDIA "CUDA GPU Compute Capability" and "Legacy CUDA
-/// GPU Compute Capability" pages (Jetson column); ../shared/research/cuda-facts.md.
+/// GPU Compute Capability" pages (Jetson column).
 const TEGRA: &[(u32, u32)] = &[(3, 2), (5, 3), (6, 2), (7, 2), (8, 7), (10, 1), (11, 0)];
 
 fn is_tegra(major: u32, minor: u32) -> bool {
@@ -160,7 +160,7 @@ pub fn sass_runs_on(arch: Arch, cc: Cc) -> bool {
 /// `compute_XYa` PTX uses architecture-specific features and compiles only
 /// for X.Y; `compute_XYf` only within the family, same major and a minor at
 /// least Y (LLVM NVPTX.td: 'a' variants "incompatible across architectures",
-/// 'f' variants "compatible within same family"; ../shared/research/cuda-facts.md).
+/// 'f' variants "compatible within same family").
 pub fn ptx_jits_on(arch: Arch, cc: Cc) -> bool {
     match arch.variant {
         Variant::Plain => (cc.major, cc.minor) >= (arch.major(), arch.minor()),
@@ -170,7 +170,7 @@ pub fn ptx_jits_on(arch: Arch, cc: Cc) -> bool {
 }
 
 /// A `(major, minor)` version pair.
-pub type MajorMinor = (u16, u16);
+type MajorMinor = (u16, u16);
 
 /// PTX ISA version -> the CUDA release that introduced it, so the first
 /// driver (by the CUDA version it reports) that can JIT it. Source: PTX ISA
@@ -180,7 +180,7 @@ pub type MajorMinor = (u16, u16);
 /// nvcc 13.5 writes `.version 9.5` (checked with the nvidia-cuda-nvcc wheel);
 /// 9.2 and 9.3 follow the same one-to-one 13.x numbering.
 /// A driver too old for the ISA fails with CUDA_ERROR_UNSUPPORTED_PTX_VERSION.
-pub const PTX_ISA_TO_CUDA: &[(MajorMinor, MajorMinor)] = &[
+pub(crate) const PTX_ISA_TO_CUDA: &[(MajorMinor, MajorMinor)] = &[
     ((1, 0), (1, 0)),
     ((1, 1), (1, 1)),
     ((1, 2), (2, 0)),
@@ -235,7 +235,7 @@ pub const PTX_ISA_TO_CUDA: &[(MajorMinor, MajorMinor)] = &[
 pub enum IsaNeed {
     /// The CUDA version that introduced it.
     Cuda(u16, u16),
-    /// Newer than any version in [`PTX_ISA_TO_CUDA`]: only a driver newer
+    /// Newer than any version in `PTX_ISA_TO_CUDA`: only a driver newer
     /// than the newest CUDA we know can possibly have it.
     Unknown,
 }
@@ -273,7 +273,8 @@ pub fn ptx_isa_supported(isa: (u16, u16), driver: (u64, u64)) -> bool {
 /// The CUDA line that was the last to build for an architecture NVIDIA's
 /// toolkits have since dropped: CUDA 11.0 dropped sm_30/32 (10.2 last),
 /// 12.0 dropped sm_35/37 (11.8 last), 13.0 dropped sm_50..sm_72 (12.9 last).
-/// Source: CUDA release notes, ../shared/research/cuda-facts.md "Arch support".
+/// Source: the CUDA Toolkit release notes of 11.0, 12.0 and 13.0 (deprecated
+/// and dropped architectures).
 pub fn last_toolkit_for(cc: Cc) -> Option<&'static str> {
     let n = cc.arch_number();
     if n < 35 {
@@ -288,7 +289,7 @@ pub fn last_toolkit_for(cc: Cc) -> Option<&'static str> {
 }
 
 /// The first CUDA release that builds code for a capability, when newer than
-/// CUDA 11.0. Source: CUDA release notes, ../shared/research/cuda-facts.md
+/// CUDA 11.0. Source: the CUDA Toolkit release notes of each release
 /// ("11.1 sm_86; 11.4 sm_87; 11.8 sm_89, sm_90; 12.8 sm_100/101/120; 12.9
 /// sm_103/121; 13.0 sm_110, sm_88").
 pub fn first_toolkit_for(cc: Cc) -> Option<&'static str> {

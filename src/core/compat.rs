@@ -46,9 +46,9 @@ pub const NOTE_TYPE: u32 = 0;
 pub const NOTE_SECTION: &str = ".note.cuda.fwd_compatibility";
 
 /// `CUDA_ERROR_SYSTEM_DRIVER_MISMATCH` (cuda.h).
-pub const CUDA_ERROR_SYSTEM_DRIVER_MISMATCH: u32 = 803;
+const CUDA_ERROR_SYSTEM_DRIVER_MISMATCH: u32 = 803;
 /// `CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE` (cuda.h).
-pub const CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE: u32 = 804;
+const CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE: u32 = 804;
 
 /// The brand names of host facts (`facts::BRANDS`) and their
 /// `nvmlBrandType_t` codes, from nvml.h (NVIDIA/go-nvml `gen/nvml/nvml.h`,
@@ -57,7 +57,7 @@ pub const CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE: u32 = 804;
 /// NVIDIA_VWS 10, NVIDIA_CLOUD_GAMING 11 (VGAMING is an alias),
 /// QUADRO_RTX 12, NVIDIA_RTX 13, NVIDIA 14, GEFORCE_RTX 15 and TITAN_RTX 16
 /// (both marked "Unused" there).
-pub const NVML_BRANDS: &[(&str, u32)] = &[
+const NVML_BRANDS: &[(&str, u32)] = &[
     ("unknown", 0),
     ("quadro", 1),
     ("tesla", 2),
@@ -79,7 +79,7 @@ pub const NVML_BRANDS: &[(&str, u32)] = &[
 
 /// The NVML brand code of a host-facts brand name (`tesla` → 2); None for a
 /// name not in [`NVML_BRANDS`].
-pub fn brand_code(brand: &str) -> Option<u32> {
+fn brand_code(brand: &str) -> Option<u32> {
     NVML_BRANDS
         .iter()
         .find(|(name, _)| *name == brand)
@@ -196,7 +196,7 @@ impl CompatNote {
     }
 
     /// Is the NVML brand code listed?
-    pub fn lists_brand(&self, code: u32) -> bool {
+    fn lists_brand(&self, code: u32) -> bool {
         self.device
             .as_ref()
             .is_some_and(|d| d.iter().any(|&c| c == i64::from(code)))
@@ -226,11 +226,8 @@ fn int_list(v: &serde_json::Value, name: &str) -> Result<Vec<i64>, String> {
 /// cuda-elf-header.go: the host branch is listed in `driver` and the compat
 /// library is newer than the host driver.) Without a driver list (Tegra
 /// notes) a discrete-GPU host never qualifies.
-pub fn forward_compat_applies(
-    host_driver: &Version,
-    compat_lib: &Version,
-    note: &CompatNote,
-) -> bool {
+#[cfg(test)]
+fn forward_compat_applies(host_driver: &Version, compat_lib: &Version, note: &CompatNote) -> bool {
     note.lists_branch(host_driver.major()) && compat_lib > host_driver
 }
 
@@ -269,7 +266,7 @@ impl Incompatibility {
 /// The verdict on one GPU. Every message is one line; strings that came from
 /// the image (the CUDA version in the note) are escaped.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub enum CompatVerdict {
     /// The compat library is used and supports this GPU and branch (info).
     Works { message: String },
     /// The compat library is used (or needed) but cannot work here.
@@ -285,18 +282,18 @@ pub enum Verdict {
     /// CUDA versions instead), so nothing can be judged for this GPU.
     NoDriverList { message: String },
     /// The GPU's brand is not known (facts from /proc, or a name outside
-    /// [`NVML_BRANDS`]): whether the brand is supported cannot be said.
+    /// `NVML_BRANDS`): whether the brand is supported cannot be said.
     UnknownBrand { message: String },
 }
 
-impl Verdict {
+impl CompatVerdict {
     pub fn message(&self) -> &str {
         match self {
-            Verdict::Works { message }
-            | Verdict::Incompatible { message, .. }
-            | Verdict::NotApplicable { message }
-            | Verdict::NoDriverList { message }
-            | Verdict::UnknownBrand { message } => message,
+            CompatVerdict::Works { message }
+            | CompatVerdict::Incompatible { message, .. }
+            | CompatVerdict::NotApplicable { message }
+            | CompatVerdict::NoDriverList { message }
+            | CompatVerdict::UnknownBrand { message } => message,
         }
     }
 }
@@ -340,7 +337,7 @@ pub fn judge_gpu(
     host_driver: &Version,
     note: &CompatNote,
     compat_lib: &Version,
-) -> Verdict {
+) -> CompatVerdict {
     let lib = format!("compat libcuda {}", esc(compat_lib.as_str()));
     let cuda = note.cuda_version.as_deref().map_or_else(
         || "a newer CUDA".to_string(),
@@ -350,21 +347,21 @@ pub fn judge_gpu(
     let who = format!("{} (brand {})", esc(&gpu.describe()), esc(&gpu.brand));
 
     if !note.has_driver_list() {
-        return Verdict::NoDriverList {
+        return CompatVerdict::NoDriverList {
             message: format!(
                 "the image's {lib} ({cuda}) lists no driver branches (a Tegra/Orin library): NVIDIA's hook does not use it with a discrete GPU, so forward compatibility cannot be judged for {who} on driver {host_driver}"
             ),
         };
     }
     if compat_lib <= host_driver {
-        return Verdict::NotApplicable {
+        return CompatVerdict::NotApplicable {
             message: format!(
                 "the image's {lib} is not used: the host driver {host_driver} is as new or newer and supports its CUDA natively"
             ),
         };
     }
     if !note.lists_branch(branch) {
-        return Verdict::Incompatible {
+        return CompatVerdict::Incompatible {
             reason: Incompatibility::BranchNotListed { branch },
             message: format!(
                 "forward compatibility does not support driver branch {branch} on {who}: the image's {lib} ({cuda}) lists branches {}; NVIDIA's hook leaves it out, and loaded anyway it fails with CUDA error 803 (system driver mismatch); fix: a driver branch that supports {cuda} natively, or one of the listed branches",
@@ -373,7 +370,7 @@ pub fn judge_gpu(
         };
     }
     let Some(code) = brand_code(&gpu.brand).filter(|&c| c != 0) else {
-        return Verdict::UnknownBrand {
+        return CompatVerdict::UnknownBrand {
             message: format!(
                 "cannot tell whether {who} supports forward compatibility through the image's {lib} ({cuda}) on branch {branch}: its brand is unknown; the library supports brands {}",
                 listed_brands(note)
@@ -381,7 +378,7 @@ pub fn judge_gpu(
         };
     };
     if !note.lists_brand(code) {
-        return Verdict::Incompatible {
+        return CompatVerdict::Incompatible {
             reason: Incompatibility::BrandNotListed { brand_code: code },
             message: format!(
                 "{who} cannot use the image's {lib} ({cuda}) on driver {host_driver} (branch {branch}): forward compatibility needs a data-center GPU (the library supports brands {}); CUDA fails with error 804 (forward compatibility was attempted on non supported HW); fix: a driver branch that supports {cuda} natively, or a data-center GPU",
@@ -389,7 +386,7 @@ pub fn judge_gpu(
             ),
         };
     }
-    Verdict::Works {
+    CompatVerdict::Works {
         message: format!("{who} runs through forward compatibility ({lib} on branch {branch})"),
     }
 }
@@ -513,13 +510,13 @@ mod tests {
         let host = v("535.104.05");
 
         let w = judge_gpu(&gpu("tesla"), &host, &n, &lib);
-        assert!(matches!(w, Verdict::Works { .. }), "{w:?}");
+        assert!(matches!(w, CompatVerdict::Works { .. }), "{w:?}");
         assert!(w.message().contains(
             "runs through forward compatibility (compat libcuda 575.57.08 on branch 535)"
         ));
 
         let g = judge_gpu(&gpu("geforce"), &host, &n, &lib);
-        let Verdict::Incompatible { reason, message } = &g else {
+        let CompatVerdict::Incompatible { reason, message } = &g else {
             panic!("{g:?}")
         };
         assert_eq!(reason, &Incompatibility::BrandNotListed { brand_code: 5 });
@@ -540,12 +537,12 @@ mod tests {
         for b in ["geforcertx", "titan", "titanrtx"] {
             assert!(matches!(
                 judge_gpu(&gpu(b), &host, &n, &lib),
-                Verdict::Incompatible { .. }
+                CompatVerdict::Incompatible { .. }
             ));
         }
 
         let b = judge_gpu(&gpu("tesla"), &v("545.23.06"), &n, &lib);
-        let Verdict::Incompatible { reason, message } = &b else {
+        let CompatVerdict::Incompatible { reason, message } = &b else {
             panic!("{b:?}")
         };
         assert_eq!(reason, &Incompatibility::BranchNotListed { branch: 545 });
@@ -557,17 +554,17 @@ mod tests {
         assert!(message.contains("branch 545"), "{message}");
 
         let na = judge_gpu(&gpu("geforce"), &v("580.65.06"), &n, &lib);
-        assert!(matches!(na, Verdict::NotApplicable { .. }), "{na:?}");
+        assert!(matches!(na, CompatVerdict::NotApplicable { .. }), "{na:?}");
 
         let u = judge_gpu(&gpu("unknown"), &host, &n, &lib);
-        assert!(matches!(u, Verdict::UnknownBrand { .. }), "{u:?}");
+        assert!(matches!(u, CompatVerdict::UnknownBrand { .. }), "{u:?}");
         let u = judge_gpu(&gpu("martian\n"), &host, &n, &lib);
-        assert!(matches!(u, Verdict::UnknownBrand { .. }), "{u:?}");
+        assert!(matches!(u, CompatVerdict::UnknownBrand { .. }), "{u:?}");
         assert!(!u.message().contains('\n'));
 
         let tegra = CompatNote::from_json(br#"{"format":1,"CUDA version":"13.2"}"#).unwrap();
         let t = judge_gpu(&gpu("tesla"), &host, &tegra, &v("1.1"));
-        assert!(matches!(t, Verdict::NoDriverList { .. }), "{t:?}");
+        assert!(matches!(t, CompatVerdict::NoDriverList { .. }), "{t:?}");
         assert!(t.message().contains("CUDA 13.2"));
     }
 

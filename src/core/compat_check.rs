@@ -36,14 +36,14 @@
 //! libraries and every one runs on every visible GPU as SASS.
 
 use crate::core::arch::Cc;
-use crate::core::compat::{self, CompatScan, Incompatibility, Verdict as GpuVerdict};
+use crate::core::compat::{self, CompatScan, CompatVerdict, Incompatibility};
 use crate::core::cuda_tables;
 use crate::core::decision::{Check, Finding, Severity};
 use crate::core::facts::Gpu;
-use crate::core::kernel_image::{self, Scanned, Verdict as KiVerdict};
-use crate::core::policy::{CompatConfig, MissingLibrary};
+use crate::core::kernel_image::{self, CodeFit, Scanned};
+use crate::core::policy::{CompatConfig, Enforcement};
 use crate::core::requirement::MinorVersion;
-use crate::core::sanitize::esc;
+use crate::core::sanitize::{esc, esc_bounded};
 use crate::core::version::Version;
 
 /// Most per-GPU findings of one severity; the rest are counted.
@@ -179,12 +179,12 @@ fn gpu_finding(
     need: &FwdNeed,
     host: &FwdHost,
     note: &compat::CompatNote,
-    v: GpuVerdict,
+    v: CompatVerdict,
 ) -> Option<Finding> {
     let cuda = need.cuda();
     Some(match v {
-        GpuVerdict::Works { message } => Finding::info(Check::Compat, message),
-        GpuVerdict::Incompatible {
+        CompatVerdict::Works { message } => Finding::info(Check::Compat, message),
+        CompatVerdict::Incompatible {
             reason: reason @ Incompatibility::BrandNotListed { .. },
             message,
         } => Finding::error(
@@ -195,7 +195,7 @@ fn gpu_finding(
             "install {}, or run it on a data-center GPU (forward compatibility needs a data-center GPU)",
             native_fix(cuda)
         )),
-        GpuVerdict::Incompatible {
+        CompatVerdict::Incompatible {
             reason: Incompatibility::BranchNotListed { branch },
             message,
         } => {
@@ -228,11 +228,11 @@ fn gpu_finding(
                 )),
             }
         }
-        GpuVerdict::NotApplicable { message } => {
+        CompatVerdict::NotApplicable { message } => {
             need.only_via_fwd.as_ref()?;
             Finding::info(Check::Compat, message)
         }
-        GpuVerdict::NoDriverList { message } | GpuVerdict::UnknownBrand { message } => {
+        CompatVerdict::NoDriverList { message } | CompatVerdict::UnknownBrand { message } => {
             Finding::warning(Check::Compat, message)
         }
     })
@@ -300,7 +300,7 @@ fn missing_library(
         compat::COMPAT_DIR,
         host_cuda_text(host),
     );
-    let refuse = major_gap || cfg.missing_library == MissingLibrary::Refuse;
+    let refuse = major_gap || cfg.missing_library == Enforcement::Refuse;
     let f = if refuse {
         Finding::error(Check::Compat, message)
     } else {
@@ -439,7 +439,7 @@ pub fn minor_version(
 
 /// Checks that the scan found CUDA libraries and that every one runs on
 /// every visible GPU as SASS (no PTX JIT). Ok: how many; Err: why not.
-pub fn sass_only(
+fn sass_only(
     scanned: Option<&Scanned>,
     gpus: &[&Gpu],
     driver_cuda: Option<(u64, u64)>,
@@ -450,13 +450,13 @@ pub fn sass_only(
     if let Some(e) = &s.rootfs_error {
         return Err(format!(
             "no libraries found: the rootfs could not be read ({})",
-            kernel_image::escape(e, 200)
+            esc_bounded(e, 200)
         ));
     }
     if let Some(why) = &s.incomplete {
         return Err(format!(
             "the library scan stopped early ({}), so not every library was checked",
-            kernel_image::escape(why, 200)
+            esc_bounded(why, 200)
         ));
     }
     if gpus.is_empty() {
@@ -464,7 +464,7 @@ pub fn sass_only(
     }
     let mut n = 0usize;
     for lib in &s.libraries {
-        let path = kernel_image::escape(&lib.path, 200);
+        let path = esc_bounded(&lib.path, 200);
         let images = match &lib.outcome {
             Ok(i) => i,
             Err(_) => return Err(format!("{path} could not be read")),
@@ -481,8 +481,8 @@ pub fn sass_only(
                 ));
             };
             match kernel_image::judge(images, cc, driver_cuda) {
-                KiVerdict::Native(_) => {}
-                KiVerdict::Jit { ptx, isa } => {
+                CodeFit::Native(_) => {}
+                CodeFit::Jit { ptx, isa } => {
                     return Err(format!(
                         "{path} has no machine code for GPU {} (compute capability {cc}) and needs the driver to JIT-compile PTX {}{}",
                         g.index,
@@ -490,7 +490,7 @@ pub fn sass_only(
                         isa.map(|(a, b)| format!(" (PTX ISA {a}.{b})")).unwrap_or_default()
                     ))
                 }
-                KiVerdict::NoImage {
+                CodeFit::NoImage {
                     blocked: Some((arch, (a, b))),
                 } => {
                     return Err(format!(
@@ -499,7 +499,7 @@ pub fn sass_only(
                         arch.ptx_name()
                     ))
                 }
-                KiVerdict::NoImage { blocked: None } => {
+                CodeFit::NoImage { blocked: None } => {
                     return Err(format!(
                         "{path} has no code for GPU {} (compute capability {cc})",
                         g.index

@@ -1,14 +1,14 @@
 //! CUDA toolkit ↔ driver facts, kept as data.
 //!
 //! Source: CUDA 13.1 Release Notes, "CUDA Toolkit and Corresponding Driver
-//! Versions" (Table 3, Linux x86_64, minimum driver for each toolkit GA),
-//! gathered in shared/research/cuda-facts.md. 13.2 and 13.3 are second-hand
-//! there and marked so below.
+//! Versions" (Table 3, Linux x86_64, minimum driver for each toolkit GA).
+//! 13.2 and 13.3 are second-hand (not yet read in NVIDIA's table) and
+//! marked so below.
 
 use crate::core::version::Version;
 
 /// (CUDA toolkit major.minor, minimum Linux driver).
-pub const TOOLKIT_MIN_DRIVER: &[(&str, &str)] = &[
+pub(crate) const TOOLKIT_MIN_DRIVER: &[(&str, &str)] = &[
     ("10.0", "410.48"),
     ("10.1", "418.39"),
     ("10.2", "440.33"),
@@ -45,13 +45,13 @@ pub const TOOLKIT_MIN_DRIVER: &[(&str, &str)] = &[
 /// JIT, no APIs that need a newer driver). Source: NVIDIA, "CUDA
 /// Compatibility" (docs.nvidia.com/deploy/cuda-compatibility), "Minor
 /// Version Compatibility", table "Example CUDA Toolkit and minimum required
-/// driver versions" (Linux: CUDA 11.x >= 450.80.02, CUDA 12.x >= 525.60.13),
-/// gathered in shared/research/cuda-facts.md and fleet-and-compat.md.
+/// driver versions" (Linux: CUDA 11.x >= 450.80.02, CUDA 12.x >= 525.60.13).
 ///
-/// CUDA 13.x is left out on purpose: research/cuda-facts.md records only
-/// ">= 580" for it, without the exact version NVIDIA's table gives, so a
-/// 13.x gap is never admitted until it is checked against the source.
-pub const MINOR_VERSION_FAMILY_MIN_DRIVER: &[(u64, &str)] = &[(11, "450.80.02"), (12, "525.60.13")];
+/// CUDA 13.x is left out on purpose: only ">= 580" is known for it, not
+/// the exact version NVIDIA's table gives, so a 13.x gap is never admitted
+/// until it is checked against that table.
+pub(crate) const MINOR_VERSION_FAMILY_MIN_DRIVER: &[(u64, &str)] =
+    &[(11, "450.80.02"), (12, "525.60.13")];
 
 /// The family minimum driver for minor-version compatibility within CUDA
 /// `major`; None for a major the table does not cover (10 and older had no
@@ -75,7 +75,8 @@ pub fn min_driver_for_cuda(cuda: &Version) -> Option<&'static str> {
 
 /// The newest CUDA a driver branch runs, from the same table: the newest
 /// toolkit whose minimum driver is not above `driver`.
-pub fn max_cuda_for_driver(driver: &Version) -> Option<&'static str> {
+#[cfg(test)]
+fn max_cuda_for_driver(driver: &Version) -> Option<&'static str> {
     TOOLKIT_MIN_DRIVER
         .iter()
         .rev()

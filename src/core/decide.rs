@@ -13,7 +13,7 @@ use crate::core::facts::{Gpu, HostFacts, HostProblemKind, HostReport};
 use crate::core::kernel_image::Scanned;
 use crate::core::policy::MinorVersionCompat;
 use crate::core::policy::{ApplyTo, Config, Mode, OnFailure};
-use crate::core::requirement::{self, Context, Requirement, Verdict as ReqVerdict};
+use crate::core::requirement::{self, Context, Requirement, RequirementOutcome};
 use crate::core::sanitize::esc;
 use crate::core::security::{self, Stage};
 use crate::core::tuning;
@@ -443,9 +443,9 @@ fn judge_on_gpus<'a>(
             gpu: *gpu,
         });
         match j.outcome {
-            ReqVerdict::Holds => {}
-            ReqVerdict::Fails => failing.push((*gpu, j)),
-            ReqVerdict::CannotJudge => unknown.push((*gpu, j)),
+            RequirementOutcome::Holds => {}
+            RequirementOutcome::Fails => failing.push((*gpu, j)),
+            RequirementOutcome::CannotJudge => unknown.push((*gpu, j)),
         }
     }
     (failing, unknown)

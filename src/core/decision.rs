@@ -1,4 +1,4 @@
-//! The decision JSON of design.md: a verdict, findings a person can act on,
+//! The decision JSON (docs/interfaces.md): a verdict, findings a person can act on,
 //! and the edits to make. A refusal is a value, never an error.
 
 use crate::core::sanitize::clean;
@@ -32,8 +32,8 @@ pub enum Check {
     Tuning,
     Security,
     Config,
-    /// CUDA forward and minor-version compatibility (design.md, "Decision
-    /// JSON additions").
+    /// CUDA forward and minor-version compatibility (docs/interfaces.md,
+    /// "Decision JSON").
     Compat,
     /// A library the loader will not find at start (core::libraries).
     Library,
@@ -139,8 +139,8 @@ pub struct Edits {
     /// True when the policy makes `process.noNewPrivileges` true.
     pub no_new_privileges: bool,
     /// `process.rlimits` raised by a tuning rule, by type
-    /// (`{"RLIMIT_MEMLOCK": {"soft": N, "hard": N}}`, design.md "Decision
-    /// JSON additions"); never one lowered. Unlimited is u64::MAX, as
+    /// (`{"RLIMIT_MEMLOCK": {"soft": N, "hard": N}}`, docs/interfaces.md,
+    /// "Decision JSON"); never one lowered. Unlimited is u64::MAX, as
     /// runc's spec writes RLIM_INFINITY.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub rlimits: BTreeMap<String, Rlimit>,

@@ -1,6 +1,7 @@
 //! Is this a GPU container, and which GPUs does it ask for?
 //!
-//! A container asks for GPUs in one of two ways (shared/research/nvidia-requirements.md):
+//! A container asks for GPUs in one of two ways (NVIDIA's container toolkit,
+//! internal/config/image and internal/modifier/cdi):
 //!
 //! Requests that something else must act on ("env requests"):
 //! - `NVIDIA_VISIBLE_DEVICES`: `all`, `none` (a GPU container without
@@ -14,6 +15,14 @@
 //!   (the device plugin's volume-mounts strategy), by name or as
 //!   `cdi/<vendor>/<class>/<device>` (cuda_image.go visibleDevicesFromMounts,
 //!   cdiDeviceMountRequest).
+//!
+//! NVIDIA's own settings decide which of the two it acts on
+//! (`detect.nvidia_config`, [`NvidiaDeviceSettings`]; cuda_image.go
+//! `VisibleDevices`): the mounts only with
+//! `accept-nvidia-visible-devices-as-volume-mounts` (then they win over the
+//! env), the env in a container without `CAP_SYS_ADMIN` in its bounding set
+//! only with `accept-nvidia-visible-devices-envvar-when-unprivileged`. A
+//! request NVIDIA ignores attaches nothing, and is not one here either.
 //!
 //! Under plain runc such a request attaches nothing: the container gets no
 //! GPU, so judging it against the driver would refuse CPU-only jobs in CUDA
@@ -45,7 +54,7 @@
 
 use crate::core::container::Container;
 use crate::core::facts::HostFacts;
-use crate::core::policy::{DetectConfig, EnvRequests};
+use crate::core::policy::{DetectConfig, EnvRequests, NvidiaDeviceSettings};
 use std::collections::HashSet;
 
 /// Where a request for GPUs, or what attaches them, came from, for messages.
@@ -141,8 +150,7 @@ const NVIDIA_RUNTIMES: &[&str] = &[
 ];
 const CDI_PREFIXES: &[&str] = &["cdi.k8s.io/", "nvidia.cdi.k8s.io/"];
 /// CDI kinds that always name NVIDIA GPUs.
-pub const BUILTIN_CDI_KINDS: &[&str] =
-    &["nvidia.com/gpu", "nvidia.com/mig", "runtime.nvidia.com/gpu"];
+const BUILTIN_CDI_KINDS: &[&str] = &["nvidia.com/gpu", "nvidia.com/mig", "runtime.nvidia.com/gpu"];
 
 fn is_legacy_image(c: &Container) -> bool {
     let cuda = c.env.get("CUDA_VERSION").unwrap_or("");
@@ -254,7 +262,7 @@ pub fn classify_with(c: &Container, cfg: &DetectConfig) -> Detection {
     kinds.extend(cfg.cdi_kinds.iter().map(String::as_str));
 
     let mut env = Detection::default();
-    env_request_signals(c, &kinds, &mut env);
+    env_request_signals(c, &kinds, &cfg.nvidia, &mut env);
     let mut attached = Detection::default();
     cdi_signals(c, &kinds, &mut attached);
     device_node_signals(c, &mut attached);
@@ -279,9 +287,24 @@ pub fn classify_with(c: &Container, cfg: &DetectConfig) -> Detection {
 }
 
 /// `NVIDIA_VISIBLE_DEVICES` (or, unset, the legacy-image rule) and the
-/// volume-mounts device list: the requests NVIDIA's runtime or hook acts on.
-fn env_request_signals(c: &Container, kinds: &[&str], d: &mut Detection) {
-    if volume_mount_signals(c, kinds, d) {
+/// volume-mounts device list: the requests NVIDIA's runtime or hook acts on,
+/// as its settings `nv` let it.
+fn env_request_signals(
+    c: &Container,
+    kinds: &[&str],
+    nv: &NvidiaDeviceSettings,
+    d: &mut Detection,
+) {
+    if nv.accept_volume_mounts && volume_mount_signals(c, kinds, d) {
+        return;
+    }
+    // NVIDIA's privileged test: CAP_SYS_ADMIN in the bounding set
+    // (internal/config/image/privileged.go, `IsPrivileged`).
+    let privileged = c.capabilities.bounding.as_ref().is_some_and(|b| {
+        b.iter()
+            .any(|x| x.trim().eq_ignore_ascii_case("CAP_SYS_ADMIN"))
+    });
+    if !nv.accept_envvar_unprivileged && !privileged {
         return;
     }
     let Some(v) = c.env.get("NVIDIA_VISIBLE_DEVICES") else {
@@ -630,6 +653,10 @@ mod tests {
 
     #[test]
     fn volume_mounts_strategy() {
+        // The device plugin's volume-mounts strategy needs NVIDIA's
+        // accept-nvidia-visible-devices-as-volume-mounts = true.
+        let mut cfg = DetectConfig::default();
+        cfg.nvidia.accept_volume_mounts = true;
         let mut c = env(&["NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices"]);
         c.mounts = vec![
             Mount {
@@ -641,7 +668,7 @@ mod tests {
                 destination: "/proc".into(),
             },
         ];
-        let d = classify(&c);
+        let d = classify_with(&c, &cfg);
         assert!(d.gpu);
         let (idx, unknown) = resolve(&d.request, &host());
         assert_eq!(idx, vec![1]);

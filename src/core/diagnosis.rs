@@ -351,7 +351,7 @@ fn disable_require_fix(honor_disable_require: bool) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::requirement::{Context, Verdict};
+    use crate::core::requirement::{Context, RequirementOutcome};
 
     const CUDA_12_4: &str = "cuda>=12.4 brand=tesla,driver>=470,driver<471 brand=unknown,driver>=470,driver<471 brand=nvidia,driver>=470,driver<471 brand=nvidiartx,driver>=470,driver<471 brand=geforce,driver>=470,driver<471 brand=geforcertx,driver>=470,driver<471 brand=quadro,driver>=470,driver<471 brand=quadrortx,driver>=470,driver<471 brand=titan,driver>=470,driver<471 brand=titanrtx,driver>=470,driver<471 brand=tesla,driver>=525,driver<526 brand=unknown,driver>=525,driver<526 brand=nvidia,driver>=525,driver<526 brand=nvidiartx,driver>=525,driver<526 brand=geforce,driver>=525,driver<526 brand=geforcertx,driver>=525,driver<526 brand=quadro,driver>=525,driver<526 brand=quadrortx,driver>=525,driver<526 brand=titan,driver>=525,driver<526 brand=titanrtx,driver>=525,driver<526 brand=tesla,driver>=535,driver<536 brand=unknown,driver>=535,driver<536 brand=nvidia,driver>=535,driver<536 brand=nvidiartx,driver>=535,driver<536 brand=geforce,driver>=535,driver<536 brand=geforcertx,driver>=535,driver<536 brand=quadro,driver>=535,driver<536 brand=quadrortx,driver>=535,driver<536 brand=titan,driver>=535,driver<536 brand=titanrtx,driver>=535,driver<536";
 
@@ -377,7 +377,7 @@ mod tests {
             cuda: Some(&c),
             gpu: Some(&facts.gpus[0]),
         });
-        assert_eq!(j.outcome, Verdict::Fails);
+        assert_eq!(j.outcome, RequirementOutcome::Fails);
         let f = requirement_failure(
             &Failure {
                 requirement: &req,

@@ -1,4 +1,4 @@
-//! What gpu-guard knows about the host: the host facts JSON of design.md, and
+//! What gpu-guard knows about the host: the host facts JSON (docs/interfaces.md), and
 //! the faults met while finding it out.
 //!
 //! Every source of facts (a facts file, NVML, /proc, the cache) sits behind
@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The host facts JSON (design.md "Host facts JSON"). Unknown fields are
+/// The host facts JSON (docs/interfaces.md, "Host facts JSON"). Unknown fields are
 /// ignored on read, as the design asks of readers.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct HostFacts {
@@ -53,7 +53,7 @@ fn unknown_brand() -> String {
     "unknown".to_string()
 }
 
-/// NVML brand names as design.md spells them (lowercase nvmlBrandType_t names).
+/// NVML brand names as the host facts JSON spells them (lowercase nvmlBrandType_t names).
 pub const BRANDS: &[&str] = &[
     "tesla",
     "geforce",

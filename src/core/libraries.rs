@@ -10,7 +10,7 @@ use crate::core::cuda_tables;
 use crate::core::decision::{Check, Finding, Severity};
 use crate::core::facts::HostFacts;
 use crate::core::library_fixes;
-use crate::core::policy::{KernelImageSeverity, MinorVersionCompat, OnIncomplete};
+use crate::core::policy::{Enforcement, LibrariesConfig, MinorVersionCompat};
 use crate::core::sanitize::esc;
 use crate::core::version::Version;
 use serde::{Deserialize, Serialize};
@@ -115,41 +115,6 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
-/// `[libraries]`: what the findings do.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct LibrariesConfig {
-    /// `warn` (default): warnings; `enforce`: refuse on what will fail;
-    /// `off`: no scan.
-    pub severity: KernelImageSeverity,
-    /// An unfinished scan under `enforce`: `warn` or `refuse`.
-    pub on_incomplete: OnIncomplete,
-    /// Results kept by the identity of every file they read; empty: none.
-    pub cache_dir: String,
-    /// Directories walked, ELF files parsed, bytes read (in all and from one
-    /// file), wall-clock time: the scan's budgets.
-    pub max_dirs: u64,
-    pub max_files: u64,
-    pub max_bytes: u64,
-    pub max_file_bytes: u64,
-    pub time_budget_ms: u64,
-}
-
-impl Default for LibrariesConfig {
-    fn default() -> LibrariesConfig {
-        LibrariesConfig {
-            severity: KernelImageSeverity::Warn,
-            on_incomplete: OnIncomplete::Warn,
-            cache_dir: "/run/gpu-guard/libraries".into(),
-            max_dirs: 100_000,
-            max_files: 20_000,
-            max_bytes: 256 << 20,
-            max_file_bytes: 4 << 20,
-            time_budget_ms: 2_000,
-        }
-    }
-}
-
 /// The findings for one host. `host`: None when no facts were gathered
 /// (only the library findings then); `minor`: the requirements' rule.
 pub fn assess(
@@ -158,10 +123,10 @@ pub fn assess(
     cfg: &LibrariesConfig,
     minor: MinorVersionCompat,
 ) -> Vec<Finding> {
-    if cfg.severity == KernelImageSeverity::Off {
+    if cfg.severity == Enforcement::Off {
         return Vec::new();
     }
-    let enforce = cfg.severity == KernelImageSeverity::Enforce;
+    let enforce = cfg.severity == Enforcement::Refuse;
     let mut out = Vec::new();
     if let Some(e) = &scan.error {
         out.push(
@@ -179,8 +144,7 @@ pub fn assess(
             out.extend(runtime_finding(rt, h, enforce, minor));
         }
     }
-    if let Some(f) = incomplete_finding(scan, enforce && cfg.on_incomplete == OnIncomplete::Refuse)
-    {
+    if let Some(f) = incomplete_finding(scan, enforce && cfg.on_incomplete == Enforcement::Refuse) {
         out.push(f);
     }
     out

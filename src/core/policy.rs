@@ -1,18 +1,21 @@
 //! The host policy: gpu-guard's configuration as values. Reading the file
-//! is [`crate::config`]'s job; this module only holds the types, their
-//! defaults and the checks that need no I/O.
+//! is [`crate::config`]'s job; this module only holds the types and their
+//! defaults ([`crate::core::policy_check`] holds the checks serde cannot
+//! make).
 //!
 //! `Config::default()` equals the shipped `config/config.toml` (a test in
 //! [`crate::config`] holds them together). Unknown keys are errors that name
 //! the key, so a typo never silently weakens the policy.
 
 use serde::{Deserialize, Serialize};
+
+pub use crate::core::enforcement::Enforcement;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use crate::core::capability;
-use crate::core::version::Version;
-
+/// The top-level `mode`: what the whole decision does. Not an
+/// [`Enforcement`]: it also says whether edits are applied (`warn` still
+/// applies them, `off` does nothing at all).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
@@ -24,6 +27,9 @@ pub enum Mode {
     Off,
 }
 
+/// `host.on_probe_failure`, `security.privileged`: refuse the container,
+/// or let it start (with a warning). Not an [`Enforcement`]: there is no
+/// "off" that would skip the check, and `allow` is what the key is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OnFailure {
@@ -36,28 +42,6 @@ pub enum OnFailure {
 pub enum ApplyTo {
     Gpu,
     All,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum KernelImageSeverity {
-    Off,
-    Warn,
-    Enforce,
-}
-
-/// What an unfinished `kernel_image` scan (a budget ran out before every
-/// matched library was judged) does under `severity = "enforce"`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OnIncomplete {
-    /// A warning naming the libraries not judged; the container starts.
-    #[default]
-    Warn,
-    /// An error naming them: the container is refused, as for a library
-    /// without code for a visible GPU. Under `severity = "warn"` still a
-    /// warning.
-    Refuse,
 }
 
 /// When an env request for GPUs (`NVIDIA_VISIBLE_DEVICES`, a legacy
@@ -79,6 +63,39 @@ pub struct DetectConfig {
     /// CDI kinds (`vendor/class`) that name NVIDIA GPUs, besides the
     /// built-in `nvidia.com/gpu`, `nvidia.com/mig` and `runtime.nvidia.com/gpu`.
     pub cdi_kinds: Vec<String>,
+    /// NVIDIA's container toolkit config, read for [`NvidiaDeviceSettings`];
+    /// `""`: NVIDIA's defaults.
+    pub nvidia_config: String,
+    /// What NVIDIA's toolkit on this host honours, from `nvidia_config`
+    /// (filled when the config is loaded, not a key of gpu-guard's own).
+    #[serde(skip)]
+    pub nvidia: NvidiaDeviceSettings,
+}
+
+/// The two settings of NVIDIA's toolkit that decide which device requests
+/// it acts on (`/etc/nvidia-container-runtime/config.toml`, top level;
+/// nvidia-container-toolkit api/config/v1/config.go, `Config` and
+/// `GetDefault`; internal/config/image/cuda_image.go, `VisibleDevices`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NvidiaDeviceSettings {
+    /// `accept-nvidia-visible-devices-as-volume-mounts` (default false):
+    /// the device list of `/dev/null` mounts under
+    /// `/var/run/nvidia-container-devices/` is honoured, and then wins
+    /// over the env.
+    pub accept_volume_mounts: bool,
+    /// `accept-nvidia-visible-devices-envvar-when-unprivileged` (default
+    /// true): `NVIDIA_VISIBLE_DEVICES` is honoured in a container without
+    /// `CAP_SYS_ADMIN` in its bounding set.
+    pub accept_envvar_unprivileged: bool,
+}
+
+impl Default for NvidiaDeviceSettings {
+    fn default() -> Self {
+        NvidiaDeviceSettings {
+            accept_volume_mounts: false,
+            accept_envvar_unprivileged: true,
+        }
+    }
 }
 
 impl Default for DetectConfig {
@@ -88,6 +105,8 @@ impl Default for DetectConfig {
             // The k8s device plugin's cdi-annotations / cdi-cri strategies
             // (NVIDIA/k8s-device-plugin: cdi.WithVendor("k8s.device-plugin.nvidia.com")).
             cdi_kinds: vec!["k8s.device-plugin.nvidia.com/gpu".into()],
+            nvidia_config: "/etc/nvidia-container-runtime/config.toml".into(),
+            nvidia: NvidiaDeviceSettings::default(),
         }
     }
 }
@@ -104,7 +123,49 @@ pub struct Config {
     pub runtime: RuntimeConfig,
     pub kernel_image: KernelImageConfig,
     pub compat: CompatConfig,
+    pub libraries: LibrariesConfig,
     pub log: LogConfig,
+}
+
+/// `[libraries]`: the libraries scan of a container's rootfs
+/// (core::libraries): what its findings do, its cache and its budgets.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LibrariesConfig {
+    /// `warn` (default): warnings; `enforce`: refuse a container whose
+    /// libraries will not load or whose CUDA runtime the driver cannot run;
+    /// `off`: no scan.
+    #[serde(with = "crate::core::enforcement::spelling::off_warn_enforce")]
+    pub severity: Enforcement,
+    /// An unfinished scan under `enforce`: `warn` or `refuse`.
+    #[serde(with = "crate::core::enforcement::spelling::warn_refuse")]
+    pub on_incomplete: Enforcement,
+    /// Results kept by the identity of every file they read; empty: none.
+    pub cache_dir: String,
+    /// Directories walked per container.
+    pub max_dirs: u64,
+    /// ELF files parsed per container.
+    pub max_files: u64,
+    /// Bytes read per container (headers and dynamic sections, not sizes).
+    pub max_bytes: u64,
+    /// Bytes read from any one file: past this it is not judged.
+    pub max_file_bytes: u64,
+    pub time_budget_ms: u64,
+}
+
+impl Default for LibrariesConfig {
+    fn default() -> LibrariesConfig {
+        LibrariesConfig {
+            severity: Enforcement::Warn,
+            on_incomplete: Enforcement::Warn,
+            cache_dir: "/run/gpu-guard/libraries".into(),
+            max_dirs: 100_000,
+            max_files: 20_000,
+            max_bytes: 256 << 20,
+            max_file_bytes: 4 << 20,
+            time_budget_ms: 2_000,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -127,7 +188,8 @@ pub struct RequirementsConfig {
     pub minor_version_compatibility: MinorVersionCompat,
 }
 
-/// `requirements.minor_version_compatibility`.
+/// `requirements.minor_version_compatibility`. Not an [`Enforcement`]:
+/// `allow` admits what the requirement check refuses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum MinorVersionCompat {
@@ -145,22 +207,15 @@ pub enum MinorVersionCompat {
 #[serde(deny_unknown_fields, default)]
 pub struct CompatConfig {
     /// A requirement met only through a forward-compatibility alternative
-    /// while the image ships no compat library.
-    pub missing_library: MissingLibrary,
-}
-
-/// `compat.missing_library`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum MissingLibrary {
-    Refuse,
-    Warn,
+    /// while the image ships no compat library: `refuse` or `warn`.
+    #[serde(with = "crate::core::enforcement::spelling::refuse_warn")]
+    pub missing_library: Enforcement,
 }
 
 impl Default for CompatConfig {
     fn default() -> Self {
         CompatConfig {
-            missing_library: MissingLibrary::Warn,
+            missing_library: Enforcement::Warn,
         }
     }
 }
@@ -330,12 +385,16 @@ pub struct Exception {
 #[serde(deny_unknown_fields, default)]
 pub struct RuntimeConfig {
     pub path: String,
+    /// Per-engine chains and the runtime roots that tell the engines apart.
+    pub engines: crate::core::runtime_engines::Engines,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct KernelImageConfig {
-    pub severity: KernelImageSeverity,
+    /// `off`, `warn` or `enforce` (refuse).
+    #[serde(with = "crate::core::enforcement::spelling::off_warn_enforce")]
+    pub severity: Enforcement,
     /// Globs relative to the rootfs (`*`, `?`, `[..]`, `{a,b}`, `**`).
     pub libraries: Vec<String>,
     /// Empty: no cache.
@@ -350,8 +409,13 @@ pub struct KernelImageConfig {
     /// Fatbin entry headers read per container.
     pub max_entries: u64,
     pub time_budget_ms: u64,
-    /// What a scan that could not judge every matched library does.
-    pub on_incomplete: OnIncomplete,
+    /// What a scan that stopped on a budget before judging every matched
+    /// library does under `severity = "enforce"`: `warn` (a warning naming
+    /// the libraries not judged; the container starts) or `refuse` (an
+    /// error, as for a library without code for a visible GPU). Under
+    /// `severity = "warn"` always a warning.
+    #[serde(with = "crate::core::enforcement::spelling::warn_refuse")]
+    pub on_incomplete: Enforcement,
 }
 
 /// Where Python packages live in images: distro Python (dist-packages on
@@ -418,6 +482,7 @@ impl Default for Config {
             runtime: RuntimeConfig::default(),
             kernel_image: KernelImageConfig::default(),
             compat: CompatConfig::default(),
+            libraries: LibrariesConfig::default(),
             log: LogConfig::default(),
         }
     }
@@ -509,7 +574,7 @@ impl Default for SecurityConfig {
 impl Default for KernelImageConfig {
     fn default() -> Self {
         KernelImageConfig {
-            severity: KernelImageSeverity::Warn,
+            severity: Enforcement::Warn,
             libraries: default_kernel_image_libraries(),
             cache_dir: "/run/gpu-guard/scan".into(),
             max_files: 64,
@@ -517,7 +582,7 @@ impl Default for KernelImageConfig {
             max_file_bytes: 64 << 20,
             max_entries: 1_000_000,
             time_budget_ms: 2000,
-            on_incomplete: OnIncomplete::Warn,
+            on_incomplete: Enforcement::Warn,
         }
     }
 }
@@ -531,105 +596,22 @@ impl Default for LogConfig {
     }
 }
 
-/// The longest probe deadline `host.probe_timeout_ms` accepts.
-pub const MAX_PROBE_TIMEOUT_MS: u64 = 600_000;
-
 impl Config {
-    /// Checks what serde cannot and needs no I/O: capability names,
-    /// versions, framework names, limits. [`crate::config::parse`] adds the
-    /// library globs.
-    pub fn validate(&self) -> Result<(), String> {
-        for (i, cap) in self.security.capabilities.iter().flatten().enumerate() {
-            if capability::parse(cap).is_none() {
-                return Err(format!(
-                    "key `security.capabilities[{i}]`: unknown capability `{cap}`"
-                ));
-            }
-        }
-        crate::core::profiles::validate(&self.security)?;
-        for (i, rule) in self.tuning.env.iter().enumerate() {
-            if !valid_env_name(&rule.name) {
-                return Err(format!(
-                    "key `tuning.env[{i}].name`: `{}` is not an environment variable name",
-                    rule.name
-                ));
-            }
-            if let Some(cc) = &rule.min_compute_capability {
-                Version::parse(cc)
-                    .map_err(|e| format!("key `tuning.env[{i}].min_compute_capability`: {e}"))?;
-            }
-            for fw in rule.frameworks.iter() {
-                if !self.tuning.frameworks.contains_key(fw) {
-                    return Err(format!(
-                        "key `tuning.env[{i}].frameworks`: framework `{fw}` is not defined in [tuning.frameworks]"
-                    ));
-                }
-            }
-            for (j, name) in rule.unless_env.iter().enumerate() {
-                if !valid_env_name(name) {
-                    return Err(format!(
-                        "key `tuning.env[{i}].unless_env[{j}]`: `{name}` is not an environment variable name"
-                    ));
-                }
-            }
-            for (fw, v) in rule.framework_min_version.iter() {
-                if !self.tuning.frameworks.contains_key(fw) {
-                    return Err(format!(
-                        "key `tuning.env[{i}].framework_min_version`: framework `{fw}` is not defined in [tuning.frameworks]"
-                    ));
-                }
-                Version::parse(v).map_err(|e| {
-                    format!("key `tuning.env[{i}].framework_min_version.{fw}`: {e}")
-                })?;
-            }
-        }
-        for (i, kind) in self.detect.cdi_kinds.iter().enumerate() {
-            if !valid_cdi_kind(kind) {
-                return Err(format!(
-                    "key `detect.cdi_kinds[{i}]`: `{kind}` is not a CDI kind (vendor/class, e.g. nvidia.com/gpu)"
-                ));
-            }
-        }
-        if self.host.probe_timeout_ms == 0 {
-            return Err("key `host.probe_timeout_ms`: must be at least 1".into());
-        }
-        // A container start waits this long on a hung GPU: more than ten
-        // minutes is a typo (seconds for milliseconds the other way round).
-        if self.host.probe_timeout_ms > MAX_PROBE_TIMEOUT_MS {
-            return Err(format!(
-                "key `host.probe_timeout_ms`: must be at most {MAX_PROBE_TIMEOUT_MS} (10 minutes)"
-            ));
-        }
-        Ok(())
+    /// The engine that invoked the runtime wrapper, from its `--root`.
+    pub fn engine_for_root(
+        &self,
+        root: &std::path::Path,
+    ) -> Option<crate::core::runtime_engines::Engine> {
+        self.runtime.engines.engine_for_root(root)
     }
 
-    /// The capability allowlist of the default profile, normalized
-    /// (`CAP_` prefix, upper case), sorted: `security.capabilities` when
-    /// set, else the list of `security.profile`.
-    pub fn capability_allowlist(&self) -> Vec<String> {
-        crate::core::profiles::default_profile(&self.security).capabilities
+    /// The runtime the wrapper execs for `engine` (`None`: not known):
+    /// `runtime.engines.ENGINE.path`, else `runtime.path`; `""`: PATH search.
+    pub fn chained_runtime(&self, engine: Option<crate::core::runtime_engines::Engine>) -> &str {
+        crate::core::runtime_engines::chained_runtime(
+            &self.runtime.path,
+            &self.runtime.engines,
+            engine,
+        )
     }
-}
-
-/// A CDI kind `vendor/class` as the CDI parser accepts it
-/// (tags.cncf.io/container-device-interface pkg/parser ValidateVendorName,
-/// ValidateClassName): vendor a dotted name of letters, digits, `-`, `_`,
-/// `.`; class letters, digits, `-`, `_`; both start with a letter or digit.
-fn valid_cdi_kind(s: &str) -> bool {
-    let Some((vendor, class)) = s.split_once('/') else {
-        return false;
-    };
-    let ok = |part: &str, extra: &[char]| {
-        part.chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphanumeric())
-            && part
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || extra.contains(&c))
-    };
-    ok(vendor, &['.']) && ok(class, &[])
-}
-
-fn valid_env_name(s: &str) -> bool {
-    !s.is_empty() && !s.contains('=') && !s.bytes().any(|b| b.is_ascii_control() || b == b' ')
 }

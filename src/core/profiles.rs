@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 
 use crate::core::capability;
 use crate::core::container::Container;
-use crate::core::policy::{Exception, ProfileDef, SecurityConfig};
+use crate::core::policy::{Config, Exception, ProfileDef, SecurityConfig};
 
 /// Docker's default capabilities (moby oci/caps/defaults.go,
 /// `DefaultCapabilities`): 14, in moby's order.
@@ -75,10 +75,10 @@ pub const GPU_GUARD: [&str; 10] = [
 /// Pod Security Standard "restricted": every capability dropped, only
 /// NET_BIND_SERVICE may be added back; privilege escalation disallowed
 /// (allowPrivilegeEscalation = false is no_new_privileges); runAsNonRoot.
-pub const RESTRICTED: [&str; 1] = ["CAP_NET_BIND_SERVICE"];
+const RESTRICTED: [&str; 1] = ["CAP_NET_BIND_SERVICE"];
 
 /// The built-in profile names, in the order the docs list them.
-pub const BUILTIN_NAMES: [&str; 4] = ["docker-default", "baseline", "gpu-guard", "restricted"];
+const BUILTIN_NAMES: [&str; 4] = ["docker-default", "baseline", "gpu-guard", "restricted"];
 
 /// A profile, resolved: what a container it applies to may keep.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -101,7 +101,7 @@ fn normalized<'a>(caps: impl IntoIterator<Item = &'a str>) -> Vec<String> {
 }
 
 /// A built-in profile by name.
-pub fn builtin(name: &str, sec: &SecurityConfig) -> Option<Profile> {
+fn builtin(name: &str, sec: &SecurityConfig) -> Option<Profile> {
     let (caps, force_nnp, refuse_root): (&[&str], bool, bool) = match name {
         "docker-default" => (&DOCKER_DEFAULT, false, false),
         "baseline" => (&BASELINE, false, false),
@@ -149,6 +149,15 @@ pub fn default_profile(sec: &SecurityConfig) -> Profile {
         p.capabilities = normalized(caps.iter().map(String::as_str));
     }
     p
+}
+
+impl Config {
+    /// The capability allowlist of the default profile, normalized
+    /// (`CAP_` prefix, upper case), sorted: `security.capabilities` when
+    /// set, else the list of `security.profile`.
+    pub fn capability_allowlist(&self) -> Vec<String> {
+        default_profile(&self.security).capabilities
+    }
 }
 
 /// Checks profile names and definitions (no I/O): the default and every

@@ -125,7 +125,7 @@ pub fn plan(
 }
 
 /// The rlimit type the memlock rule sets (runtime-spec `process.rlimits`).
-pub const MEMLOCK: &str = "RLIMIT_MEMLOCK";
+const MEMLOCK: &str = "RLIMIT_MEMLOCK";
 
 /// The rlimits to raise (`tuning.memlock`). RDMA and GPUDirect RDMA pin
 /// memory with ibv_reg_mr, which fails past RLIMIT_MEMLOCK

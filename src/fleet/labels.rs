@@ -2,6 +2,15 @@
 //! GPU Feature Discovery does not label, the brand above all, so that
 //! `check --nodes` and `--affinity` can judge `brand=` alternatives.
 //!
+//! They are made for node affinities: `gpu-guard.io/brand` holds one value
+//! (the brand of every GPU, or `mixed`), so one `In` expression covers the
+//! many `brand=X,driver>=N,driver<N+1` alternatives of NVIDIA's images, and
+//! `gpu-guard.io/driver.branch` holds the driver major as a plain decimal,
+//! so a set of branches is one `In` list. The per-brand
+//! `gpu-guard.io/brand.<brand>=true` labels of earlier releases are still
+//! written for affinities people wrote by hand; gpu-guard reads only the
+//! single-valued one.
+//!
 //! The output is node-feature-discovery's local feature-file format: one
 //! `name=value` per line, `#` comments; a name with a namespace (`x.io/y`)
 //! is used as the label as it is (kubernetes-sigs/node-feature-discovery
@@ -12,6 +21,10 @@ use crate::core::facts::HostFacts;
 use crate::core::version::Version;
 
 pub const PREFIX: &str = "gpu-guard.io/";
+/// `gpu-guard.io/brand=<nvml brand>`, or [`MIXED`].
+pub const BRAND: &str = "gpu-guard.io/brand";
+/// The brand value of a node whose GPUs are not all of one brand.
+pub const MIXED: &str = "mixed";
 /// `gpu-guard.io/brand.<nvml brand>=true`, one per brand on the node.
 pub const BRAND_PREFIX: &str = "gpu-guard.io/brand.";
 pub const COMPUTE_MIN: &str = "gpu-guard.io/compute.min";
@@ -54,6 +67,11 @@ pub fn node_labels(facts: &HostFacts) -> Vec<(String, String)> {
         .collect();
     brands.sort_unstable();
     brands.dedup();
+    match brands[..] {
+        [] => {}
+        [one] => out.push((BRAND.to_string(), one.to_string())),
+        _ => out.push((BRAND.to_string(), MIXED.to_string())),
+    }
     for b in &brands {
         out.push((format!("{BRAND_PREFIX}{b}"), "true".to_string()));
     }
@@ -124,6 +142,7 @@ mod tests {
         let l = node_labels(&f);
         let text = feature_file(&l);
         assert!(text.contains("gpu-guard.io/brand.tesla=true\n"), "{text}");
+        assert!(text.contains("gpu-guard.io/brand=mixed\n"), "{text}");
         assert!(text.contains("gpu-guard.io/brand.geforcertx=true\n"));
         assert!(text.contains("gpu-guard.io/compute.min=7.5\n"));
         assert!(text.contains("gpu-guard.io/compute.min.major=7\n"));
@@ -145,5 +164,10 @@ mod tests {
             ..f
         };
         assert!(node_labels(&f).contains(&(FWD_COMPAT.to_string(), "true".to_string())));
+        let one = HostFacts {
+            gpus: vec![gpu("tesla", "9.0"), gpu("tesla", "8.0")],
+            ..f
+        };
+        assert!(node_labels(&one).contains(&(BRAND.to_string(), "tesla".to_string())));
     }
 }

@@ -1,6 +1,5 @@
 //! One container judged on many hosts (`gpu-guard check --host F --host G`,
-//! `--hosts DIR`, `--nodes FILE`; design.md "`gpu-guard check` before
-//! scheduling").
+//! `--hosts DIR`, `--nodes FILE`; docs/interfaces.md, "`gpu-guard check`").
 //!
 //! The container is built, its requirements parsed and its image scanned
 //! once ([`Subject`]); each host then costs one pure [`crate::core::decide`]
@@ -14,14 +13,20 @@
 //! - [`summary`] words the table, the summary line and the exit status.
 
 pub mod affinity;
+pub mod attached;
+pub mod label_affinity;
+pub mod label_exprs;
+mod label_grid;
 pub mod labels;
 pub mod nodes;
+pub mod selector;
 pub mod summary;
+pub mod unknown;
 
 use crate::core::compat::CompatScan;
 use crate::core::container::Container;
 use crate::core::decide::{self, Inputs};
-use crate::core::decision::{Check, Decision, Finding, Severity};
+use crate::core::decision::{Check, Decision, Finding};
 use crate::core::detect::{self, Detection};
 use crate::core::facts::HostReport;
 use crate::core::kernel_image::Scanned;
@@ -62,15 +67,16 @@ pub enum HostFacts {
         /// info line saying which facts labels gave and which are unknown.
         from_labels: Option<String>,
     },
-    /// A node without GPU Feature Discovery labels: nothing to judge on.
-    /// Neither allowed nor refused (see [`summary`]).
-    NoGpuFacts,
+    /// A node without GPU Feature Discovery labels: nothing to judge on, so
+    /// a GPU container is refused there ([`unknown::no_gpu_facts`]); `why`
+    /// says what the labels lack.
+    NoGpuFacts { why: String },
 }
 
-/// One host's outcome. `decision` is None for a node without GPU facts.
+/// One host's outcome: always a Decision (design.md).
 pub struct HostResult {
     pub host: String,
-    pub decision: Option<Decision>,
+    pub decision: Decision,
 }
 
 impl<'a> Subject<'a> {
@@ -153,15 +159,20 @@ impl<'a> Subject<'a> {
             .iter()
             .map(|h| HostResult {
                 host: h.name.clone(),
-                decision: match &h.facts {
-                    HostFacts::NoGpuFacts => None,
-                    HostFacts::Known {
-                        report,
-                        from_labels,
-                    } => Some(self.decide_labelled(report, from_labels.as_deref())),
-                },
+                decision: self.judge_host(h),
             })
             .collect()
+    }
+
+    /// One host's Decision (a node without GPU facts included).
+    pub fn judge_host(&self, h: &Host) -> Decision {
+        match &h.facts {
+            HostFacts::NoGpuFacts { why } => unknown::no_gpu_facts(self.detection.gpu, why),
+            HostFacts::Known {
+                report,
+                from_labels,
+            } => self.decide_labelled(report, from_labels.as_deref()),
+        }
     }
 
     fn decide_labelled(&self, report: &HostReport, from_labels: Option<&str>) -> Decision {
@@ -172,17 +183,15 @@ impl<'a> Subject<'a> {
         if !d.gpu_container {
             return d;
         }
-        for f in &mut d.findings {
-            if f.check == Check::Requirement
-                && f.severity == Severity::Warning
-                && f.message.contains("cannot be judged")
-            {
-                f.fix = Some(
-                    "run `gpu-guard host --node-labels --write` on the node (a DaemonSet) so its \
-                     brand and compute capability are labelled"
-                        .into(),
-                );
-            }
+        // Facts labels cannot give are unknown, never a pass (design.md).
+        if let Some(facts) = &report.facts {
+            unknown::refuse_unknown(
+                &mut d,
+                &self.requirements,
+                &self.detection.request,
+                facts,
+                self.config.mode,
+            );
         }
         d.findings.insert(0, Finding::info(Check::Host, note));
         d

@@ -1,16 +1,17 @@
 //! The fleet's outcome for people (a table and a summary line), as JSON, and
 //! as an exit status.
 //!
-//! Counting: a host is *allowed* when the container would start there
-//! (verdict allow or skip) and *refused* otherwise. A node without GPU
-//! facts (no GPU Feature Discovery labels) is neither: it is listed, counted
-//! apart as `no_gpu_facts`, and left out of the exit status, except that a
-//! run in which no host at all could be judged exits 1 (nowhere to run).
+//! Counting: a host is *allowed* when the container would start there as a
+//! GPU container (verdict allow), *refused* when it would not (a node
+//! without GPU facts included: a GPU container cannot be judged there), and
+//! *skipped* when gpu-guard would not judge it as a GPU container at all.
+//! A skip is never counted as runnable: a fleet answer built on it would
+//! pass every host, even one without a driver.
 
 use super::{HostResult, ImageInfo, Subject};
 use crate::core::decision::{Check, Decision, Severity, Verdict};
 use crate::core::facts::HostFacts;
-use crate::core::requirement::{Context, Key, Outcome, Verdict as ReqVerdict};
+use crate::core::requirement::{Context, Key, Outcome, RequirementOutcome};
 use crate::core::version::Version;
 use std::collections::BTreeMap;
 
@@ -21,29 +22,41 @@ pub const EXIT_REFUSED: i32 = 1;
 pub struct Counts {
     pub allowed: usize,
     pub refused: usize,
-    /// Extension: nodes without GPU facts, neither allowed nor refused.
+    /// Extension: hosts where the container is not judged as a GPU
+    /// container (verdict skip); neither allowed nor refused.
+    pub skipped: usize,
+    /// Extension: of the refused, the nodes without GPU facts.
     pub no_gpu_facts: usize,
+}
+
+/// True for the refusal of a node whose labels give no GPU facts.
+pub fn is_no_gpu_facts(d: &Decision) -> bool {
+    d.errors()
+        .any(|f| f.check == Check::Host && f.message.starts_with("no GPU facts"))
 }
 
 pub fn counts(results: &[HostResult]) -> Counts {
     let mut c = Counts::default();
     for r in results {
-        match r.decision.as_ref().map(|d| d.verdict) {
-            None => c.no_gpu_facts += 1,
-            Some(Verdict::Refuse) => c.refused += 1,
-            Some(_) => c.allowed += 1,
+        match r.decision.verdict {
+            Verdict::Refuse => {
+                c.refused += 1;
+                c.no_gpu_facts += usize::from(is_no_gpu_facts(&r.decision));
+            }
+            Verdict::Skip => c.skipped += 1,
+            Verdict::Allow => c.allowed += 1,
         }
     }
     c
 }
 
-/// 0 when allowed on every judged host (with `any`: on at least one), 1
-/// otherwise, and 1 when no host could be judged.
+/// 0 when allowed on every host (with `any`: on at least one), else 1. A
+/// skip is not allowed.
 pub fn exit_status(c: &Counts, any: bool) -> i32 {
     let ok = if any {
         c.allowed > 0
     } else {
-        c.refused == 0 && c.allowed > 0
+        c.allowed > 0 && c.refused == 0 && c.skipped == 0
     };
     if ok {
         EXIT_ALLOWED
@@ -52,7 +65,7 @@ pub fn exit_status(c: &Counts, any: bool) -> i32 {
     }
 }
 
-/// The multi-host JSON of design.md.
+/// The multi-host JSON (docs/interfaces.md, "`gpu-guard check`").
 #[derive(serde::Serialize)]
 pub struct FleetJson<'a> {
     pub image: &'a ImageInfo,
@@ -63,8 +76,7 @@ pub struct FleetJson<'a> {
 #[derive(serde::Serialize)]
 pub struct ResultJson<'a> {
     pub host: &'a str,
-    /// null for a node without GPU facts.
-    pub decision: Option<&'a Decision>,
+    pub decision: &'a Decision,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub no_gpu_facts: bool,
 }
@@ -76,8 +88,8 @@ pub fn to_json<'a>(image: &'a ImageInfo, results: &'a [HostResult]) -> FleetJson
             .iter()
             .map(|r| ResultJson {
                 host: &r.host,
-                decision: r.decision.as_ref(),
-                no_gpu_facts: r.decision.is_none(),
+                decision: &r.decision,
+                no_gpu_facts: is_no_gpu_facts(&r.decision),
             })
             .collect(),
         summary: counts(results),
@@ -97,17 +109,14 @@ pub fn table(subject: &Subject, results: &[HostResult], facts: &[Option<&HostFac
         .clamp(4, 40);
     let mut s = format!("{:<width$}  {:<12}  NOTE\n", "HOST", "VERDICT");
     for (r, f) in results.iter().zip(facts) {
-        let (verdict, note) = match (&r.decision, f) {
-            (None, _) => (
-                "no GPU facts",
-                "no GPU Feature Discovery labels on this node".to_string(),
-            ),
+        let d = &r.decision;
+        let (verdict, note) = match f {
             // A refusal reads best as its short reason, then the finding.
-            (Some(d), Some(f)) if d.verdict == Verdict::Refuse => (
+            Some(f) if d.verdict == Verdict::Refuse => (
                 verdict_word(d),
                 format!("{}: {}", short_reason(subject, d, f), first_note(d)),
             ),
-            (Some(d), _) => (verdict_word(d), first_note(d)),
+            _ => (verdict_word(d), first_note(d)),
         };
         let mut note = crate::core::sanitize::one_line(&note);
         if note.chars().count() > NOTE_MAX {
@@ -143,17 +152,18 @@ pub fn summary_line(
     facts: &[Option<&HostFacts>],
 ) -> String {
     let c = counts(results);
-    let judged = c.allowed + c.refused;
-    let mut s = format!("runs on {} of {judged} hosts", c.allowed);
+    let mut s = format!("runs on {} of {} hosts", c.allowed, results.len());
     if c.refused > 0 {
         let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
         let mut order: Vec<String> = Vec::new();
         for (r, f) in results.iter().zip(facts) {
-            let (Some(d), Some(f)) = (&r.decision, f) else {
-                continue;
-            };
+            let d = &r.decision;
             if d.verdict == Verdict::Refuse {
-                let why = short_reason(subject, d, f);
+                let why = match f {
+                    Some(f) => short_reason(subject, d, f),
+                    None if is_no_gpu_facts(d) => "no GPU facts".to_string(),
+                    None => "refused".to_string(),
+                };
                 if !reasons.contains_key(&why) {
                     order.push(why.clone());
                 }
@@ -166,10 +176,10 @@ pub fn summary_line(
             .collect();
         s.push_str(&format!("; refused on {}: {}", c.refused, parts.join(", ")));
     }
-    if c.no_gpu_facts > 0 {
+    if c.skipped > 0 {
         s.push_str(&format!(
-            "; {} without GPU facts (not counted)",
-            c.no_gpu_facts
+            "; not judged as a GPU container on {} (a skip is not counted as runs; the container asks for no GPU)",
+            c.skipped
         ));
     }
     s
@@ -183,7 +193,9 @@ pub fn short_reason(subject: &Subject, d: &Decision, facts: &HostFacts) -> Strin
     };
     match f.check {
         Check::Requirement => {
-            requirement_reason(subject, facts).unwrap_or_else(|| "requirement not satisfied".into())
+            let from_labels = f.message.contains(super::unknown::NOT_SHOWN);
+            requirement_reason(subject, facts, from_labels)
+                .unwrap_or_else(|| "requirement not satisfied".into())
         }
         Check::KernelImage => kernel_image_reason(&f.message, facts),
         Check::Host if facts.driver_version.is_none() => "no NVIDIA driver".into(),
@@ -195,7 +207,7 @@ pub fn short_reason(subject: &Subject, d: &Decision, facts: &HostFacts) -> Strin
 /// The first failing requirement, by the key that failed: CUDA first (the
 /// usual story: forward-compat alternatives do not match either), then
 /// compute capability, driver, brand.
-fn requirement_reason(subject: &Subject, facts: &HostFacts) -> Option<String> {
+fn requirement_reason(subject: &Subject, facts: &HostFacts, from_labels: bool) -> Option<String> {
     let driver = facts
         .driver_version
         .as_deref()
@@ -217,7 +229,19 @@ fn requirement_reason(subject: &Subject, facts: &HostFacts) -> Option<String> {
                 cuda: cuda.as_ref(),
                 gpu,
             });
-            if j.outcome != ReqVerdict::Fails {
+            if from_labels && j.outcome == RequirementOutcome::CannotJudge {
+                let key = j
+                    .terms
+                    .iter()
+                    .find(|t| matches!(t.outcome, Outcome::Unknown(_)))
+                    .and_then(|t| t.key);
+                return Some(match key {
+                    Some(Key::Brand) => "brand unknown from labels".into(),
+                    Some(Key::Arch) => "compute capability unknown from labels".into(),
+                    _ => "CUDA version unknown from labels".into(),
+                });
+            }
+            if j.outcome != RequirementOutcome::Fails {
                 continue;
             }
             let failed = |k| {

@@ -19,6 +19,7 @@ pub mod cache;
 pub mod child;
 pub mod facts_file;
 pub mod kernel;
+pub mod nvidia_config;
 pub mod nvml;
 pub mod procfs;
 

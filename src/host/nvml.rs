@@ -107,7 +107,7 @@ fn optional<T>(r: Result<T, NvmlError>, what: &str) -> Result<Option<T>, GpuErro
     }
 }
 
-/// design.md's lowercase brand names for nvmlBrandType_t.
+/// The lowercase brand names of the host facts JSON (docs/interfaces.md) for nvmlBrandType_t.
 pub fn brand_name(b: &Brand) -> &'static str {
     match b {
         Brand::Unknown => "unknown",

@@ -156,7 +156,7 @@ pub fn read_gpus(proc_nvidia: &Path) -> Result<Vec<ProcGpu>, ProcError> {
 /// The highest CUDA version each driver branch supports, which is what
 /// nvmlSystemGetCudaDriverVersion reports for every driver of that branch.
 /// Source: CUDA Toolkit release notes, "CUDA Toolkit and Corresponding Driver
-/// Versions" (as gathered in ../shared/research/cuda-facts.md).
+/// Versions".
 const BRANCH_CUDA: &[(u32, &str)] = &[
     (410, "10.0"),
     (418, "10.1"),

@@ -86,7 +86,7 @@ fn hex(b: &[u8]) -> String {
 /// Counts and hashes the bytes read through it.
 pub struct HashRead<R> {
     inner: R,
-    hasher: Sha256,
+    hasher: Option<Sha256>,
     count: u64,
 }
 
@@ -94,7 +94,17 @@ impl<R: Read> HashRead<R> {
     pub fn new(inner: R) -> HashRead<R> {
         HashRead {
             inner,
-            hasher: Sha256::new(),
+            hasher: Some(Sha256::new()),
+            count: 0,
+        }
+    }
+
+    /// Counts without hashing ([`HashRead::finish`] then gives the digest
+    /// of nothing).
+    pub fn counting(inner: R) -> HashRead<R> {
+        HashRead {
+            inner,
+            hasher: None,
             count: 0,
         }
     }
@@ -107,7 +117,7 @@ impl<R: Read> HashRead<R> {
     /// digest and the byte count.
     pub fn finish(mut self) -> io::Result<(Digest, u64)> {
         io::copy(&mut self, &mut io::sink())?;
-        let hex = hex(&self.hasher.finalize());
+        let hex = hex(&self.hasher.take().unwrap_or_default().finalize());
         Ok((Digest { hex }, self.count))
     }
 }
@@ -115,7 +125,9 @@ impl<R: Read> HashRead<R> {
 impl<R: Read> Read for HashRead<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
-        self.hasher.update(&buf[..n]);
+        if let Some(h) = &mut self.hasher {
+            h.update(&buf[..n]);
+        }
         self.count += n as u64;
         Ok(n)
     }

@@ -63,6 +63,20 @@ pub enum ImageError {
     EntryBudget(u64),
     #[error("the time budget ({0} s) ran out")]
     TimeBudget(u64),
+    #[error("the entry-name budget ({0} bytes of paths and link targets) ran out")]
+    PathBudget(u64),
+    #[error(
+        "the layers decompress to more than {ratio} times their compressed size past the \
+         first {allowance} bytes: a compression bomb"
+    )]
+    Expansion { ratio: u64, allowance: u64 },
+    #[error("{what}: {field} of {len} bytes is over the {limit}-byte limit (PATH_MAX)")]
+    NameTooLong {
+        what: String,
+        field: &'static str,
+        len: usize,
+        limit: usize,
+    },
     #[error("too many symlinks resolving {0:?} in the image")]
     SymlinkLoop(String),
     #[error("invalid platform {0:?} (expected os/arch[/variant])")]
@@ -75,12 +89,16 @@ impl ImageError {
         move |source| ImageError::Io { what, source }
     }
 
-    /// A budget ran out (bytes, entries or time): the caller may report
-    /// "not judged" rather than "broken image".
+    /// A budget ran out (bytes, entries, names, time, the expansion
+    /// bound): the caller may report "not judged" rather than "broken image".
     pub fn is_budget(&self) -> bool {
         matches!(
             self,
-            ImageError::ByteBudget(_) | ImageError::EntryBudget(_) | ImageError::TimeBudget(_)
+            ImageError::ByteBudget(_)
+                | ImageError::EntryBudget(_)
+                | ImageError::TimeBudget(_)
+                | ImageError::PathBudget(_)
+                | ImageError::Expansion { .. }
         )
     }
 }

@@ -1,6 +1,7 @@
 //! Reads a container image without running it or unpacking it to disk
-//! (design.md, "`gpu-guard check` before scheduling"): an OCI image layout
-//! directory, a docker-archive tar (`docker save`) or an OCI archive tar.
+//! (`gpu-guard check --image`, README "Before scheduling"):
+//! an OCI image layout directory, a docker-archive tar (`docker save`) or
+//! an OCI archive tar.
 //!
 //! - [`Image::open`] finds the manifest (picking a platform from an index),
 //!   reads and verifies the config: env, labels, digests.
@@ -30,41 +31,60 @@
 //! Every blob is checked against its digest while it streams (manifest and
 //! config before they are parsed; layers at the end of each stream, so a
 //! caller must discard what it computed when a call returns an error).
-//! Budgets ([`Limits`]) bound uncompressed bytes, entries, time, JSON
-//! sizes and tar extension headers; memory is the decoders' windows plus
-//! the tree's metadata.
+//! One budget ([`Limits`], `budget.rs`), from `open` to the last pass,
+//! bounds decompressed bytes and their ratio to the compressed ones,
+//! entries, entry-name bytes (each name also at most PATH_MAX), time, JSON
+//! sizes and tar extension headers (of the layers and of the outer
+//! archive); memory is the decoders' windows plus the tree's metadata.
 
+mod budget;
+mod decoder;
 mod digest;
 mod error;
 mod layer;
+mod open;
+mod platform;
 mod readat;
 pub mod scan;
 mod source;
+mod tar_guard;
 mod tree;
 
 pub use digest::Digest;
 pub use error::ImageError;
-pub use readat::{scan_fatbin, FatbinScan, ReadAtBuf, MAX_READAT_BYTES};
+pub use platform::Platform;
+pub use readat::{scan_fatbin, FatbinScan};
+pub(crate) use readat::{ReadAtBuf, MAX_READAT_BYTES};
 pub use tree::{normalize, ContentRef, Kind, Node, Tree};
 
-use layer::{Budget, Flow, LayerRef};
+use budget::Budget;
+use layer::{Flow, LayerRef};
 use oci_spec::image::ImageConfiguration;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use source::Source;
 use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Read};
 use std::path::Path;
 use std::time::Duration;
 
-/// Bounds on what reading one image may cost. Each call (`open`, `index`,
-/// `read_files`) gets the full budget.
+/// Bounds on what reading one image may cost: one budget from
+/// [`Image::open`] on, shared by every pass over the image (`index`,
+/// `index_with`, `read_files`), so the whole check stays within them.
 #[derive(Clone, Debug)]
 pub struct Limits {
-    /// Uncompressed layer bytes streamed, all layers together.
+    /// Uncompressed layer bytes streamed, all layers and passes together.
     pub max_uncompressed_bytes: u64,
-    /// Tar entries, all layers together.
+    /// Past this many decompressed bytes, the layers may decompress to at
+    /// most `max_expansion` times the compressed bytes read (a bomb stops
+    /// here rather than at `max_uncompressed_bytes`).
+    pub expansion_allowance: u64,
+    pub max_expansion: u64,
+    /// Tar entries of the tree, all layers together.
     pub max_entries: u64,
-    /// Wall-clock time.
+    /// Bytes of entry paths and link targets kept, the outer archive's and
+    /// all layers' together (each one also at most PATH_MAX).
+    pub max_path_bytes: u64,
+    /// Wall-clock time, from `open` to the end of the last pass.
     pub max_time: Duration,
     /// index.json, manifest.json, a manifest or the config.
     pub max_json_bytes: u64,
@@ -79,61 +99,18 @@ impl Default for Limits {
         Limits {
             // The largest CUDA images (cudnn devel) are about 20 GB unpacked.
             max_uncompressed_bytes: 64 << 30,
+            expansion_allowance: 1 << 30,
+            max_expansion: 100,
             max_entries: 2_000_000,
+            // Real images keep tens of MB of names (500k paths of ~100
+            // bytes); each is held about twice while a layer is applied.
+            max_path_bytes: 128 << 20,
             max_time: Duration::from_secs(600),
-            // Real configs are a few KiB; 1 MiB allows long histories.
+            // Real configs are a few KiB; 4 MiB allows long histories.
             max_json_bytes: 4 << 20,
             max_extension_header: 1 << 20,
             max_archive_entries: 100_000,
         }
-    }
-}
-
-/// `os/arch[/variant]`, as `--platform` takes it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Platform {
-    pub os: String,
-    pub architecture: String,
-    pub variant: Option<String>,
-}
-
-impl Platform {
-    pub fn parse(s: &str) -> Result<Platform, ImageError> {
-        let parts: Vec<&str> = s.split('/').collect();
-        if !(2..=3).contains(&parts.len()) || parts.iter().any(|p| p.is_empty()) {
-            return Err(ImageError::BadPlatform(s.to_string()));
-        }
-        Ok(Platform {
-            os: parts[0].to_string(),
-            architecture: parts[1].to_string(),
-            variant: parts.get(2).map(|v| v.to_string()),
-        })
-    }
-
-    fn matches(&self, os: &str, arch: &str, variant: Option<&str>) -> bool {
-        self.os == os
-            && self.architecture == arch
-            && (self.variant.is_none() || variant.is_none() || self.variant.as_deref() == variant)
-    }
-}
-
-impl Default for Platform {
-    fn default() -> Platform {
-        Platform {
-            os: "linux".to_string(),
-            architecture: "amd64".to_string(),
-            variant: None,
-        }
-    }
-}
-
-impl std::fmt::Display for Platform {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.os, self.architecture)?;
-        if let Some(v) = &self.variant {
-            write!(f, "/{v}")?;
-        }
-        Ok(())
     }
 }
 
@@ -194,310 +171,34 @@ pub struct ReadStats {
     pub layers_read: usize,
 }
 
-// index.json and manifests (OCI and Docker media types share these
-// fields). Own types rather than oci-spec's, so a bad digest gets our
-// error, naming the referrer, before it becomes a path.
-#[derive(Deserialize)]
-struct Manifestish {
-    #[serde(default)]
-    manifests: Option<Vec<Desc>>,
-    #[serde(default)]
-    config: Option<Desc>,
-    #[serde(default)]
-    layers: Option<Vec<Desc>>,
-}
-
-#[derive(Clone, Deserialize)]
-struct Desc {
-    #[serde(rename = "mediaType", default)]
-    media_type: String,
-    digest: String,
-    size: u64,
-    #[serde(default)]
-    platform: Option<DescPlatform>,
-    #[serde(default)]
-    annotations: Option<BTreeMap<String, String>>,
-}
-
-#[derive(Clone, Deserialize)]
-struct DescPlatform {
-    os: String,
-    architecture: String,
-    #[serde(default)]
-    variant: Option<String>,
-}
-
-impl Desc {
-    fn annotation(&self, key: &str) -> Option<&str> {
-        self.annotations.as_ref()?.get(key).map(String::as_str)
-    }
-
-    fn names(&self) -> Vec<&str> {
-        [
-            "io.containerd.image.name",
-            "org.opencontainers.image.ref.name",
-        ]
-        .iter()
-        .filter_map(|k| self.annotation(k))
-        .collect()
-    }
-
-    fn platform_string(&self) -> String {
-        match &self.platform {
-            Some(p) => match &p.variant {
-                Some(v) => format!("{}/{}/{v}", p.os, p.architecture),
-                None => format!("{}/{}", p.os, p.architecture),
-            },
-            None => "unknown".to_string(),
-        }
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "PascalCase")]
-struct DockerManifest {
-    config: String,
-    #[serde(default)]
-    repo_tags: Option<Vec<String>>,
-    layers: Vec<String>,
-}
-
-fn parse_json<T: for<'de> Deserialize<'de>>(what: &str, b: &[u8]) -> Result<T, ImageError> {
-    serde_json::from_slice(b).map_err(|e| ImageError::BadJson {
-        what: what.to_string(),
-        msg: e.to_string(),
-    })
-}
-
-/// A normalized layout path, or the error naming who pointed outside.
-fn layout_path(what: &str, p: &str) -> Result<String, ImageError> {
-    match normalize(p) {
-        Some(n) if !n.is_empty() => Ok(n),
-        _ => Err(ImageError::PathOutside {
-            what: what.to_string(),
-            path: p.to_string(),
-        }),
-    }
-}
-
 /// An opened image: the config read and verified, the layers listed.
 pub struct Image {
     source: Source,
     info: ImageInfo,
     config: ImageConfiguration,
     layers: Vec<LayerRef>,
-    limits: Limits,
+    /// Spent by every pass from `open` on.
+    budget: Budget,
 }
 
 impl Image {
-    /// Opens `path`, telling the format from what it holds.
+    /// Opens `path`, telling the format from what it holds. The budget of
+    /// `opts.limits` starts here and covers every pass after.
     pub fn open(path: &Path, opts: &Options) -> Result<Image, ImageError> {
-        let shown = path.display().to_string();
-        let md = std::fs::metadata(path).map_err(ImageError::io(&shown))?;
-        let (source, format) = if md.is_dir() {
-            (Source::dir(path), Format::OciLayout)
-        } else {
-            let s = Source::archive(path, opts.limits.max_archive_entries)?;
-            if s.has("index.json") && s.has("oci-layout") {
-                (s, Format::OciArchive)
-            } else {
-                (s, Format::DockerArchive)
-            }
-        };
-        match format {
-            Format::DockerArchive if source.has("manifest.json") => {
-                Image::open_docker(source, shown, opts)
-            }
-            Format::DockerArchive => Err(ImageError::NotAnImage(shown)),
-            _ if !source.has("index.json") || !source.has("oci-layout") => {
-                Err(ImageError::NotAnImage(shown))
-            }
-            _ => Image::open_oci(source, shown, format, opts),
-        }
-    }
-
-    fn open_oci(
-        source: Source,
-        shown: String,
-        format: Format,
-        opts: &Options,
-    ) -> Result<Image, ImageError> {
-        let max = opts.limits.max_json_bytes;
-        let layout = source.read_small("oci-layout", max)?;
-        #[derive(Deserialize)]
-        struct OciLayout {
-            #[serde(rename = "imageLayoutVersion")]
-            _version: String,
-        }
-        parse_json::<OciLayout>("oci-layout", &layout)?;
-        let index: Manifestish = parse_json("index.json", &source.read_small("index.json", max)?)?;
-        let mut manifests = index.manifests.unwrap_or_default();
-        let mut reference = None;
-        let mut depth = 0;
-        let mut by_platform = false;
-        let (manifest, manifest_digest) = loop {
-            let what = if depth == 0 {
-                "index.json"
-            } else {
-                "nested index"
-            };
-            let chosen = choose(what, &manifests, opts, depth == 0, &mut by_platform)?;
-            if depth == 0 {
-                reference = chosen.names().first().map(|s| s.to_string());
-            }
-            let (bytes, d) = read_desc(&source, &format!("{what} manifest"), &chosen, max)?;
-            let m: Manifestish = parse_json(&format!("manifest {d}"), &bytes)?;
-            match m.manifests {
-                Some(inner) if m.config.is_none() => {
-                    depth += 1;
-                    if depth > 4 {
-                        return Err(ImageError::BadJson {
-                            what: "index.json".to_string(),
-                            msg: "indexes nested more than 4 deep".to_string(),
-                        });
-                    }
-                    manifests = inner;
-                }
-                _ => break (m, d),
-            }
-        };
-        let mwhat = format!("manifest {manifest_digest}");
-        let cdesc = manifest.config.ok_or_else(|| ImageError::BadJson {
-            what: mwhat.clone(),
-            msg: "no config".to_string(),
-        })?;
-        let (cbytes, cdigest) = read_desc(&source, "image config", &cdesc, max)?;
-        let config = parse_config(&cbytes)?;
-        let mut layers = Vec::new();
-        for (i, l) in manifest.layers.unwrap_or_default().iter().enumerate() {
-            let d = Digest::parse(&l.digest, &format!("{mwhat} layer {i}"))?;
-            layers.push(LayerRef {
-                path: d.blob_path(),
-                digest: Some(d),
-                size: Some(l.size),
-                diff_id: None,
-            });
-        }
-        Image::finish(
-            source,
-            shown,
-            format,
-            reference,
-            Some(manifest_digest.to_string()),
-            cdigest,
-            config,
-            layers,
-            opts,
-            by_platform,
-        )
-    }
-
-    fn open_docker(source: Source, shown: String, opts: &Options) -> Result<Image, ImageError> {
-        let max = opts.limits.max_json_bytes;
-        let list: Vec<DockerManifest> =
-            parse_json("manifest.json", &source.read_small("manifest.json", max)?)?;
-        let tags = |m: &DockerManifest| m.repo_tags.clone().unwrap_or_default();
-        let chosen: Vec<&DockerManifest> = match &opts.reference {
-            Some(r) => list
-                .iter()
-                .filter(|m| tags(m).iter().any(|t| t == r))
-                .collect(),
-            None => list.iter().collect(),
-        };
-        let m = match chosen.as_slice() {
-            [] if opts.reference.is_some() => {
-                return Err(ImageError::NoSuchReference(
-                    opts.reference.clone().unwrap_or_default(),
-                ))
-            }
-            [] => return Err(ImageError::Missing("image in manifest.json".to_string())),
-            [m] => *m,
-            many => {
-                let names: Vec<String> = many.iter().map(|m| tags(m).join(" ")).collect();
-                return Err(ImageError::Ambiguous(names.join(", ")));
-            }
-        };
-        let cpath = layout_path("manifest.json config", &m.config)?;
-        let cbytes = source.read_small(&cpath, max)?;
-        let cdigest = Digest::of_bytes(&cbytes);
-        if let Some(expected) = Digest::from_path(&cpath) {
-            digest::check("image config", &expected, &cdigest)?;
-        }
-        let config = parse_config(&cbytes)?;
-        let diff_ids = config.rootfs().diff_ids();
-        if diff_ids.len() != m.layers.len() {
-            return Err(ImageError::BadJson {
-                what: "image config".to_string(),
-                msg: format!("{} diff_ids for {} layers", diff_ids.len(), m.layers.len()),
-            });
-        }
-        let mut layers = Vec::new();
-        for (i, (l, id)) in m.layers.iter().zip(diff_ids).enumerate() {
-            let path = layout_path(&format!("manifest.json layer {i}"), l)?;
-            layers.push(LayerRef {
-                digest: Digest::from_path(&path),
-                path,
-                size: None,
-                diff_id: Some(Digest::parse(id, &format!("image config diff_id {i}"))?),
-            });
-        }
-        let reference = tags(m).first().cloned();
-        Image::finish(
-            source,
-            shown,
-            Format::DockerArchive,
-            reference,
-            None,
-            cdigest,
-            config,
-            layers,
-            opts,
-            false,
-        )
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn finish(
-        source: Source,
-        path: String,
-        format: Format,
-        reference: Option<String>,
-        manifest_digest: Option<String>,
-        config_digest: Digest,
-        config: ImageConfiguration,
-        layers: Vec<LayerRef>,
-        opts: &Options,
-        by_platform: bool,
-    ) -> Result<Image, ImageError> {
-        let os = config.os().to_string();
-        let arch = config.architecture().to_string();
-        let variant = config.variant().clone();
-        let mut platform = format!("{os}/{arch}");
-        if let Some(v) = &variant {
-            platform = format!("{platform}/{v}");
-        }
-        // A single-platform image is still refused for another platform.
-        if !by_platform && !opts.platform.matches(&os, &arch, variant.as_deref()) {
-            return Err(ImageError::Platform {
-                wanted: opts.platform.to_string(),
-                available: platform,
-            });
-        }
+        let budget = Budget::new(&opts.limits);
+        let p = open::open(path, opts, &budget)?;
         Ok(Image {
-            info: ImageInfo {
-                path,
-                format,
-                reference,
-                manifest_digest,
-                config_digest: config_digest.to_string(),
-                platform,
-                layers: layers.len(),
-            },
-            source,
-            config,
-            layers,
-            limits: opts.limits.clone(),
+            source: p.source,
+            info: p.info,
+            config: p.config,
+            layers: p.layers,
+            budget,
         })
+    }
+
+    /// The image's deadline, for work on what it gave (a tree's paths).
+    pub(crate) fn check_time(&self) -> Result<(), ImageError> {
+        self.budget.deadline().check()
     }
 
     pub fn info(&self) -> &ImageInfo {
@@ -528,19 +229,7 @@ impl Image {
 
     /// The header pass: the final file tree, every layer streamed once.
     pub fn index(&self) -> Result<Tree, ImageError> {
-        let budget = Budget::new(&self.limits);
-        let mut tree = Tree::default();
-        for (n, l) in self.layers.iter().enumerate() {
-            let what = format!("layer {n} ({})", l.path);
-            let raw = self.source.open(&l.path)?;
-            let mut entries = Vec::new();
-            layer::stream(n, l, raw.reader, &budget, &mut |e, i| {
-                entries.push(layer::raw_entry(e, i, &what)?);
-                Ok(Flow::Continue)
-            })?;
-            tree.apply(n, &entries)?;
-        }
-        Ok(tree)
+        self.index_with(&|_| false, &mut |_, _, _| Ok(()))
     }
 
     /// The header pass that also hands over, as they stream by, the regular
@@ -556,14 +245,15 @@ impl Image {
         matcher: &dyn Fn(&str) -> bool,
         visit: &mut dyn FnMut(ContentRef, &ImageFile, &mut dyn Read) -> io::Result<()>,
     ) -> Result<Tree, ImageError> {
-        let budget = Budget::new(&self.limits);
-        let mut tree = Tree::default();
+        let budget = &self.budget;
+        let mut tree = Tree::with_deadline(budget.deadline());
         for (n, l) in self.layers.iter().enumerate() {
             let what = format!("layer {n} ({})", l.path);
             let raw = self.source.open(&l.path)?;
             let mut entries = Vec::new();
-            layer::stream(n, l, raw.reader, &budget, &mut |e, i| {
-                let r = layer::raw_entry(e, i, &what)?;
+            layer::stream(n, l, raw.reader, budget, &mut |e, i| {
+                budget.take_entry()?;
+                let r = layer::raw_entry(e, i, &what, budget)?;
                 if matches!(r.kind, tree::RawKind::File) && !r.path.is_empty() && matcher(&r.path) {
                     let f = ImageFile {
                         path: r.path.clone(),
@@ -597,14 +287,22 @@ impl Image {
         visit: &mut dyn FnMut(&ImageFile, &mut dyn Read) -> io::Result<()>,
     ) -> Result<ReadStats, ImageError> {
         let mut wanted: BTreeMap<ContentRef, ImageFile> = BTreeMap::new();
-        for (p, node) in tree.iter() {
+        for (k, (p, node)) in tree.iter().enumerate() {
+            if k % 1024 == 0 {
+                self.check_time()?;
+            }
             if !matcher(p) {
                 continue;
             }
             let (real, node) = match node.kind {
                 Kind::File => (p.to_string(), node),
                 Kind::Symlink(_) => {
-                    let Ok(r) = tree.resolve(p) else { continue };
+                    let r = match tree.resolve(p) {
+                        Ok(r) => r,
+                        Err(e) if e.is_budget() => return Err(e),
+                        // A loop: nothing to read there.
+                        Err(_) => continue,
+                    };
                     match tree.get(&r) {
                         Some(n) if n.kind == Kind::File => (r, n),
                         _ => continue,
@@ -620,7 +318,8 @@ impl Image {
                 mode: node.mode,
                 layer: c.layer,
             });
-            if f.path != p && !f.aliases.iter().any(|a| a == p) {
+            // Each final path comes once: no alias repeats.
+            if f.path != p {
                 f.aliases.push(p.to_string());
             }
         }
@@ -628,14 +327,14 @@ impl Image {
         for (c, f) in wanted {
             by_layer.entry(c.layer).or_default().insert(c.entry, f);
         }
-        let budget = Budget::new(&self.limits);
+        let budget = &self.budget;
         let mut stats = ReadStats::default();
         for (n, mut files) in by_layer {
             let l = &self.layers[n];
             let raw = self.source.open(&l.path)?;
             stats.layers_read += 1;
             let what = format!("layer {n} ({})", l.path);
-            layer::stream(n, l, raw.reader, &budget, &mut |e, i| {
+            layer::stream(n, l, raw.reader, budget, &mut |e, i| {
                 if let Some(f) = files.remove(&i) {
                     stats.files += 1;
                     visit(&f, e).map_err(|source| ImageError::Corrupt {
@@ -652,117 +351,4 @@ impl Image {
         }
         Ok(stats)
     }
-
-    /// Both passes: the tree, and `visit` called for the matched files.
-    pub fn visit_files(
-        &self,
-        matcher: &dyn Fn(&str) -> bool,
-        visit: &mut dyn FnMut(&ImageFile, &mut dyn Read) -> io::Result<()>,
-    ) -> Result<(Tree, ReadStats), ImageError> {
-        let tree = self.index()?;
-        let stats = self.read_files(&tree, matcher, visit)?;
-        Ok((tree, stats))
-    }
-}
-
-fn parse_config(b: &[u8]) -> Result<ImageConfiguration, ImageError> {
-    ImageConfiguration::from_reader(b).map_err(|e| ImageError::BadJson {
-        what: "image config".to_string(),
-        msg: e.to_string(),
-    })
-}
-
-/// Reads a descriptor's blob, bounded, and checks its size and digest.
-fn read_desc(
-    source: &Source,
-    what: &str,
-    d: &Desc,
-    max: u64,
-) -> Result<(Vec<u8>, Digest), ImageError> {
-    let digest = Digest::parse(&d.digest, what)?;
-    if d.size > max {
-        return Err(ImageError::TooLarge {
-            what: what.to_string(),
-            limit: max,
-        });
-    }
-    let bytes = source.read_small(&digest.blob_path(), max)?;
-    let got = Digest::of_bytes(&bytes);
-    if bytes.len() as u64 != d.size && got == digest {
-        // Right bytes, wrong size in the descriptor: still refused.
-        return Err(ImageError::BadJson {
-            what: what.to_string(),
-            msg: format!("{} bytes, the descriptor says {}", bytes.len(), d.size),
-        });
-    }
-    digest::check(what, &digest, &got)?;
-    Ok((bytes, digest))
-}
-
-/// Picks one descriptor of an index for the platform (and reference).
-fn choose(
-    what: &str,
-    all: &[Desc],
-    opts: &Options,
-    top: bool,
-    by_platform: &mut bool,
-) -> Result<Desc, ImageError> {
-    // Build attestations (buildx) sit in the index as unknown/unknown images.
-    let mut cands: Vec<&Desc> = all
-        .iter()
-        .filter(|d| d.annotation("vnd.docker.reference.type") != Some("attestation-manifest"))
-        .collect();
-    if top {
-        if let Some(r) = &opts.reference {
-            cands.retain(|d| d.names().contains(&r.as_str()));
-            if cands.is_empty() {
-                return Err(ImageError::NoSuchReference(r.clone()));
-            }
-        }
-    }
-    let p = &opts.platform;
-    let matching: Vec<&Desc> = cands
-        .iter()
-        .copied()
-        .filter(|d| {
-            d.platform
-                .as_ref()
-                .is_some_and(|x| p.matches(&x.os, &x.architecture, x.variant.as_deref()))
-        })
-        .collect();
-    let (pick, by_plat) = if !matching.is_empty() {
-        (matching, true)
-    } else {
-        let unplatformed: Vec<&Desc> = cands
-            .iter()
-            .copied()
-            .filter(|d| d.platform.is_none())
-            .collect();
-        if unplatformed.is_empty() {
-            let available: Vec<String> = cands.iter().map(|d| d.platform_string()).collect();
-            if available.is_empty() {
-                return Err(ImageError::Missing(format!("manifest in {what}")));
-            }
-            return Err(ImageError::Platform {
-                wanted: p.to_string(),
-                available: available.join(", "),
-            });
-        }
-        (unplatformed, false)
-    };
-    if top && opts.reference.is_none() {
-        let mut names: Vec<&str> = pick
-            .iter()
-            .filter_map(|d| d.names().first().copied())
-            .collect();
-        names.sort_unstable();
-        names.dedup();
-        if names.len() > 1 {
-            return Err(ImageError::Ambiguous(names.join(", ")));
-        }
-    }
-    *by_platform = *by_platform || by_plat;
-    // The media type says index or manifest; the blob's content decides.
-    let _ = &pick[0].media_type;
-    Ok(pick[0].clone())
 }

@@ -33,10 +33,6 @@ impl ReadAtBuf {
         }
         Ok(Some(ReadAtBuf(v)))
     }
-
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.0
-    }
 }
 
 impl ReadAt for ReadAtBuf {

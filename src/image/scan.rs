@@ -171,22 +171,43 @@ fn read_file(
     Ok(out)
 }
 
-/// Where a final path's bytes are: its own content, or a symlink's target's.
-fn content_of(tree: &Tree, p: &str) -> Option<(String, ContentRef, u64)> {
-    let node = tree.get(p)?;
+/// Where a final path's bytes are: its own content, or a symlink's
+/// target's. A symlink loop is nothing; a budget that runs out while
+/// resolving ends the scan.
+fn content_of(tree: &Tree, p: &str) -> Result<Option<(String, ContentRef, u64)>, ImageError> {
+    let Some(node) = tree.get(p) else {
+        return Ok(None);
+    };
     let (real, node) = match &node.kind {
         Kind::File => (p.to_string(), node),
         Kind::Symlink(_) => {
-            let r = tree.resolve(p).ok()?;
+            let r = match tree.resolve(p) {
+                Ok(r) => r,
+                Err(e) if e.is_budget() => return Err(e),
+                Err(_) => return Ok(None),
+            };
             match tree.get(&r) {
                 Some(n) if n.kind == Kind::File => (r, n),
-                _ => return None,
+                _ => return Ok(None),
             }
         }
-        _ => return None,
+        _ => return Ok(None),
     };
-    Some((real, node.content?, node.size))
+    Ok(node.content.map(|c| (real, c, node.size)))
 }
+
+/// A final library: its path, where its bytes are, its size.
+type Lib = (String, ContentRef, u64);
+
+/// A compat library of the final tree.
+struct Compat {
+    path: String,
+    version: String,
+    content: ContentRef,
+}
+
+/// The results of reading files, by where their content is.
+type Results = HashMap<ContentRef, FileResult>;
 
 /// Reads the configured libraries and the compat libraries of `img`.
 pub fn scan(img: &Image, cfg: &KernelImageConfig) -> Result<ImageScan, ImageError> {
@@ -195,7 +216,7 @@ pub fn scan(img: &Image, cfg: &KernelImageConfig) -> Result<ImageScan, ImageErro
         .map(|(_, p)| p)
         .collect();
     let is_lib = |p: &str| patterns.iter().any(|g| glob::match_path(g, p));
-    let mut results: HashMap<ContentRef, FileResult> = HashMap::new();
+    let mut results: Results = HashMap::new();
     let mut out = ImageScan::default();
     let max_entries = cfg.max_entries;
     let tree = img.index_with(&|p| is_lib(p) || maybe_compat(p), &mut |c, f, r| {
@@ -204,95 +225,165 @@ pub fn scan(img: &Image, cfg: &KernelImageConfig) -> Result<ImageScan, ImageErro
         results.insert(c, res);
         Ok(())
     })?;
+    let libs = final_libraries(img, &tree, &is_lib)?;
+    let compat = compat_libraries(&tree, &mut out.compat)?;
+    let lib_refs: BTreeSet<ContentRef> = libs.iter().map(|l| l.1).collect();
+    let compat_refs: BTreeSet<ContentRef> = compat.iter().map(|c| c.content).collect();
+    out.stats.discarded = results
+        .keys()
+        .filter(|c| !lib_refs.contains(c) && !compat_refs.contains(c))
+        .count();
+    let wanted = Wanted {
+        libs: &libs,
+        compat: &compat,
+        lib_refs: &lib_refs,
+        compat_refs: &compat_refs,
+    };
+    second_pass(
+        img,
+        &tree,
+        &wanted,
+        max_entries,
+        &mut results,
+        &mut out.stats,
+    )?;
+    judge_libraries(libs, &results, cfg, &mut out);
+    for c in compat {
+        let note = results
+            .get(&c.content)
+            .and_then(|r| r.note.clone())
+            .unwrap_or_else(|| Err("the file could not be read from the image".to_string()));
+        out.compat.libs.push(CompatLib {
+            path: c.path,
+            version: c.version,
+            note,
+        });
+    }
+    Ok(out)
+}
 
-    // The final libraries, in path order, one per distinct content.
-    let mut libs: Vec<(String, ContentRef, u64)> = Vec::new();
+/// The final libraries, in path order, one per distinct content.
+fn final_libraries(
+    img: &Image,
+    tree: &Tree,
+    is_lib: &dyn Fn(&str) -> bool,
+) -> Result<Vec<Lib>, ImageError> {
+    let mut libs = Vec::new();
     let mut seen = BTreeSet::new();
-    for (p, _) in tree.iter() {
+    for (k, (p, _)) in tree.iter().enumerate() {
+        if k % 1024 == 0 {
+            img.check_time()?;
+        }
         if !is_lib(p) {
             continue;
         }
-        if let Some((_, c, size)) = content_of(&tree, p) {
+        if let Some((_, c, size)) = content_of(tree, p)? {
             if seen.insert(c) {
                 libs.push((p.to_string(), c, size));
             }
         }
     }
-    // The compat directory as the hook finds it: resolved, regular files
-    // named libcuda.so.X.Y directly in it.
-    let mut compat: Vec<(String, String, ContentRef, u64)> = Vec::new();
-    if let Ok(dir) = tree.resolve(COMPAT_DIR) {
-        if tree.get(&dir).is_some_and(|n| n.kind == Kind::Dir) {
-            let prefix = format!("{dir}/");
-            for (p, n) in tree.iter() {
-                let Some(name) = p.strip_prefix(&prefix) else {
-                    continue;
-                };
-                if name.contains('/') || !is_compat_name(name) || n.kind != Kind::File {
-                    continue;
-                }
-                if compat.len() >= MAX_LIBS {
-                    out.compat.truncated = true;
-                    break;
-                }
-                if let Some(c) = n.content {
-                    let version = name["libcuda.so.".len()..].to_string();
-                    compat.push((p.to_string(), version, c, n.size));
-                }
-            }
-        }
-    }
+    Ok(libs)
+}
 
-    // What the first pass could not know: read it now.
-    let kept: BTreeSet<ContentRef> = libs
-        .iter()
-        .map(|l| l.1)
-        .chain(compat.iter().map(|c| c.2))
-        .collect();
-    out.stats.discarded = results.keys().filter(|c| !kept.contains(c)).count();
-    let compat_refs: BTreeSet<ContentRef> = compat.iter().map(|c| c.2).collect();
-    let lib_refs: BTreeSet<ContentRef> = libs.iter().map(|l| l.1).collect();
-    let missing = |c: &ContentRef, results: &HashMap<ContentRef, FileResult>| {
-        let r = results.get(c);
-        (lib_refs.contains(c) && !matches!(r, Some(x) if x.code.is_some()))
-            || (compat_refs.contains(c) && !matches!(r, Some(x) if x.note.is_some()))
+/// The compat directory as the hook finds it: resolved, regular files
+/// named libcuda.so.X.Y directly in it (at most [`MAX_LIBS`]).
+fn compat_libraries(tree: &Tree, scan: &mut CompatScan) -> Result<Vec<Compat>, ImageError> {
+    let mut compat = Vec::new();
+    let dir = match tree.resolve(COMPAT_DIR) {
+        Ok(d) => d,
+        Err(e) if e.is_budget() => return Err(e),
+        Err(_) => return Ok(compat),
     };
-    let todo: BTreeSet<String> = libs
-        .iter()
-        .map(|l| (l.0.as_str(), l.1))
-        .chain(compat.iter().map(|c| (c.0.as_str(), c.2)))
-        .filter(|(_, c)| missing(c, &results))
-        .filter_map(|(p, _)| content_of(&tree, p).map(|x| x.0))
-        .collect();
-    if !todo.is_empty() {
-        let mut by_content: BTreeMap<String, ContentRef> = BTreeMap::new();
-        for p in &todo {
-            if let Some((_, c, _)) = content_of(&tree, p) {
-                by_content.insert(p.clone(), c);
-            }
-        }
-        let mut fresh: Vec<(ContentRef, FileResult)> = Vec::new();
-        let stats = img.read_files(&tree, &|p| todo.contains(p), &mut |f, r| {
-            let Some(c) = by_content.get(&f.path).copied() else {
-                return Ok(());
-            };
-            let res = read_file(
-                f,
-                r,
-                lib_refs.contains(&c),
-                compat_refs.contains(&c),
-                max_entries,
-            )?;
-            fresh.push((c, res));
-            Ok(())
-        })?;
-        out.stats.second_pass_files = stats.files;
-        out.stats.layers_read_again = stats.layers_read;
-        results.extend(fresh);
+    if !tree.get(&dir).is_some_and(|n| n.kind == Kind::Dir) {
+        return Ok(compat);
     }
+    let prefix = format!("{dir}/");
+    for (p, n) in tree.under(&prefix) {
+        let name = &p[prefix.len()..];
+        if name.contains('/') || !is_compat_name(name) || n.kind != Kind::File {
+            continue;
+        }
+        if compat.len() >= MAX_LIBS {
+            scan.truncated = true;
+            break;
+        }
+        if let Some(content) = n.content {
+            compat.push(Compat {
+                path: p.to_string(),
+                version: name["libcuda.so.".len()..].to_string(),
+                content,
+            });
+        }
+    }
+    Ok(compat)
+}
 
-    // Budgets over the final libraries, as the rootfs scan counts them.
+/// What the final tree keeps, and what each content is read for.
+struct Wanted<'a> {
+    libs: &'a [Lib],
+    compat: &'a [Compat],
+    lib_refs: &'a BTreeSet<ContentRef>,
+    compat_refs: &'a BTreeSet<ContentRef>,
+}
+
+/// Reads what the first pass could not know (files the globs reach only
+/// through a symlink or a hard link) in a second, targeted pass.
+fn second_pass(
+    img: &Image,
+    tree: &Tree,
+    w: &Wanted,
+    max_entries: u64,
+    results: &mut Results,
+    stats: &mut ScanStats,
+) -> Result<(), ImageError> {
+    let missing = |c: &ContentRef| {
+        let r = results.get(c);
+        (w.lib_refs.contains(c) && !matches!(r, Some(x) if x.code.is_some()))
+            || (w.compat_refs.contains(c) && !matches!(r, Some(x) if x.note.is_some()))
+    };
+    let mut todo: BTreeSet<String> = BTreeSet::new();
+    let paths = w.libs.iter().map(|l| (l.0.as_str(), l.1));
+    let paths = paths.chain(w.compat.iter().map(|c| (c.path.as_str(), c.content)));
+    for (p, _) in paths.filter(|(_, c)| missing(c)) {
+        if let Some((real, _, _)) = content_of(tree, p)? {
+            todo.insert(real);
+        }
+    }
+    if todo.is_empty() {
+        return Ok(());
+    }
+    let mut by_content: BTreeMap<String, ContentRef> = BTreeMap::new();
+    for p in &todo {
+        if let Some((_, c, _)) = content_of(tree, p)? {
+            by_content.insert(p.clone(), c);
+        }
+    }
+    let mut fresh: Vec<(ContentRef, FileResult)> = Vec::new();
+    let read = img.read_files(tree, &|p| todo.contains(p), &mut |f, r| {
+        let Some(c) = by_content.get(&f.path).copied() else {
+            return Ok(());
+        };
+        let (code, note) = (w.lib_refs.contains(&c), w.compat_refs.contains(&c));
+        fresh.push((c, read_file(f, r, code, note, max_entries)?));
+        Ok(())
+    })?;
+    stats.second_pass_files = read.files;
+    stats.layers_read_again = read.layers_read;
+    results.extend(fresh);
+    Ok(())
+}
+
+/// Budgets over the final libraries, as the rootfs scan counts them
+/// (files, bytes, fatbin entries, in path order), into `out.scanned`.
+fn judge_libraries(
+    libs: Vec<Lib>,
+    results: &Results,
+    cfg: &KernelImageConfig,
+    out: &mut ImageScan,
+) {
     let (mut files, mut bytes, mut entries) = (0u64, 0u64, 0u64);
+    let entry_budget = || format!("entry budget of {} fatbin entries used up", cfg.max_entries);
     let mut unknown_sections = Vec::new();
     let mut rest = libs.into_iter();
     for (path, c, size) in rest.by_ref() {
@@ -318,10 +409,7 @@ pub fn scan(img: &Image, cfg: &KernelImageConfig) -> Result<ImageScan, ImageErro
             (None, Some(Ok((images, n, known)))) => {
                 entries = entries.saturating_add(n);
                 if entries > cfg.max_entries {
-                    out.scanned.incomplete = Some(format!(
-                        "entry budget of {} fatbin entries used up",
-                        cfg.max_entries
-                    ));
+                    out.scanned.incomplete = Some(entry_budget());
                     out.scanned.not_scanned.push(path);
                     break;
                 }
@@ -331,10 +419,7 @@ pub fn scan(img: &Image, cfg: &KernelImageConfig) -> Result<ImageScan, ImageErro
                 Ok(images)
             }
             (None, Some(Err(Failure::Budget))) => {
-                out.scanned.incomplete = Some(format!(
-                    "entry budget of {} fatbin entries used up",
-                    cfg.max_entries
-                ));
+                out.scanned.incomplete = Some(entry_budget());
                 out.scanned.not_scanned.push(path);
                 break;
             }
@@ -352,7 +437,7 @@ pub fn scan(img: &Image, cfg: &KernelImageConfig) -> Result<ImageScan, ImageErro
         let shown: Vec<String> = unknown_sections
             .iter()
             .take(4)
-            .map(|p| crate::core::kernel_image::escape(p, 200))
+            .map(|p| crate::core::sanitize::esc_bounded(p, 200))
             .collect();
         out.notes.push(format!(
             "the section names of {} could not be kept while streaming; every fat binary \
@@ -360,16 +445,4 @@ pub fn scan(img: &Image, cfg: &KernelImageConfig) -> Result<ImageScan, ImageErro
             shown.join(", ")
         ));
     }
-    for (path, version, c, _) in compat {
-        let note = results
-            .get(&c)
-            .and_then(|r| r.note.clone())
-            .unwrap_or_else(|| Err("the file could not be read from the image".to_string()));
-        out.compat.libs.push(CompatLib {
-            path,
-            version,
-            note,
-        });
-    }
-    Ok(out)
 }

@@ -5,17 +5,20 @@
 //! Paths given here are layout paths (`index.json`, `blobs/sha256/<hex>`,
 //! `<id>/layer.tar`) already normalized by [`super::tree::normalize`].
 
+use super::budget::Budget;
 use super::error::ImageError;
+use super::layer::take_name;
+use super::tar_guard::TarGuard;
 use super::tree::normalize;
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
-use std::io::{self, Read};
+use std::io::{self, Read, Seek, SeekFrom};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// An opened file of the layout and its size.
-pub struct Opened {
+pub(crate) struct Opened {
     pub reader: Box<dyn Read + Send>,
     pub size: u64,
 }
@@ -85,14 +88,87 @@ impl Read for Section {
     }
 }
 
+impl Seek for Section {
+    fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
+        let at = match to {
+            SeekFrom::Start(p) => Some(p),
+            SeekFrom::Current(d) => self.pos.checked_add_signed(d),
+            SeekFrom::End(_) => None,
+        };
+        self.pos = at.ok_or_else(|| io::Error::other("seek outside the archive"))?;
+        Ok(self.pos)
+    }
+}
+
+/// The entries of the outer tar, by normalized path.
+fn index_archive(
+    ar: &mut tar::Archive<TarGuard<'_, Section>>,
+    name: &str,
+    budget: &Budget,
+) -> Result<HashMap<String, Entry>, ImageError> {
+    let max_entries = budget.limits().max_archive_entries;
+    // What failed: the budget or guard that stopped a read, else the tar
+    // stream, which is no archive at all when its first header is bad.
+    let failed = |i: usize, e: io::Error| {
+        budget.take_tripped().unwrap_or_else(|| match i {
+            0 => ImageError::NotAnImage(name.to_string()),
+            _ => ImageError::Corrupt {
+                what: name.to_string(),
+                source: e,
+            },
+        })
+    };
+    let mut entries = HashMap::new();
+    for (i, e) in ar
+        .entries_with_seek()
+        .map_err(|e| failed(0, e))?
+        .enumerate()
+    {
+        budget.deadline().check()?;
+        if i as u64 >= max_entries {
+            return Err(ImageError::EntryBudget(max_entries));
+        }
+        let e = e.map_err(|e| failed(i, e))?;
+        let raw = e.path_bytes();
+        take_name(budget, name, "entry path", raw.len())?;
+        let raw = String::from_utf8_lossy(&raw).into_owned();
+        // An archive entry that escapes is never looked up: layout
+        // paths are normalized before lookup, so it cannot be reached.
+        let Some(p) = normalize(&raw) else { continue };
+        let kind = e.header().entry_type();
+        let entry = if kind.is_file() || kind == tar::EntryType::Continuous {
+            Entry::File {
+                offset: e.raw_file_position(),
+                size: e.size(),
+            }
+        } else if kind.is_symlink() || kind.is_hard_link() {
+            let link = e.link_name_bytes().unwrap_or_default();
+            take_name(budget, name, "link target", link.len())?;
+            let link = String::from_utf8_lossy(&link).into_owned();
+            if kind.is_symlink() {
+                Entry::Link(link)
+            } else {
+                // Hard link names are relative to the archive root.
+                Entry::Link(format!("/{link}"))
+            }
+        } else {
+            Entry::Other
+        };
+        entries.insert(p, entry);
+    }
+    Ok(entries)
+}
+
 impl Source {
     /// An OCI layout directory.
     pub fn dir(path: &Path) -> Source {
         Source::Dir(path.to_path_buf())
     }
 
-    /// Indexes the entries of an uncompressed tar (headers only).
-    pub fn archive(path: &Path, max_entries: u64) -> Result<Source, ImageError> {
+    /// Indexes the entries of an uncompressed tar, reading its headers
+    /// only (entries' data is skipped by seeking), through the same header
+    /// guard and name bounds as a layer's, on the image's budget.
+    pub fn archive(path: &Path, budget: &Budget) -> Result<Source, ImageError> {
         let name = path.display().to_string();
         let (file, _) = open_regular(path, &name)?;
         let mut magic = [0u8; 4];
@@ -101,53 +177,13 @@ impl Source {
             return Err(ImageError::CompressedArchive(name));
         }
         let file = Arc::new(file);
-        let mut entries = HashMap::new();
-        let mut ar = tar::Archive::new(Section {
+        let section = Section {
             file: file.clone(),
             pos: 0,
             end: u64::MAX,
-        });
-        let not_image = |_| ImageError::NotAnImage(name.clone());
-        for (i, e) in ar.entries().map_err(not_image)?.enumerate() {
-            if i as u64 >= max_entries {
-                return Err(ImageError::EntryBudget(max_entries));
-            }
-            let e = e.map_err(|e| {
-                if i == 0 {
-                    ImageError::NotAnImage(name.clone())
-                } else {
-                    ImageError::Corrupt {
-                        what: name.clone(),
-                        source: e,
-                    }
-                }
-            })?;
-            let raw = String::from_utf8_lossy(&e.path_bytes()).into_owned();
-            // An archive entry that escapes is never looked up: layout
-            // paths are normalized before lookup, so it cannot be reached.
-            let Some(p) = normalize(&raw) else { continue };
-            let kind = e.header().entry_type();
-            let entry = if kind.is_file() || kind == tar::EntryType::Continuous {
-                Entry::File {
-                    offset: e.raw_file_position(),
-                    size: e.size(),
-                }
-            } else if kind.is_symlink() || kind.is_hard_link() {
-                let link = e
-                    .link_name_bytes()
-                    .map(|b| String::from_utf8_lossy(&b).into_owned())
-                    .unwrap_or_default();
-                if kind.is_symlink() {
-                    Entry::Link(link)
-                } else {
-                    // Hard link names are relative to the archive root.
-                    Entry::Link(format!("/{link}"))
-                }
-            } else {
-                Entry::Other
-            };
-            entries.insert(p, entry);
-        }
+        };
+        let mut ar = tar::Archive::new(TarGuard::new(section, budget, &name));
+        let entries = index_archive(&mut ar, &name, budget)?;
         if entries.is_empty() {
             return Err(ImageError::NotAnImage(name));
         }

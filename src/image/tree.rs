@@ -6,6 +6,7 @@
 //! layer's whiteouts are applied first, then its entries in archive order
 //! (a later duplicate wins, as it does on extraction).
 
+use super::budget::Deadline;
 use super::error::ImageError;
 use std::collections::BTreeMap;
 
@@ -28,6 +29,11 @@ pub fn normalize(path: &str) -> Option<String> {
         }
     }
     Some(out.join("/"))
+}
+
+/// The components of a path that name something (not empty, not `.`).
+fn components(p: &str) -> impl DoubleEndedIterator<Item = &str> {
+    p.split('/').filter(|c| !c.is_empty() && *c != ".")
 }
 
 fn parent_and_name(p: &str) -> (&str, &str) {
@@ -92,13 +98,29 @@ pub(crate) enum RawKind {
     Other,
 }
 
+/// Resolution steps between two looks at the deadline.
+const STEPS_PER_CHECK: u32 = 4096;
+
 /// The final view of the image's filesystem.
 #[derive(Clone, Debug, Default)]
 pub struct Tree {
     nodes: BTreeMap<String, Node>,
+    /// The image's deadline: applying layers and resolving paths stop there.
+    deadline: Option<Deadline>,
 }
 
 impl Tree {
+    pub(crate) fn with_deadline(deadline: Deadline) -> Tree {
+        Tree {
+            nodes: BTreeMap::new(),
+            deadline: Some(deadline),
+        }
+    }
+
+    fn check_time(&self) -> Result<(), ImageError> {
+        self.deadline.as_ref().map_or(Ok(()), Deadline::check)
+    }
+
     /// The node at a normalized path, without following a final symlink.
     pub fn get(&self, path: &str) -> Option<&Node> {
         self.nodes.get(path)
@@ -107,6 +129,20 @@ impl Tree {
     /// Every path of the final tree, in order, with its node.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Node)> {
         self.nodes.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    /// The paths that start with `prefix`, in order, with their nodes.
+    pub(crate) fn under<'t>(
+        &'t self,
+        prefix: &'t str,
+    ) -> impl Iterator<Item = (&'t str, &'t Node)> {
+        self.nodes
+            .range::<str, _>((
+                std::ops::Bound::Included(prefix),
+                std::ops::Bound::Unbounded,
+            ))
+            .take_while(move |(k, _)| k.starts_with(prefix))
+            .map(|(k, v)| (k.as_str(), v))
     }
 
     pub fn len(&self) -> usize {
@@ -134,45 +170,61 @@ impl Tree {
     }
 
     /// Resolves the directory part of `path` and keeps its last component.
-    pub fn resolve_parent(&self, path: &str) -> Result<String, ImageError> {
+    fn resolve_parent(&self, path: &str) -> Result<String, ImageError> {
         self.resolve_with(path, false)
     }
 
+    /// Walks `path` component by component, keeping the joined path as it
+    /// goes (a component is appended, `..` truncates to where the last
+    /// began), so the cost is linear in the components walked, the
+    /// targets of the at most [`MAX_HOPS`] symlinks included.
     fn resolve_with(&self, path: &str, follow_last: bool) -> Result<String, ImageError> {
-        let mut todo: Vec<String> = path.split('/').rev().map(str::to_string).collect();
-        let mut cur: Vec<String> = Vec::new();
-        let mut hops = 0;
+        self.check_time()?;
+        // Still to walk, the next last; borrowed from `path` and targets.
+        let mut todo: Vec<&str> = components(path).rev().collect();
+        let mut cur = String::new();
+        // Where each component of `cur` begins.
+        let mut starts: Vec<usize> = Vec::new();
+        let (mut hops, mut steps) = (0, 0u32);
         while let Some(c) = todo.pop() {
-            match c.as_str() {
-                "" | "." => continue,
-                ".." => {
-                    cur.pop();
-                    continue;
-                }
-                _ => {}
+            steps += 1;
+            if steps % STEPS_PER_CHECK == 0 {
+                self.check_time()?;
             }
-            cur.push(c);
-            if todo.iter().all(|c| c.is_empty() || c == ".") && !follow_last {
+            if c == ".." {
+                if let Some(at) = starts.pop() {
+                    cur.truncate(at.saturating_sub(1));
+                }
+                continue;
+            }
+            starts.push(if cur.is_empty() { 0 } else { cur.len() + 1 });
+            if !cur.is_empty() {
+                cur.push('/');
+            }
+            cur.push_str(c);
+            if todo.is_empty() && !follow_last {
                 break;
             }
-            let at = cur.join("/");
             if let Some(Node {
                 kind: Kind::Symlink(target),
                 ..
-            }) = self.nodes.get(&at)
+            }) = self.nodes.get(cur.as_str())
             {
                 hops += 1;
                 if hops > MAX_HOPS {
                     return Err(ImageError::SymlinkLoop(path.to_string()));
                 }
-                cur.pop();
+                if let Some(at) = starts.pop() {
+                    cur.truncate(at.saturating_sub(1));
+                }
                 if target.starts_with('/') {
                     cur.clear();
+                    starts.clear();
                 }
-                todo.extend(target.split('/').rev().map(str::to_string));
+                todo.extend(components(target).rev());
             }
         }
-        Ok(cur.join("/"))
+        Ok(cur)
     }
 
     fn remove_below(&mut self, dir: &str) {
@@ -196,6 +248,7 @@ impl Tree {
     /// archive order).
     pub(crate) fn apply(&mut self, layer: usize, entries: &[RawEntry]) -> Result<(), ImageError> {
         for e in entries {
+            self.check_time()?;
             let (dir, name) = parent_and_name(&e.path);
             let Some(hidden) = name.strip_prefix(".wh.") else {
                 continue;
@@ -216,6 +269,7 @@ impl Tree {
             }
         }
         for e in entries {
+            self.check_time()?;
             let (_, name) = parent_and_name(&e.path);
             if e.path.is_empty() || name.starts_with(".wh.") {
                 continue;
@@ -334,5 +388,36 @@ mod tests {
             t.get("opt/c2").unwrap().content,
             Some(ContentRef { layer: 1, entry: 2 })
         );
+    }
+
+    /// Issue 17 C3: one entry of 520k components resolved in a time linear
+    /// in its length (it was quadratic: 20 minutes). Tested below the path
+    /// cap of the layer reader, which refuses such a path first.
+    #[test]
+    fn resolution_is_linear_in_the_path() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let deep = "a/".repeat(520_000) + "f";
+            let mut t = Tree::default();
+            let r = t.apply(0, &[e(&deep, RawKind::File, 0)]);
+            let _ = tx.send((r.is_ok(), t.len()));
+        });
+        let got = rx.recv_timeout(std::time::Duration::from_secs(30));
+        assert_eq!(got.expect("resolving took over 30 s"), (true, 1));
+    }
+
+    /// The image's deadline holds inside applying a layer and resolving.
+    #[test]
+    fn applying_and_resolving_stop_at_the_deadline() {
+        let limits = crate::image::Limits {
+            max_time: std::time::Duration::ZERO,
+            ..Default::default()
+        };
+        let over = crate::image::budget::Budget::new(&limits).deadline();
+        let mut t = Tree::with_deadline(over);
+        let r = t.apply(0, &[e("a/b", RawKind::File, 0)]);
+        assert!(matches!(r, Err(ImageError::TimeBudget(0))), "{r:?}");
+        assert!(matches!(t.resolve("a/b"), Err(ImageError::TimeBudget(0))));
+        assert!(t.is_empty());
     }
 }

@@ -21,6 +21,14 @@ use toml_edit::{DocumentMut, Item, Table};
 
 use super::RUNTIME_NAME;
 
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use super::hooks::{self, Stage};
+use super::state::{merge_state, note_created, EngineState};
+use super::{change, edit, require_binary, InstallError, Options, Plan, CRIO_DROP_IN};
+
 pub const DROP_IN_NAME: &str = "99-gpu-guard.toml";
 pub const DEFAULT_HOOKS_DIR: &str = "/usr/share/containers/oci/hooks.d";
 
@@ -116,6 +124,17 @@ pub fn default_runtime_path(eff: &Effective) -> Option<String> {
         .map(str::to_string)
 }
 
+/// Each runtime handler's (name, `runtime_path`), where it sets one.
+pub fn registered_runtimes(eff: &Effective) -> Vec<(String, String)> {
+    eff.runtimes
+        .iter()
+        .filter_map(|(n, t)| {
+            let p = t.get("runtime_path")?.as_str()?;
+            (!p.is_empty()).then(|| (n.clone(), p.to_string()))
+        })
+        .collect()
+}
+
 /// Whether a drop-in makes gpu-guard CRI-O's default runtime.
 pub fn default_is_ours(drop_in: &str) -> bool {
     effective([drop_in])
@@ -123,8 +142,25 @@ pub fn default_is_ours(drop_in: &str) -> bool {
         .unwrap_or(false)
 }
 
-/// The drop-in's content.
+/// The drop-in's content, with gpu-guard's runtime root.
 pub fn drop_in(eff: &Effective, runtime_path: &str, set_default: bool) -> String {
+    drop_in_rooted(
+        eff,
+        runtime_path,
+        crate::core::runtime_engines::CRIO_ROOT,
+        set_default,
+    )
+}
+
+/// The drop-in's content: the handler runs `runtime_path` with the runtime
+/// root `root` (`runtime_root`, passed to the runtime as `--root`), by which
+/// the wrapper knows CRI-O invoked it.
+pub fn drop_in_rooted(
+    eff: &Effective,
+    runtime_path: &str,
+    root: &str,
+    set_default: bool,
+) -> String {
     let mut doc = DocumentMut::new();
     doc.decor_mut().set_prefix(
         "# Written by `gpu-guard install crio`; `gpu-guard uninstall crio` removes it.\n",
@@ -150,11 +186,204 @@ pub fn drop_in(eff: &Effective, runtime_path: &str, set_default: bool) -> String
     }
     ours.insert("runtime_path", toml_edit::value(runtime_path));
     ours.insert("runtime_type", toml_edit::value("oci"));
+    if root.is_empty() {
+        ours.remove("runtime_root");
+    } else {
+        ours.insert("runtime_root", toml_edit::value(root));
+    }
     runtimes.insert(RUNTIME_NAME, Item::Table(ours));
     runtime.insert("runtimes", Item::Table(runtimes));
     crio.insert("runtime", Item::Table(runtime));
     doc.insert("crio", Item::Table(crio));
     doc.to_string()
+}
+
+// Planning: what install changes on the host (uninstall removes the
+// drop-in and what install created: `super::plan_owned_uninstall`).
+
+pub(super) fn drop_in_path(opts: &Options) -> PathBuf {
+    opts.config_path
+        .clone()
+        .unwrap_or_else(|| CRIO_DROP_IN.into())
+}
+
+/// CRI-O's configuration files as it reads them: crio.conf (beside the
+/// drop-in directory), then every other file of the drop-in directory in
+/// lexical order (crio.conf.d(5)); gpu-guard's drop-in left out unless
+/// `with_ours`. Paths are this machine's.
+pub(super) fn read_files(
+    opts: &Options,
+    drop_in_host: &Path,
+    with_ours: bool,
+) -> Result<Vec<(PathBuf, String)>, InstallError> {
+    let dir_host = drop_in_host.parent().unwrap_or(Path::new("/"));
+    let main_host = dir_host
+        .parent()
+        .unwrap_or(Path::new("/"))
+        .join("crio.conf");
+    let mut files: Vec<(PathBuf, String)> = Vec::new();
+    let main = opts.fs_path(&main_host);
+    if let Some(t) = edit::read_optional(&main)? {
+        files.push((main, t));
+    }
+    let dir = opts.fs_path(dir_host);
+    match fs::read_dir(&dir) {
+        Ok(entries) => {
+            let mut names: Vec<PathBuf> = entries
+                .filter_map(|e| e.ok())
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+                .map(|e| e.path())
+                .filter(|p| with_ours || p.file_name() != drop_in_host.file_name())
+                .collect();
+            names.sort();
+            for p in names {
+                if let Some(t) = edit::read_optional(&p)? {
+                    files.push((p, t));
+                }
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(source) => return Err(InstallError::ListDir { path: dir, source }),
+    }
+    // Parse one by one so an error names the file at fault.
+    for (p, t) in &files {
+        effective([t.as_str()]).map_err(|source| InstallError::Crio {
+            path: p.clone(),
+            source,
+        })?;
+    }
+    Ok(files)
+}
+
+/// CRI-O's configuration without gpu-guard's drop-in.
+pub(super) fn read_effective(
+    opts: &Options,
+    drop_in_host: &Path,
+) -> Result<Effective, InstallError> {
+    let files = read_files(opts, drop_in_host, false)?;
+    effective(files.iter().map(|(_, t)| t.as_str())).map_err(|source| InstallError::Crio {
+        path: opts.fs_path(drop_in_host),
+        source,
+    })
+}
+
+/// Whether CRI-O's files (in reading order, gpu-guard's drop-in included)
+/// run gpu-guard as registered: the handler's `runtime_path` and
+/// `runtime_root`, and with `default` the `default_runtime`. A problem
+/// names the last file that set what is wrong.
+pub fn judge(
+    files: &[(PathBuf, String)],
+    wrapper: &str,
+    root: &str,
+    default: bool,
+) -> Option<(Option<PathBuf>, String)> {
+    let mut handler_from = None;
+    let mut default_from = None;
+    for (p, t) in files {
+        let Ok(e) = effective([t.as_str()]) else {
+            continue;
+        };
+        if e.runtimes.iter().any(|(n, _)| n == RUNTIME_NAME) {
+            handler_from = Some(p.clone());
+        }
+        if e.default_runtime.is_some() {
+            default_from = Some(p.clone());
+        }
+    }
+    let eff = effective(files.iter().map(|(_, t)| t.as_str())).ok()?;
+    let ours = eff.runtimes.iter().find(|(n, _)| n == RUNTIME_NAME);
+    let field = |k: &str| {
+        ours.and_then(|(_, t)| t.get(k))
+            .and_then(Item::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    if ours.is_none() {
+        return Some((
+            None,
+            format!("CRI-O reads no `{RUNTIME_NAME}` runtime handler"),
+        ));
+    }
+    if field("runtime_path") != wrapper {
+        let msg = format!(
+            "CRI-O's `{RUNTIME_NAME}` handler runs `{}`, not the wrapper {wrapper}",
+            field("runtime_path")
+        );
+        return Some((handler_from, msg));
+    }
+    if !root.is_empty() && field("runtime_root") != root {
+        let msg = format!("CRI-O's `{RUNTIME_NAME}` handler has runtime_root `{}`, not {root} (the wrapper cannot tell CRI-O invoked it)", field("runtime_root"));
+        return Some((handler_from, msg));
+    }
+    let d = eff.default_runtime.unwrap_or_else(|| "runc".into());
+    if default && d != RUNTIME_NAME {
+        let msg = format!("CRI-O's default runtime is `{d}`, not `{RUNTIME_NAME}`: pods without a runtime class bypass gpu-guard");
+        return Some((default_from, msg));
+    }
+    None
+}
+
+pub(super) fn plan_install(opts: &Options, old: Option<EngineState>) -> Result<Plan, InstallError> {
+    require_binary(opts, "runtime wrapper", opts.runtime_path())?;
+    require_binary(opts, "hook binary", opts.gpu_guard_path())?;
+    let drop_host = drop_in_path(opts);
+    let eff = read_effective(opts, &drop_host)?;
+    let drop_path = opts.fs_path(&drop_host);
+    let drop_before = edit::read_optional(&drop_path)?;
+    // Installing without --set-default never takes the default away.
+    let set_default = opts.set_default || drop_before.as_deref().is_some_and(default_is_ours);
+    let text = drop_in_rooted(
+        &eff,
+        &opts.runtime_path().to_string_lossy(),
+        &opts.root,
+        set_default,
+    );
+    let mut state = merge_state(old, &drop_host);
+    state.set_default = set_default;
+    state.binary = Some(opts.runtime_path());
+    if drop_before.is_none() {
+        note_created(opts, &mut state, &drop_host);
+    }
+    let mut changes = vec![change(drop_path, drop_before, Some(text))];
+    let mut warnings = vec![];
+
+    // The prestart hook, in a directory CRI-O reads. The package ships it
+    // inactive (hooks::PACKAGED_DIR): install writes it into CRI-O's first
+    // hooks_dir (or the one that already holds it) and uninstall removes it.
+    let existing = eff.hooks_dirs.iter().find(|d| {
+        opts.fs_path(&Path::new(d).join(hooks::PRESTART_FILE))
+            .exists()
+    });
+    match existing.or(eff.hooks_dirs.first()) {
+        None => warnings.push(
+            "CRI-O's hooks_dir is empty, so it runs no hooks: the prestart check is not installed (the runtime handler still is)"
+                .to_string(),
+        ),
+        Some(dir) => {
+            let hook_host = Path::new(dir).join(hooks::PRESTART_FILE);
+            if let Some(c) = hooks::activate(opts, &mut state, &hook_host, Stage::Prestart)? {
+                changes.push(c);
+            }
+        }
+    }
+    for dir in &eff.hooks_dirs {
+        if opts
+            .fs_path(&Path::new(dir).join(hooks::PRECREATE_FILE))
+            .exists()
+        {
+            warnings.push(format!(
+                "{dir}/{} is a podman precreate hook in a directory CRI-O reads; CRI-O refuses it: run `gpu-guard uninstall podman` and install it elsewhere",
+                hooks::PRECREATE_FILE
+            ));
+        }
+    }
+    Ok(Plan {
+        changes,
+        state: Some(state),
+        warnings,
+        remove_dirs: vec![],
+        not_effective: vec![],
+    })
 }
 
 #[cfg(test)]

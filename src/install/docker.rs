@@ -7,9 +7,16 @@
 //! pkg/config/engine/docker/docker.go, `AddRuntime`). Every other key is kept
 //! in its order (serde_json `preserve_order`); JSON has no comments to lose.
 
+use std::path::Path;
+
 use serde_json::{Map, Value};
 
 use super::RUNTIME_NAME;
+
+use super::state::{merge_state, note_created, EngineState};
+use super::{
+    change, config_file, edit, require_binary, InstallError, Options, Plan, DOCKER_CONFIG,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DockerError {
@@ -108,6 +115,28 @@ pub fn default_runtime_path(text: Option<&str>, replaced_default: Option<&str>) 
         .map(str::to_string)
 }
 
+/// What daemon.json registers: the default runtime's name (`runc`, dockerd's
+/// built-in default, when unset) and each runtime's (name, path). An
+/// unreadable file registers nothing.
+pub fn registered_runtimes(text: Option<&str>) -> (String, Vec<(String, String)>) {
+    let map = parse(text).unwrap_or_default();
+    let default = map
+        .get(DEFAULT_KEY)
+        .and_then(Value::as_str)
+        .unwrap_or("runc")
+        .to_string();
+    let runtimes = map
+        .get(RUNTIMES_KEY)
+        .and_then(Value::as_object)
+        .map(|r| {
+            r.iter()
+                .filter_map(|(n, v)| Some((n.clone(), v.get("path")?.as_str()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default();
+    (default, runtimes)
+}
+
 /// Adds `runtimes.gpu-guard.path = runtime_path` (other keys of that
 /// runtime, such as `runtimeArgs`, are kept) and, with `set_default`,
 /// `default-runtime = "gpu-guard"`.
@@ -173,6 +202,63 @@ pub fn uninstall(
     Ok(finish(before, &original, map, None))
 }
 
+/// dockerd gives its runtimes the root `<exec-root>/runtime-runc`
+/// (core::runtime_engines): when daemon.json moves `exec-root`, the
+/// wrapper knows docker only if gpu-guard's config says so; the warning
+/// names the key. `root` is `runtime.engines.docker.root` in effect.
+pub fn root_warning(text: Option<&str>, root: &str) -> Option<String> {
+    let map = parse(text).ok()?;
+    let exec_root = map.get("exec-root")?.as_str()?.trim_end_matches('/');
+    let want = format!("{exec_root}/runtime-runc");
+    let same = crate::core::runtime_engines::root_is_under(Path::new(&want), Path::new(root))
+        && crate::core::runtime_engines::root_is_under(Path::new(root), Path::new(&want));
+    (!same).then(|| {
+        format!(
+            "daemon.json sets exec-root = \"{exec_root}\": dockerd passes gpu-guard's runtime --root {want}/moby; set runtime.engines.docker.root = \"{want}\" in gpu-guard's config so the wrapper knows docker invoked it"
+        )
+    })
+}
+
+/// Whether daemon.json makes gpu-guard dockerd's default runtime.
+pub fn default_is_ours(text: &str) -> bool {
+    parse(Some(text))
+        .map(|m| m.get(DEFAULT_KEY).and_then(Value::as_str) == Some(RUNTIME_NAME))
+        .unwrap_or(false)
+}
+
+/// Whether daemon.json runs gpu-guard as registered: `runtimes.gpu-guard.path`
+/// is the wrapper and, with `default`, `default-runtime` is gpu-guard.
+/// dockerd reads only this file (and its command line, which gpu-guard
+/// cannot see: a `--default-runtime` flag conflicts with the file and
+/// dockerd refuses to start).
+pub fn judge(text: Option<&str>, wrapper: &str, default: bool) -> Option<String> {
+    let map = match parse(text) {
+        Ok(m) => m,
+        Err(e) => return Some(format!("daemon.json {e}")),
+    };
+    let path = map
+        .get(RUNTIMES_KEY)
+        .and_then(|r| r.get(RUNTIME_NAME))
+        .and_then(|r| r.get("path"))
+        .and_then(Value::as_str);
+    match path {
+        None => return Some(format!("daemon.json registers no `{RUNTIME_NAME}` runtime")),
+        Some(p) if p != wrapper => {
+            return Some(format!(
+                "daemon.json's `{RUNTIME_NAME}` runtime runs `{p}`, not the wrapper {wrapper}"
+            ))
+        }
+        Some(_) => {}
+    }
+    let d = map
+        .get(DEFAULT_KEY)
+        .and_then(Value::as_str)
+        .unwrap_or("runc");
+    (default && d != RUNTIME_NAME).then(|| {
+        format!("dockerd's default runtime is `{d}`, not `{RUNTIME_NAME}`: `docker run` without --runtime bypasses gpu-guard")
+    })
+}
+
 /// Whether daemon.json still names gpu-guard (for the uninstall check).
 pub fn mentions_gpu_guard(text: &str) -> bool {
     parse(Some(text))
@@ -183,6 +269,78 @@ pub fn mentions_gpu_guard(text: &str) -> bool {
                     .is_some_and(|r| r.contains_key(RUNTIME_NAME))
         })
         .unwrap_or(false)
+}
+
+// Planning: what install and uninstall change on the host.
+
+pub(super) fn plan_install(opts: &Options, old: Option<EngineState>) -> Result<Plan, InstallError> {
+    require_binary(opts, "runtime wrapper", opts.runtime_path())?;
+    let host = opts
+        .config_path
+        .clone()
+        .unwrap_or_else(|| DOCKER_CONFIG.into());
+    let path = config_file(opts, &host)?;
+    let before = edit::read_optional(&path)?;
+    let edited = install(
+        before.as_deref(),
+        &opts.runtime_path().to_string_lossy(),
+        opts.set_default,
+    )
+    .map_err(|source| InstallError::Docker {
+        path: path.clone(),
+        source,
+    })?;
+    let mut state = merge_state(old, &host);
+    if before.is_none() {
+        note_created(opts, &mut state, &host);
+    }
+    if state.replaced_default.is_none() {
+        state.replaced_default = edited.replaced_default;
+    }
+    state.set_default |= opts.set_default || default_is_ours(&edited.text);
+    state.binary = Some(opts.runtime_path());
+    let warnings = root_warning(before.as_deref(), &opts.root)
+        .into_iter()
+        .collect();
+    Ok(Plan {
+        changes: vec![change(path, before, Some(edited.text))],
+        state: Some(state),
+        warnings,
+        remove_dirs: vec![],
+        not_effective: vec![],
+    })
+}
+
+pub(super) fn plan_uninstall(
+    opts: &Options,
+    old: Option<EngineState>,
+) -> Result<Plan, InstallError> {
+    let host = opts
+        .config_path
+        .clone()
+        .or_else(|| old.as_ref().map(|s| s.config.clone()))
+        .unwrap_or_else(|| DOCKER_CONFIG.into());
+    let path = config_file(opts, &host)?;
+    let before = edit::read_optional(&path)?;
+    let mut changes = vec![];
+    if before.is_some() {
+        let restore = old.as_ref().and_then(|s| s.replaced_default.as_deref());
+        let edited =
+            uninstall(before.as_deref(), restore).map_err(|source| InstallError::Docker {
+                path: path.clone(),
+                source,
+            })?;
+        let created = old.as_ref().is_some_and(|s| s.created.contains(&host));
+        let after = (!(edited.empty && created)).then_some(edited.text);
+        changes.push(change(path, before, after));
+    }
+    Ok(Plan {
+        changes,
+        state: None,
+        warnings: vec![],
+        remove_dirs: vec![],
+        not_effective: vec![],
+    })
 }
 
 #[cfg(test)]

@@ -159,7 +159,14 @@ pub fn apply(change: &FileChange, backup: &Path) -> Result<(), EditError> {
             let write = || -> io::Result<()> {
                 if let Some(dir) = change.path.parent() {
                     if !dir.as_os_str().is_empty() {
-                        fs::create_dir_all(dir)?;
+                        // 0755 whatever the umask: gpu-guard reads its own
+                        // config.d only when no one else can write it
+                        // (README, Configuration), and engines' config
+                        // directories are root's 0755 too.
+                        fs::DirBuilder::new()
+                            .recursive(true)
+                            .mode(0o755)
+                            .create(dir)?;
                     }
                 }
                 fsutil::atomic_write(&change.path, after.as_bytes(), change.mode)

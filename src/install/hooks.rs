@@ -4,9 +4,17 @@
 
 use std::path::Path;
 
-/// The prestart hook the packages ship in /usr/share/containers/oci/hooks.d
-/// (read by podman and CRI-O by default) and `install crio` puts in place.
+use super::edit::{self, FileChange};
+use super::state::{note_created, EngineState};
+use super::{change, InstallError, Options};
+
+/// The prestart hook. The packages ship it inactive, in [`PACKAGED_DIR`]:
+/// podman and CRI-O read /usr/share/containers/oci/hooks.d at once, and
+/// installing a package must not start enforcing; `install crio` and
+/// `install podman` put it where that engine reads it.
 pub const PRESTART_FILE: &str = "gpu-guard-prestart.json";
+/// Where the packages ship the hook files, read by no engine.
+pub const PACKAGED_DIR: &str = "/usr/share/gpu-guard/hooks.d";
 /// The precreate hook `install podman` adds. A different name from the
 /// prestart file: hooks.d files of the same name in a higher-precedence
 /// directory mask each other (oci-hooks(5), "Directories").
@@ -51,4 +59,26 @@ pub fn hook_json(stage: Stage, gpu_guard: &Path) -> String {
     let mut s = serde_json::to_string_pretty(&v).unwrap_or_default();
     s.push('\n');
     s
+}
+
+/// Puts the hook file of `stage` at `host` (host path): written when absent
+/// (and recorded, so uninstall removes it), rewritten when install created
+/// it, left alone when someone else's file is there (`None`).
+pub(super) fn activate(
+    opts: &Options,
+    state: &mut EngineState,
+    host: &Path,
+    stage: Stage,
+) -> Result<Option<FileChange>, InstallError> {
+    let path = opts.fs_path(host);
+    let before = edit::read_optional(&path)?;
+    let ours = hook_json(stage, &opts.gpu_guard_path());
+    if before.is_none() {
+        note_created(opts, state, host);
+        return Ok(Some(change(path, None, Some(ours))));
+    }
+    if state.created.contains(host) {
+        return Ok(Some(change(path, before, Some(ours))));
+    }
+    Ok(None)
 }

@@ -19,6 +19,16 @@
 
 use toml_edit::{DocumentMut, Item};
 
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use super::edit::FileChange;
+use super::hooks::{self, Stage};
+use super::state::{merge_state, note_created, EngineState};
+use super::{
+    change, crio, edit, require_binary, InstallError, Options, Plan, CRIO_BINARIES, CRIO_DROP_IN,
+};
+
 pub const DEFAULT_HOOKS_DIR: &str = "/etc/containers/oci/hooks.d";
 /// containers.conf(5): the distribution's file, then the admin's; each is
 /// followed by its `.d` directory of drop-ins, read in lexical order.
@@ -72,6 +82,188 @@ pub fn configured_hooks_dirs<'a>(files: impl IntoIterator<Item = &'a str>) -> Op
         }
     }
     out
+}
+
+// Planning: what install changes on the host (uninstall removes the
+// hook file and what install created: `super::plan_owned_uninstall`).
+
+pub(super) fn hook_file(opts: &Options) -> PathBuf {
+    opts.config_path
+        .clone()
+        .unwrap_or_else(|| DEFAULT_HOOKS_DIR.into())
+        .join(hooks::PRECREATE_FILE)
+}
+
+fn same_dir(a: &str, b: &Path) -> bool {
+    Path::new(a).components().eq(b.components())
+}
+
+pub(super) fn plan_install(opts: &Options, old: Option<EngineState>) -> Result<Plan, InstallError> {
+    require_binary(opts, "hook binary", opts.gpu_guard_path())?;
+    let file_host = hook_file(opts);
+    let dir_host = file_host.parent().unwrap_or(Path::new("/")).to_path_buf();
+    let mut warnings = vec![];
+    check_crio_ignores_podman_hooks(opts, &dir_host, &mut warnings)?;
+    let (mut changes, created) = podman_hooks_dir_drop_in(opts, &dir_host, &mut warnings)?;
+
+    let path = opts.fs_path(&file_host);
+    let before = edit::read_optional(&path)?;
+    let mut state = merge_state(old, &dir_host);
+    if before.is_none() {
+        note_created(opts, &mut state, &file_host);
+    }
+    for c in &created {
+        note_created(opts, &mut state, c);
+    }
+    let ours = hooks::hook_json(Stage::Precreate, &opts.gpu_guard_path());
+    changes.push(change(path, before, Some(ours)));
+    // The prestart hook beside it: the package ships it inactive, and
+    // podman shows a prestart hook's refusal (it discards a precreate
+    // hook's stderr: commands/hook.rs), so install activates it here.
+    let pre_host = dir_host.join(hooks::PRESTART_FILE);
+    if let Some(c) = hooks::activate(opts, &mut state, &pre_host, Stage::Prestart)? {
+        changes.push(c);
+    }
+    state.binary = Some(opts.gpu_guard_path());
+    Ok(Plan {
+        changes,
+        state: Some(state),
+        warnings,
+        remove_dirs: vec![],
+        not_effective: vec![],
+    })
+}
+
+/// Refuses a podman hook directory that CRI-O reads (CRI-O refuses
+/// precreate hooks), and warns to keep it that way when CRI-O is installed.
+/// Its own step because it is about the other engine, not podman's config.
+fn check_crio_ignores_podman_hooks(
+    opts: &Options,
+    dir_host: &Path,
+    warnings: &mut Vec<String>,
+) -> Result<(), InstallError> {
+    let crio_present = CRIO_BINARIES
+        .iter()
+        .chain(["/etc/crio"].iter())
+        .any(|p| opts.fs_path(Path::new(p)).exists());
+    if !crio_present {
+        return Ok(());
+    }
+    let eff = crio::read_effective(opts, Path::new(CRIO_DROP_IN))?;
+    if eff.hooks_dirs.iter().any(|d| same_dir(d, dir_host)) {
+        return Err(InstallError::CrioReadsPodmanHooks {
+            dir: dir_host.to_string_lossy().into_owned(),
+        });
+    }
+    warnings.push(format!(
+        "CRI-O is installed on this host; it does not read {} now, keep that directory out of its hooks_dir (CRI-O refuses precreate hooks)",
+        dir_host.display()
+    ));
+    Ok(())
+}
+
+/// podman's hook directories as it reads them now: containers.conf files
+/// and their `.d` drop-ins in order (our own drop-in left out unless
+/// `with_ours`: install rewrites it from the others); podman's built-in
+/// list when none sets hooks_dir. Also the last file that set it.
+fn current_hooks_dirs(
+    opts: &Options,
+    with_ours: bool,
+) -> Result<(Vec<String>, Option<PathBuf>), InstallError> {
+    let mut confs: Vec<(PathBuf, String)> = vec![];
+    for c in CONTAINERS_CONF {
+        if let Some(t) = edit::read_optional(&opts.fs_path(Path::new(c)))? {
+            confs.push((PathBuf::from(c), t));
+        }
+        let dir = format!("{c}.d");
+        let mut drop_ins: Vec<String> = fs::read_dir(opts.fs_path(Path::new(&dir)))
+            .map(|rd| {
+                rd.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.ends_with(".conf"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        drop_ins.sort();
+        for n in drop_ins {
+            let host = Path::new(&dir).join(n);
+            if !with_ours && host == Path::new(CONF_DROP_IN) {
+                continue;
+            }
+            if let Some(t) = edit::read_optional(&opts.fs_path(&host))? {
+                confs.push((host, t));
+            }
+        }
+    }
+    let from = confs
+        .iter()
+        .rev()
+        .find(|(_, t)| configured_hooks_dirs([t.as_str()]).is_some())
+        .map(|(p, _)| p.clone());
+    let dirs = configured_hooks_dirs(confs.iter().map(|(_, t)| t.as_str()))
+        .unwrap_or_else(|| BUILTIN_HOOKS_DIRS.iter().map(|d| d.to_string()).collect());
+    Ok((dirs, from))
+}
+
+/// Whether podman runs gpu-guard's precreate hook `file` (host path): the
+/// file is there and its directory is one podman reads.
+pub(super) fn judge(
+    opts: &Options,
+    file: &Path,
+) -> Result<Option<(Option<PathBuf>, String)>, InstallError> {
+    if edit::read_optional(&opts.fs_path(file))?.is_none() {
+        return Ok(Some((
+            Some(file.to_path_buf()),
+            format!("gpu-guard's precreate hook {} is missing", file.display()),
+        )));
+    }
+    let dir = file.parent().unwrap_or(Path::new("/"));
+    let (dirs, from) = current_hooks_dirs(opts, true)?;
+    if dirs.iter().any(|d| same_dir(d, dir)) {
+        return Ok(None);
+    }
+    Ok(Some((
+        from,
+        format!(
+            "podman reads hooks from {dirs:?}, not {}: it never runs gpu-guard's precreate hook",
+            dir.display()
+        ),
+    )))
+}
+
+/// Makes podman read `dir_host`: nothing when it already does, a warning
+/// when the admin chose the directory (their containers.conf to manage),
+/// else our containers.conf drop-in. Returns the changes and the files it
+/// creates. Split from [`plan_podman_install`] as the containers.conf step,
+/// apart from writing the hook file itself.
+fn podman_hooks_dir_drop_in(
+    opts: &Options,
+    dir_host: &Path,
+    warnings: &mut Vec<String>,
+) -> Result<(Vec<FileChange>, Vec<PathBuf>), InstallError> {
+    let (current, _) = current_hooks_dirs(opts, false)?;
+    let mut changes = vec![];
+    let mut created = vec![];
+    if current.iter().any(|d| same_dir(d, dir_host)) {
+        return Ok((changes, created));
+    }
+    if opts.config_path.is_some() {
+        // A hooks directory the admin chose: their containers.conf to manage.
+        warnings.push(format!(
+            "podman reads hooks from {current:?}, not {}: add it to hooks_dir in containers.conf, or podman will not run the precreate hook",
+            dir_host.display()
+        ));
+    } else {
+        let drop_host = PathBuf::from(CONF_DROP_IN);
+        let drop_path = opts.fs_path(&drop_host);
+        let before = edit::read_optional(&drop_path)?;
+        if before.is_none() {
+            created.push(drop_host);
+        }
+        let text = drop_in_text(&current, &dir_host.to_string_lossy());
+        changes.push(change(drop_path, before, Some(text)));
+    }
+    Ok((changes, created))
 }
 
 #[cfg(test)]

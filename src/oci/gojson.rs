@@ -73,6 +73,12 @@ impl Node {
             _ => None,
         }
     }
+    pub fn as_array(&self) -> Option<&[Node]> {
+        match &self.value {
+            Value::Array(items) => Some(items),
+            _ => None,
+        }
+    }
     pub fn as_str(&self) -> Option<&str> {
         match &self.value {
             Value::String(s) => Some(s),
@@ -168,85 +174,96 @@ fn string(b: &[u8], start: usize) -> Result<(String, usize), Error> {
         let Some(&c) = b.get(i) else {
             return Err(Error::Eof);
         };
-        match c {
+        i = match c {
             b'"' => return Ok((out, i + 1)),
-            b'\\' => {
-                let Some(&e) = b.get(i + 1) else {
-                    return Err(Error::Eof);
-                };
-                i += 2;
-                match e {
-                    b'"' => out.push('"'),
-                    b'\\' => out.push('\\'),
-                    b'/' => out.push('/'),
-                    b'b' => out.push('\u{8}'),
-                    b'f' => out.push('\u{c}'),
-                    b'n' => out.push('\n'),
-                    b'r' => out.push('\r'),
-                    b't' => out.push('\t'),
-                    b'u' => {
-                        let Some(u) = hex4(b, i) else {
-                            let bad = (i..i + 4)
-                                .find(|&j| !b.get(j).is_some_and(|c| c.is_ascii_hexdigit()))
-                                .unwrap_or(i);
-                            return Err(syntax(b, bad, "in \\u hexadecimal character escape"));
-                        };
-                        i += 4;
-                        if (0xD800..0xE000).contains(&u) {
-                            // Go: a valid pair is one rune; anything else is
-                            // U+FFFD and the next escape is read on its own.
-                            let low = if b.get(i) == Some(&b'\\') && b.get(i + 1) == Some(&b'u') {
-                                hex4(b, i + 2)
-                            } else {
-                                None
-                            };
-                            match low {
-                                Some(l)
-                                    if (0xD800..0xDC00).contains(&u)
-                                        && (0xDC00..0xE000).contains(&l) =>
-                                {
-                                    let cp = 0x10000 + ((u - 0xD800) << 10) + (l - 0xDC00);
-                                    out.push(char::from_u32(cp).unwrap_or('\u{FFFD}'));
-                                    i += 6;
-                                }
-                                _ => out.push('\u{FFFD}'),
-                            }
-                        } else {
-                            out.push(char::from_u32(u).unwrap_or('\u{FFFD}'));
-                        }
-                    }
-                    _ => return Err(syntax(b, i - 1, "in string escape code")),
-                }
-            }
+            b'\\' => escape(b, i, &mut out)?,
             c if c < 0x20 => return Err(syntax(b, i, "in string literal")),
             c if c < 0x80 => {
                 out.push(c as char);
-                i += 1;
+                i + 1
             }
-            _ => {
-                // One rune if valid UTF-8, else U+FFFD for this one byte
-                // (utf8.DecodeRune returns RuneError, 1).
-                let len = match c {
-                    0xC2..=0xDF => 2,
-                    0xE0..=0xEF => 3,
-                    0xF0..=0xF4 => 4,
-                    _ => 0,
-                };
-                match b
-                    .get(i..i + len)
-                    .filter(|_| len > 0)
-                    .and_then(|s| std::str::from_utf8(s).ok())
-                {
-                    Some(s) => {
-                        out.push_str(s);
-                        i += len;
-                    }
-                    None => {
-                        out.push('\u{FFFD}');
-                        i += 1;
-                    }
-                }
-            }
+            c => rune(b, i, c, &mut out),
+        };
+    }
+}
+
+/// Reads the escape whose backslash is `b[i]`; returns the index after it.
+fn escape(b: &[u8], i: usize, out: &mut String) -> Result<usize, Error> {
+    let Some(&e) = b.get(i + 1) else {
+        return Err(Error::Eof);
+    };
+    let c = match e {
+        b'"' => '"',
+        b'\\' => '\\',
+        b'/' => '/',
+        b'b' => '\u{8}',
+        b'f' => '\u{c}',
+        b'n' => '\n',
+        b'r' => '\r',
+        b't' => '\t',
+        b'u' => return unicode_escape(b, i + 2, out),
+        _ => return Err(syntax(b, i + 1, "in string escape code")),
+    };
+    out.push(c);
+    Ok(i + 2)
+}
+
+/// Reads the four hex digits of a `\u` escape at `b[i]`; returns the
+/// index after them (or after the low half of a surrogate pair).
+fn unicode_escape(b: &[u8], i: usize, out: &mut String) -> Result<usize, Error> {
+    let Some(u) = hex4(b, i) else {
+        let bad = (i..i + 4)
+            .find(|&j| !b.get(j).is_some_and(|c| c.is_ascii_hexdigit()))
+            .unwrap_or(i);
+        return Err(syntax(b, bad, "in \\u hexadecimal character escape"));
+    };
+    let i = i + 4;
+    if !(0xD800..0xE000).contains(&u) {
+        out.push(char::from_u32(u).unwrap_or('\u{FFFD}'));
+        return Ok(i);
+    }
+    // Go: a valid pair is one rune; anything else is U+FFFD and the next
+    // escape is read on its own.
+    let low = if b.get(i) == Some(&b'\\') && b.get(i + 1) == Some(&b'u') {
+        hex4(b, i + 2)
+    } else {
+        None
+    };
+    match low {
+        Some(l) if (0xD800..0xDC00).contains(&u) && (0xDC00..0xE000).contains(&l) => {
+            let cp = 0x10000 + ((u - 0xD800) << 10) + (l - 0xDC00);
+            out.push(char::from_u32(cp).unwrap_or('\u{FFFD}'));
+            Ok(i + 6)
+        }
+        _ => {
+            out.push('\u{FFFD}');
+            Ok(i)
+        }
+    }
+}
+
+/// Reads the non-ASCII byte `b[i]` (`first`): one rune if valid UTF-8 starts there,
+/// else U+FFFD for this one byte (utf8.DecodeRune returns RuneError, 1).
+/// Returns the index after what was read.
+fn rune(b: &[u8], i: usize, first: u8, out: &mut String) -> usize {
+    let len = match first {
+        0xC2..=0xDF => 2,
+        0xE0..=0xEF => 3,
+        0xF0..=0xF4 => 4,
+        _ => 0,
+    };
+    match b
+        .get(i..i + len)
+        .filter(|_| len > 0)
+        .and_then(|s| std::str::from_utf8(s).ok())
+    {
+        Some(s) => {
+            out.push_str(s);
+            i + len
+        }
+        None => {
+            out.push('\u{FFFD}');
+            i + 1
         }
     }
 }
@@ -286,146 +303,170 @@ fn number(b: &[u8], start: usize) -> Result<usize, Error> {
 }
 
 enum Frame {
+    /// start, items so far.
     Array(usize, Vec<Node>),
-    /// start, members so far, the pending key (text, span).
-    Object(usize, Vec<Member>, Option<(String, Range<usize>)>),
+    /// start, members so far, and the key (text, span) of the value being
+    /// read: a frame is opened with its first key and every comma reads the
+    /// next one before its value.
+    Object(usize, Vec<Member>, String, Range<usize>),
 }
 
 /// Parses the first JSON value of `b` as Go's `json.Decoder.Decode` reads
 /// it; bytes after that value are ignored, as the decoder leaves them.
+/// Containers open frames on a stack of its own (no recursion).
 pub fn parse(b: &[u8]) -> Result<Node, Error> {
     let mut stack: Vec<Frame> = Vec::new();
     let mut i = skip_ws(b, 0);
     loop {
         // Here a value starts at b[i] (after whitespace).
-        let start = i;
-        let done: Option<Node>;
-        match b.get(i) {
-            None => return Err(Error::Eof),
-            Some(b'{') | Some(b'[') => {
-                if stack.len() >= MAX_DEPTH {
-                    return Err(Error::Depth(i));
-                }
-                let is_obj = b[i] == b'{';
-                i = skip_ws(b, i + 1);
-                if is_obj {
-                    if b.get(i) == Some(&b'}') {
-                        i += 1;
-                        done = Some(Node {
-                            value: Value::Object(Vec::new()),
-                            span: Some(start..i),
-                        });
-                    } else {
-                        let (key, ks, after) = read_key(b, i)?;
-                        stack.push(Frame::Object(start, Vec::new(), Some((key, ks))));
-                        i = after;
-                        continue;
-                    }
-                } else if b.get(i) == Some(&b']') {
-                    i += 1;
-                    done = Some(Node {
-                        value: Value::Array(Vec::new()),
-                        span: Some(start..i),
-                    });
-                } else {
-                    stack.push(Frame::Array(start, Vec::new()));
+        let (node, after) = match b.get(i) {
+            Some(&c @ (b'{' | b'[')) => match open(b, i, c == b'{', &mut stack)? {
+                Opened::Frame(next) => {
+                    i = next;
                     continue;
                 }
-            }
-            Some(b'"') => {
-                let (s, after) = string(b, i)?;
-                i = after;
-                done = Some(Node {
-                    value: Value::String(s),
-                    span: Some(start..i),
-                });
-            }
-            Some(b't') | Some(b'f') | Some(b'n') => {
-                let (word, v): (&[u8], Value) = match b[i] {
-                    b't' => (b"true", Value::Bool(true)),
-                    b'f' => (b"false", Value::Bool(false)),
-                    _ => (b"null", Value::Null),
-                };
-                for (k, w) in word.iter().enumerate() {
-                    if b.get(i + k) != Some(w) {
-                        return Err(syntax(b, i + k, "in literal"));
-                    }
-                }
-                i += word.len();
-                done = Some(Node {
-                    value: v,
-                    span: Some(start..i),
-                });
-            }
-            Some(b'-') | Some(b'0'..=b'9') => {
-                i = number(b, i)?;
-                done = Some(Node {
-                    value: Value::Number(String::from_utf8_lossy(&b[start..i]).into_owned()),
-                    span: Some(start..i),
-                });
-            }
-            Some(_) => return Err(syntax(b, i, "looking for beginning of value")),
+                Opened::Empty(node, after) => (node, after),
+            },
+            _ => scalar(b, i)?,
+        };
+        match hand_up(b, &mut stack, node, after)? {
+            Up::Root(node) => return Ok(node),
+            Up::Next(next) => i = next,
         }
-        // A value is complete: hand it to the enclosing frames, closing
-        // every frame it completes.
-        let mut node = done.expect("a complete value");
-        loop {
-            let Some(top) = stack.last_mut() else {
-                return Ok(node);
+    }
+}
+
+enum Opened {
+    /// A frame was pushed; its first value starts at this index.
+    Frame(usize),
+    /// `{}` or `[]`, and the index after it.
+    Empty(Node, usize),
+}
+
+/// Opens the object (`is_obj`) or array at `b[start]`.
+fn open(b: &[u8], start: usize, is_obj: bool, stack: &mut Vec<Frame>) -> Result<Opened, Error> {
+    if stack.len() >= MAX_DEPTH {
+        return Err(Error::Depth(start));
+    }
+    let i = skip_ws(b, start + 1);
+    let empty = |value| {
+        Ok(Opened::Empty(
+            Node {
+                value,
+                span: Some(start..i + 1),
+            },
+            i + 1,
+        ))
+    };
+    if is_obj {
+        if b.get(i) == Some(&b'}') {
+            return empty(Value::Object(Vec::new()));
+        }
+        let (key, ks, after) = read_key(b, i)?;
+        stack.push(Frame::Object(start, Vec::new(), key, ks));
+        Ok(Opened::Frame(after))
+    } else {
+        if b.get(i) == Some(&b']') {
+            return empty(Value::Array(Vec::new()));
+        }
+        stack.push(Frame::Array(start, Vec::new()));
+        Ok(Opened::Frame(i))
+    }
+}
+
+/// Reads the string, literal or number at `b[i]`; returns it and the index
+/// after it.
+fn scalar(b: &[u8], start: usize) -> Result<(Node, usize), Error> {
+    let (value, end) = match b.get(start) {
+        None => return Err(Error::Eof),
+        Some(b'"') => {
+            let (s, after) = string(b, start)?;
+            (Value::String(s), after)
+        }
+        Some(&c @ (b't' | b'f' | b'n')) => {
+            let (word, v): (&[u8], Value) = match c {
+                b't' => (b"true", Value::Bool(true)),
+                b'f' => (b"false", Value::Bool(false)),
+                _ => (b"null", Value::Null),
             };
-            i = skip_ws(b, i);
-            match top {
-                Frame::Array(s, items) => {
-                    items.push(node);
-                    match b.get(i) {
-                        Some(b',') => {
-                            i = skip_ws(b, i + 1);
-                            break;
-                        }
-                        Some(b']') => {
-                            i += 1;
-                            let s = *s;
-                            let Some(Frame::Array(_, items)) = stack.pop() else {
-                                unreachable!()
-                            };
-                            node = Node {
-                                value: Value::Array(items),
-                                span: Some(s..i),
-                            };
-                        }
-                        _ => return Err(syntax(b, i, "after array element")),
-                    }
+            for (k, w) in word.iter().enumerate() {
+                if b.get(start + k) != Some(w) {
+                    return Err(syntax(b, start + k, "in literal"));
                 }
-                Frame::Object(s, members, pending) => {
-                    let (key, ks) = pending.take().expect("a key before each value");
-                    members.push(Member {
-                        key,
-                        key_span: Some(ks),
-                        node,
-                    });
-                    match b.get(i) {
-                        Some(b',') => {
-                            let (key, ks, after) = read_key(b, skip_ws(b, i + 1))?;
-                            *pending = Some((key, ks));
-                            i = after;
-                            break;
-                        }
-                        Some(b'}') => {
-                            i += 1;
-                            let s = *s;
-                            let Some(Frame::Object(_, members, _)) = stack.pop() else {
-                                unreachable!()
-                            };
-                            node = Node {
-                                value: Value::Object(members),
-                                span: Some(s..i),
-                            };
-                        }
-                        _ => return Err(syntax(b, i, "after object key:value pair")),
+            }
+            (v, start + word.len())
+        }
+        Some(b'-') | Some(b'0'..=b'9') => {
+            let end = number(b, start)?;
+            let text = String::from_utf8_lossy(&b[start..end]).into_owned();
+            (Value::Number(text), end)
+        }
+        Some(_) => return Err(syntax(b, start, "looking for beginning of value")),
+    };
+    let node = Node {
+        value,
+        span: Some(start..end),
+    };
+    Ok((node, end))
+}
+
+enum Up {
+    /// The top-level value is complete.
+    Root(Node),
+    /// The next value of an open frame starts at this index.
+    Next(usize),
+}
+
+/// Hands the complete value `node` (ending before `b[i]`) to the enclosing
+/// frames, closing every frame it completes.
+fn hand_up(b: &[u8], stack: &mut Vec<Frame>, mut node: Node, mut i: usize) -> Result<Up, Error> {
+    loop {
+        let Some(mut frame) = stack.pop() else {
+            return Ok(Up::Root(node));
+        };
+        i = skip_ws(b, i);
+        match &mut frame {
+            Frame::Array(_, items) => {
+                items.push(node);
+                match b.get(i) {
+                    Some(b',') => {
+                        stack.push(frame);
+                        return Ok(Up::Next(skip_ws(b, i + 1)));
                     }
+                    Some(b']') => {}
+                    _ => return Err(syntax(b, i, "after array element")),
+                }
+            }
+            Frame::Object(_, members, key, ks) => {
+                members.push(Member {
+                    key: std::mem::take(key),
+                    key_span: Some(std::mem::take(ks)),
+                    node,
+                });
+                match b.get(i) {
+                    Some(b',') => {
+                        let (next, next_span, after) = read_key(b, skip_ws(b, i + 1))?;
+                        *key = next;
+                        *ks = next_span;
+                        stack.push(frame);
+                        return Ok(Up::Next(after));
+                    }
+                    Some(b'}') => {}
+                    _ => return Err(syntax(b, i, "after object key:value pair")),
                 }
             }
         }
+        i += 1;
+        node = match frame {
+            Frame::Array(s, items) => Node {
+                value: Value::Array(items),
+                span: Some(s..i),
+            },
+            Frame::Object(s, members, ..) => Node {
+                value: Value::Object(members),
+                span: Some(s..i),
+            },
+        };
     }
 }
 

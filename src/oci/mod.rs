@@ -3,6 +3,7 @@
 //!
 //! This layer uses only `core` and `sys` (and itself), never `commands`.
 
+pub(crate) mod go_merge;
 pub mod gojson;
 pub mod marker;
 pub mod runtime_args;

@@ -205,7 +205,7 @@ impl CapsView {
         Ok(())
     }
 
-    pub fn set(&self, i: usize) -> Option<Vec<String>> {
+    fn set(&self, i: usize) -> Option<Vec<String>> {
         self.sets[i].as_ref().map(|s| s.items().to_vec())
     }
 
@@ -270,7 +270,7 @@ impl ProcessView {
 
     /// The rlimits runc will set, by type; the last entry of a type wins,
     /// as runc applies them in order.
-    pub fn rlimit_map(&self) -> BTreeMap<String, crate::core::decision::Rlimit> {
+    fn rlimit_map(&self) -> BTreeMap<String, crate::core::decision::Rlimit> {
         self.rlimits
             .as_ref()
             .map(|r| {
@@ -329,7 +329,7 @@ impl Decode for HookView {
 }
 
 /// The hook stages of runtime-spec (specs-go Hooks); runc runs no others.
-pub const HOOK_STAGES: [&str; 6] = [
+const HOOK_STAGES: [&str; 6] = [
     "prestart",
     "createRuntime",
     "createContainer",

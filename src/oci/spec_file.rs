@@ -13,6 +13,12 @@
 //! and serde (last key wins) all read the edited values. Everything else is
 //! copied byte for byte; the file is replaced atomically or not at all.
 //!
+//! The schema of that merge, and Go's type rules, are in [`go_merge`]. A
+//! file whose process runc's decoder refuses (a type error, even in a value
+//! a later duplicate replaces: Go reports it after decoding the rest) is
+//! never rewritten: it is passed through unchanged, so runc reports its own
+//! error instead of starting what the merge would have repaired.
+//!
 //! A merge that cannot be reproduced (a list of structs holding something
 //! other than objects, which runc refuses anyway) is an error: the caller
 //! refuses a GPU container rather than start it without its edits.
@@ -20,10 +26,11 @@
 use crate::core::capability;
 use crate::core::container::{Capabilities, Container};
 use crate::core::decision::Edits;
+pub use crate::oci::go_merge::TypeError;
+use crate::oci::go_merge::{self, Out, OutMember, Target, PROCESS};
 use crate::oci::gojson::{self, key_matches, Member, Node, Tree, Value};
 use crate::oci::spec::{ProcessView, SpecError, SpecView};
 use crate::sys::fsutil;
-use std::borrow::Cow;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -126,6 +133,13 @@ impl LoadedSpec {
         };
         patch(&self.bytes, &self.root.0, process, edits, Target::Spec)
     }
+
+    /// The first value in the spec's `process` objects that runc's decoder
+    /// (runtime-spec `Process` as runc 1.1 builds it) cannot store: runc
+    /// refuses such a spec, and [`LoadedSpec::patched`] leaves it as it is.
+    pub fn runc_type_error(&self) -> Option<TypeError> {
+        go_merge::process_type_error(self.root.0.as_object()?, Target::Spec, false)
+    }
 }
 
 /// Reads and parses a config.json; `bundle` resolves a relative root.path.
@@ -169,6 +183,11 @@ impl LoadedProcess {
             edits,
             Target::Process,
         )
+    }
+
+    /// [`LoadedSpec::runc_type_error`] for an exec process file.
+    pub fn runc_type_error(&self) -> Option<TypeError> {
+        go_merge::process_type_error(self.root.0.as_object()?, Target::Process, false)
     }
 }
 
@@ -230,264 +249,80 @@ pub enum PatchError {
     Unmergeable(&'static str),
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Target {
-    /// config.json: the process is the top-level `process` member(s).
-    Spec,
-    /// exec's process.json: the top-level object is the process.
-    Process,
-}
-
-/// How Go decodes a field of specs-go Process (and its structs) when the
-/// field appears again.
-#[derive(Clone, Copy)]
-enum Kind {
-    /// string, bool, number: replaced; null ignored.
-    Scalar,
-    /// slice of scalars or pointer to a scalar: replaced; null clears.
-    Nullable,
-    /// pointer to struct: merged; null clears.
-    Ptr(&'static [Field]),
-    /// struct: merged; null ignored.
-    Struct(&'static [Field]),
-    /// slice of structs: decoded element by element into the elements
-    /// already there, including those a shorter list left past its end
-    /// (decode.go array); null clears it, `[]` makes a fresh one.
-    StructSlice(&'static [Field]),
-}
-
-struct Field {
-    name: &'static str,
-    kind: Kind,
-}
-
-const fn f(name: &'static str, kind: Kind) -> Field {
-    Field { name, kind }
-}
-
-const CAPS: &[Field] = &[
-    f("bounding", Kind::Nullable),
-    f("effective", Kind::Nullable),
-    f("inheritable", Kind::Nullable),
-    f("permitted", Kind::Nullable),
-    f("ambient", Kind::Nullable),
-];
-const RLIMIT: &[Field] = &[
-    f("type", Kind::Scalar),
-    f("hard", Kind::Scalar),
-    f("soft", Kind::Scalar),
-];
-const BOX: &[Field] = &[f("height", Kind::Scalar), f("width", Kind::Scalar)];
-const USER: &[Field] = &[
-    f("uid", Kind::Scalar),
-    f("gid", Kind::Scalar),
-    f("umask", Kind::Nullable),
-    f("additionalGids", Kind::Nullable),
-    f("username", Kind::Scalar),
-];
-const SCHEDULER: &[Field] = &[
-    f("policy", Kind::Scalar),
-    f("nice", Kind::Scalar),
-    f("priority", Kind::Scalar),
-    f("flags", Kind::Nullable),
-    f("runtime", Kind::Scalar),
-    f("deadline", Kind::Scalar),
-    f("period", Kind::Scalar),
-];
-const IO_PRIORITY: &[Field] = &[f("class", Kind::Scalar), f("priority", Kind::Scalar)];
-const CPU_AFFINITY: &[Field] = &[f("initial", Kind::Scalar), f("final", Kind::Scalar)];
-/// specs-go Process (runtime-spec v1.2).
-const PROCESS: &[Field] = &[
-    f("terminal", Kind::Scalar),
-    f("consoleSize", Kind::Ptr(BOX)),
-    f("user", Kind::Struct(USER)),
-    f("args", Kind::Nullable),
-    f("commandLine", Kind::Scalar),
-    f("env", Kind::Nullable),
-    f("cwd", Kind::Scalar),
-    f("capabilities", Kind::Ptr(CAPS)),
-    f("rlimits", Kind::StructSlice(RLIMIT)),
-    f("noNewPrivileges", Kind::Scalar),
-    f("apparmorProfile", Kind::Scalar),
-    f("oomScoreAdj", Kind::Nullable),
-    f("scheduler", Kind::Ptr(SCHEDULER)),
-    f("selinuxLabel", Kind::Scalar),
-    f("ioPriority", Kind::Ptr(IO_PRIORITY)),
-    f("execCPUAffinity", Kind::Ptr(CPU_AFFINITY)),
-];
-
-/// A value of the merged output: source nodes by reference, merged objects
-/// and fresh values built here.
-enum Out<'a> {
-    Src(&'a Node),
-    Obj(Vec<OutMember<'a>>),
-    Built(Node),
-    /// A slice of structs: `len` elements over a backing array.
-    List(Vec<Vec<OutMember<'a>>>, usize),
-}
-
-struct OutMember<'a> {
-    key: Cow<'a, str>,
-    /// The source member whose key bytes to copy (unknown fields).
-    src: Option<&'a Member>,
-    val: Out<'a>,
-}
-
-fn position(acc: &[OutMember], key: &str) -> Option<usize> {
-    acc.iter().position(|m| m.key == key)
-}
-
-fn set<'a>(acc: &mut Vec<OutMember<'a>>, key: &'static str, val: Out<'a>) {
-    match position(acc, key) {
-        Some(i) => acc[i].val = val,
-        None => acc.push(OutMember {
-            key: Cow::Borrowed(key),
-            src: None,
-            val,
-        }),
+impl From<go_merge::Unmergeable> for PatchError {
+    fn from(e: go_merge::Unmergeable) -> PatchError {
+        PatchError::Unmergeable(e.0)
     }
 }
 
-/// Decodes `obj` into the merged struct `acc` as Go would.
-fn merge<'a>(
-    acc: &mut Vec<OutMember<'a>>,
-    obj: &'a [Member],
-    schema: &'static [Field],
-    path: &'static str,
-) -> Result<(), PatchError> {
-    for m in obj {
-        let Some(field) = schema.iter().find(|f| key_matches(&m.key, f.name)) else {
-            // Unknown to runc: kept (last one wins), never read.
-            match acc.iter().position(|o| o.src.is_some() && o.key == m.key) {
-                Some(i) => acc[i].val = Out::Src(&m.node),
-                None => acc.push(OutMember {
-                    key: Cow::Borrowed(&m.key),
-                    src: Some(m),
-                    val: Out::Src(&m.node),
-                }),
-            }
-            continue;
-        };
-        let null = m.node.is_null();
-        match field.kind {
-            Kind::Scalar | Kind::Struct(_) if null => {}
-            Kind::Nullable | Kind::Ptr(_) | Kind::StructSlice(_) if null => {
-                if let Some(i) = position(acc, field.name) {
-                    acc.remove(i);
-                }
-            }
-            Kind::Ptr(sub) | Kind::Struct(sub) if m.node.as_object().is_some() => {
-                let members = m.node.as_object().unwrap_or_default();
-                let i = match position(acc, field.name) {
-                    Some(i) => i,
-                    None => {
-                        acc.push(OutMember {
-                            key: Cow::Borrowed(field.name),
-                            src: None,
-                            val: Out::Obj(Vec::new()),
-                        });
-                        acc.len() - 1
-                    }
-                };
-                // An earlier non-object value (a type error for runc) is replaced.
-                if !matches!(acc[i].val, Out::Obj(_)) {
-                    acc[i].val = Out::Obj(Vec::new());
-                }
-                if let Out::Obj(inner) = &mut acc[i].val {
-                    merge(inner, members, sub, path)?;
-                }
-            }
-            Kind::StructSlice(sub) => match &m.node.value {
-                Value::Array(items) => {
-                    let i = match position(acc, field.name) {
-                        Some(i) if !items.is_empty() => i,
-                        Some(i) => {
-                            acc[i].val = Out::List(Vec::new(), 0);
-                            continue;
-                        }
-                        None => {
-                            acc.push(OutMember {
-                                key: Cow::Borrowed(field.name),
-                                src: None,
-                                val: Out::List(Vec::new(), 0),
-                            });
-                            acc.len() - 1
-                        }
-                    };
-                    if !matches!(acc[i].val, Out::List(..)) {
-                        acc[i].val = Out::List(Vec::new(), 0);
-                    }
-                    if let Out::List(backing, len) = &mut acc[i].val {
-                        for (k, item) in items.iter().enumerate() {
-                            if k >= backing.len() {
-                                backing.push(Vec::new());
-                            }
-                            match &item.value {
-                                Value::Object(ms) => merge(&mut backing[k], ms, sub, path)?,
-                                // null leaves a struct as it is; any other
-                                // value is a type error runc refuses.
-                                Value::Null => {}
-                                _ => return Err(PatchError::Unmergeable(path)),
-                            }
-                        }
-                        *len = items.len();
-                    }
-                }
-                // A type error: runc refuses the spec.
-                _ => set(acc, field.name, Out::Src(&m.node)),
-            },
-            _ => set(acc, field.name, Out::Src(&m.node)),
+/// A decoded rlimit entry as [`raised_rlimits`] edits it.
+struct Rlimit {
+    kind: String,
+    soft: u64,
+    hard: u64,
+}
+
+/// Raises rlimit type `kind` to at least `want` on the entry runc applies:
+/// runc sets every entry in order (runc utils_linux.go newProcess keeps the
+/// spec's order; libcontainer/init_linux.go setupRlimits calls prlimit for
+/// each), so the last entry of a type is the one in force and the earlier
+/// ones are overridden by it. Without an entry of that type, one is added.
+/// The entry keeps its soft or hard value where that is higher (the
+/// decision never lowers a limit, and the spec may have changed since).
+/// Returns whether anything changed.
+fn raise(list: &mut Vec<Rlimit>, kind: &str, want: &crate::core::decision::Rlimit) -> bool {
+    match list.iter_mut().rev().find(|r| r.kind == kind) {
+        Some(r) if r.soft >= want.soft && r.hard >= want.hard => false,
+        Some(r) => {
+            r.soft = r.soft.max(want.soft);
+            r.hard = r.hard.max(want.hard);
+            true
+        }
+        None => {
+            list.push(Rlimit {
+                kind: kind.to_string(),
+                soft: want.soft,
+                hard: want.hard,
+            });
+            true
         }
     }
-    Ok(())
 }
 
-/// `process.rlimits` with the edits' limits raised into it, or None when
-/// runc would already set every one at least as high. An entry of the same
-/// type keeps its soft or hard value where that is higher (the decision
-/// never lowers a limit, and the spec may have changed since); other
-/// rlimits are kept as runc would read them. runc applies them with
-/// setrlimit before the container's process starts
-/// (libcontainer/init_linux.go).
+/// `process.rlimits` with each limit of the edits raised ([`raise`]), or
+/// None when runc would already set every one at least as high. The other
+/// entries are kept as runc would read them.
 fn raised_rlimits(process: &ProcessView, edits: &Edits) -> Option<Node> {
     if edits.rlimits.is_empty() {
         return None;
     }
-    let mut list: Vec<(String, u64, u64)> = process
+    let mut list: Vec<Rlimit> = process
         .rlimits
         .as_ref()
         .map(|r| {
             r.items()
                 .iter()
-                .map(|r| (r.kind.clone(), r.soft, r.hard))
+                .map(|r| Rlimit {
+                    kind: r.kind.clone(),
+                    soft: r.soft,
+                    hard: r.hard,
+                })
                 .collect()
         })
         .unwrap_or_default();
     let mut changed = false;
     for (kind, want) in &edits.rlimits {
-        match list.iter_mut().find(|(k, _, _)| k == kind) {
-            Some((_, soft, hard)) => {
-                if *soft < want.soft || *hard < want.hard {
-                    *soft = (*soft).max(want.soft);
-                    *hard = (*hard).max(want.hard);
-                    changed = true;
-                }
-            }
-            None => {
-                list.push((kind.clone(), want.soft, want.hard));
-                changed = true;
-            }
-        }
+        changed |= raise(&mut list, kind, want);
     }
     let number = |n: u64| Node::new(Value::Number(n.to_string()));
     changed.then(|| {
         Node::new(Value::Array(
             list.into_iter()
-                .map(|(kind, soft, hard)| {
+                .map(|r| {
                     Node::new(Value::Object(vec![
-                        Member::new("type", Node::string(kind)),
-                        Member::new("hard", number(hard)),
-                        Member::new("soft", number(soft)),
+                        Member::new("type", Node::string(r.kind)),
+                        Member::new("hard", number(r.hard)),
+                        Member::new("soft", number(r.soft)),
                     ]))
                 })
                 .collect(),
@@ -510,8 +345,11 @@ fn dropped(edits: &Edits, cap: &str) -> bool {
         .any(|d| *d == norm || d == cap)
 }
 
-/// The patched file, or None when the edits change nothing runc reads.
-pub fn patch(
+/// The patched file, or None when the edits change nothing runc reads, or
+/// when runc refuses the process as it is: such a file is passed through
+/// unchanged, so runc reports its own error (a merge would drop a type
+/// error in a value a later duplicate replaces, and make it startable).
+fn patch(
     src: &[u8],
     root: &Node,
     process: &ProcessView,
@@ -534,33 +372,65 @@ pub fn patch(
     let Some(top) = root.as_object() else {
         return Ok(None);
     };
-    // Merge every `process` into one, as Go decodes them.
+    if go_merge::process_type_error(top, target, false).is_some() {
+        return Ok(None);
+    }
+    let Some(mut acc) = merged_process(top, target)? else {
+        return Ok(None);
+    };
+    set_edited(&mut acc, process, caps.as_ref(), rlimits, edits);
+    let mut out = Vec::with_capacity(src.len() + 256);
+    match target {
+        Target::Process => go_merge::write_obj(&mut out, src, &acc),
+        Target::Spec => write_spec(&mut out, src, top, &acc),
+    }
+    Ok(Some(out))
+}
+
+/// Every `process` merged into one, as Go decodes them; None when the
+/// top-level `process` is not an object (runc refuses it; the view says so
+/// first).
+fn merged_process(
+    top: &[Member],
+    target: Target,
+) -> Result<Option<Vec<OutMember<'_>>>, PatchError> {
     let mut acc: Vec<OutMember> = Vec::new();
     match target {
-        Target::Process => merge(&mut acc, top, PROCESS, "rlimits")?,
+        Target::Process => go_merge::merge(&mut acc, top, PROCESS, "rlimits")?,
         Target::Spec => {
             for m in top.iter().filter(|m| key_matches(&m.key, "process")) {
                 match &m.node.value {
-                    Value::Null => acc.clear(),
-                    Value::Object(members) => merge(&mut acc, members, PROCESS, "process.rlimits")?,
-                    // A type error: runc refuses the spec; the view said so first.
+                    Value::Null => go_merge::clear(&mut acc),
+                    Value::Object(members) => {
+                        go_merge::merge(&mut acc, members, PROCESS, "process.rlimits")?
+                    }
                     _ => return Ok(None),
                 }
             }
         }
     }
-    // The edited fields: exactly what runc would read, plus the edits.
+    Ok(Some(acc))
+}
+
+/// The edited fields: exactly what runc would read, plus the edits.
+fn set_edited<'a>(
+    acc: &mut Vec<OutMember<'a>>,
+    process: &ProcessView,
+    caps: Option<&Capabilities>,
+    rlimits: Option<Node>,
+    edits: &Edits,
+) {
     let mut env = process.env_entries();
     for (k, v) in &edits.env {
         env.push(format!("{k}={}", v.as_str().unwrap_or_default()));
     }
     if process.env.is_some() || !edits.env.is_empty() {
-        set(&mut acc, "env", Out::Built(string_array(&env)));
+        go_merge::set(acc, "env", Out::Built(string_array(&env)));
     }
-    if let Some(c) = &caps {
+    if let Some(c) = caps {
         let sets = Capabilities::SETS
             .iter()
-            .zip(CAPS)
+            .zip(go_merge::CAPS)
             .filter_map(|(s, field)| {
                 let list: Vec<&String> = c
                     .set(s)?
@@ -570,89 +440,44 @@ pub fn patch(
                 Some(Member::new(field.name, string_array(list)))
             })
             .collect();
-        set(
-            &mut acc,
+        go_merge::set(
+            acc,
             "capabilities",
             Out::Built(Node::new(Value::Object(sets))),
         );
     }
     if let Some(list) = rlimits {
-        set(&mut acc, "rlimits", Out::Built(list));
+        go_merge::set(acc, "rlimits", Out::Built(list));
     }
-    set(
-        &mut acc,
+    let nnp = process.no_new_privileges || edits.no_new_privileges;
+    go_merge::set(
+        acc,
         "noNewPrivileges",
-        Out::Built(Node::new(Value::Bool(
-            process.no_new_privileges || edits.no_new_privileges,
-        ))),
+        Out::Built(Node::new(Value::Bool(nnp))),
     );
-    let mut out = Vec::with_capacity(src.len() + 256);
-    match target {
-        Target::Process => write_obj(&mut out, src, &acc),
-        Target::Spec => {
-            out.push(b'{');
-            let mut first = true;
-            let mut process_written = false;
-            for m in top {
-                let is_process = key_matches(&m.key, "process");
-                if is_process && process_written {
-                    continue;
-                }
-                if !first {
-                    out.push(b',');
-                }
-                first = false;
-                if is_process {
-                    process_written = true;
-                    out.extend_from_slice(b"\"process\":");
-                    write_obj(&mut out, src, &acc);
-                } else {
-                    write_key(&mut out, src, m);
-                    gojson::write(&mut out, src, &m.node);
-                }
-            }
-            out.push(b'}');
-        }
-    }
-    Ok(Some(out))
 }
 
-fn write_key(out: &mut Vec<u8>, src: &[u8], m: &Member) {
-    match &m.key_span {
-        Some(s) => out.extend_from_slice(&src[s.clone()]),
-        None => gojson::write_string(out, &m.key),
-    }
-    out.push(b':');
-}
-
-/// Writes a merged object (its nesting is the schema's, at most 3 deep).
-fn write_obj(out: &mut Vec<u8>, src: &[u8], members: &[OutMember]) {
+/// Writes config.json: every top-level member as it was, the merged
+/// process in place of the first `process` and none of the others.
+fn write_spec(out: &mut Vec<u8>, src: &[u8], top: &[Member], process: &[OutMember]) {
     out.push(b'{');
-    for (i, m) in members.iter().enumerate() {
-        if i > 0 {
+    let mut first = true;
+    let mut process_written = false;
+    for m in top {
+        let is_process = key_matches(&m.key, "process");
+        if is_process && process_written {
+            continue;
+        }
+        if !first {
             out.push(b',');
         }
-        match m.src {
-            Some(sm) => write_key(out, src, sm),
-            None => {
-                gojson::write_string(out, &m.key);
-                out.push(b':');
-            }
-        }
-        match &m.val {
-            Out::Src(n) => gojson::write(out, src, n),
-            Out::Built(n) => gojson::write(out, src, n),
-            Out::Obj(inner) => write_obj(out, src, inner),
-            Out::List(backing, len) => {
-                out.push(b'[');
-                for (k, item) in backing.iter().take(*len).enumerate() {
-                    if k > 0 {
-                        out.push(b',');
-                    }
-                    write_obj(out, src, item);
-                }
-                out.push(b']');
-            }
+        first = false;
+        if is_process {
+            process_written = true;
+            out.extend_from_slice(b"\"process\":");
+            go_merge::write_obj(out, src, process);
+        } else {
+            go_merge::write_member(out, src, m);
         }
     }
     out.push(b'}');
@@ -764,6 +589,73 @@ mod tests {
         // refuses the spec, and so the view is an error too.
         let src = r#"{"process": {"rlimits": [1]}, "process": {"rlimits": [{"soft": 2}]}}"#;
         assert!(LoadedSpec::from_bytes(Path::new("c"), src.as_bytes().to_vec(), None).is_err());
+    }
+
+    #[test]
+    fn rlimits_raise_the_entry_runc_applies() {
+        use crate::core::decision::Rlimit;
+        // runc applies every entry in order, so the last of a type is in
+        // force: that one is raised, whatever the earlier ones say.
+        let src = r#"{"process": {"rlimits": [
+            {"type": "RLIMIT_MEMLOCK", "hard": 65536, "soft": 65536},
+            {"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024},
+            {"type": "RLIMIT_MEMLOCK", "hard": 65536, "soft": 65536}]}}"#;
+        let want = Rlimit {
+            soft: 1 << 30,
+            hard: 1 << 30,
+        };
+        let mut edits = Edits::default();
+        edits.rlimits.insert("RLIMIT_MEMLOCK".into(), want);
+        // Any type the decision raises is handled alike (RLIMIT_STACK).
+        edits.rlimits.insert("RLIMIT_STACK".into(), want);
+        let out = patched(src, &edits).expect("raised");
+        let again = reread(&out);
+        assert_eq!(again.rlimits["RLIMIT_MEMLOCK"], want, "{out}");
+        assert_eq!(again.rlimits["RLIMIT_STACK"], want, "{out}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(
+            v["process"]["rlimits"][0],
+            json!({"type": "RLIMIT_MEMLOCK", "hard": 65536, "soft": 65536})
+        );
+        assert_eq!(patched(&out, &edits), None);
+        // The last entry already high enough: nothing to raise, even though
+        // an earlier, overridden one is lower.
+        let src = r#"{"process": {"rlimits": [
+            {"type": "RLIMIT_MEMLOCK", "hard": 1, "soft": 1},
+            {"type": "RLIMIT_MEMLOCK", "hard": 2147483648, "soft": 2147483648}]}}"#;
+        let mut edits = Edits::default();
+        edits.rlimits.insert("RLIMIT_MEMLOCK".into(), want);
+        assert_eq!(patched(src, &edits), None);
+    }
+
+    #[test]
+    fn a_spec_runc_refuses_is_left_as_it_is() {
+        // Go reports the type error of the first `process` although the
+        // second replaces the field: runc refuses the spec. Merging would
+        // drop the error and make it startable, so it is not rewritten.
+        for src in [
+            r#"{"process": {"cwd": 5, "env": ["A=1"]}, "process": {"cwd": "/"}}"#,
+            r#"{"process": {"user": {"gid": "0"}, "user": {"gid": 0}, "env": []}}"#,
+            r#"{"process": {"args": 5}, "process": null, "process": {"args": ["sh"]}}"#,
+            r#"{"process": {"consoleSize": {"height": -1}}, "Process": {"consoleSize": null}}"#,
+        ] {
+            let l = LoadedSpec::from_bytes(Path::new("c"), src.as_bytes().to_vec(), None).unwrap();
+            assert!(l.runc_type_error().is_some(), "{src}");
+            assert_eq!(l.patched(&edits()).unwrap(), None, "{src}");
+        }
+        let p = LoadedProcess::from_bytes(br#"{"cwd": 5, "cwd": "/", "args": ["sh"]}"#.to_vec())
+            .unwrap();
+        assert_eq!(
+            p.runc_type_error().map(|e| e.field).as_deref(),
+            Some("process.cwd")
+        );
+        assert_eq!(p.patched(&edits()).unwrap(), None);
+        // A field runc 1.1 does not know: edited, the error kept for the
+        // runtimes that know it.
+        let src = r#"{"process": {"scheduler": {"nice": "x"}, "env": []}, "process": {"scheduler": {"nice": 1}}}"#;
+        let out = patched(src, &edits()).expect("edited");
+        assert!(out.contains(r#""scheduler":{"nice": "x"}"#), "{out}");
+        assert!(reread(&out).no_new_privileges);
     }
 
     #[test]

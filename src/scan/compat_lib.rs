@@ -10,35 +10,43 @@
 //! candidates. Everything is resolved with [`Root`], so no symlink leads
 //! out of the rootfs, and only regular files are opened.
 //!
-//! The note is read with positioned reads only: the ELF header, the section
-//! header table in chunks, the section name table (or single names), and the
-//! note section itself, at most [`MAX_NOTE`] bytes. A multi-GB (or sparse
-//! 10 GB) library costs a few KiB.
+//! The note is read with positioned reads only, through the scanners' one
+//! ELF section reader ([`super::elf::SectionTable`]): the ELF header, the
+//! section header table in chunks, the section name table (or single
+//! names), and the note section itself, at most 64 KiB. A multi-GB (or sparse
+//! 10 GB) library costs a few KiB: a real one has a few dozen 64-byte
+//! section headers. What a hostile one can make it read is bounded (issue
+//! 17 C4): the section header size must be the ELF class's, the table at
+//! most 1 MiB, the whole directory at most 4 MiB in one second, and the
+//! names of one file (hard links: the same device and inode) are read once.
 
-use super::elf::{ends_past, ELF_MAGIC};
-use super::read::{read_exact_at, u16_at, u32_at, u64_at, ReadAt, SizedFile};
+use super::elf::{ends_past, ElfError, Section, SectionTable};
+use super::read::{read_exact_at, u32_at, Meter, Metered, ReadAt, SizedFile, Stop};
 use super::rootfs::{fstat, open_regular, Found, Root};
 use crate::core::compat::{CompatNote, NOTE_OWNER, NOTE_SECTION, NOTE_TYPE};
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 /// Where the hook looks (its `--cuda-compat-container-root` default).
 pub const COMPAT_DIR: &str = crate::core::compat::COMPAT_DIR;
 /// The largest note section read (real ones are under 200 bytes).
-pub const MAX_NOTE: u64 = 64 << 10;
+const MAX_NOTE: u64 = 64 << 10;
 /// The most `libcuda.so.*.*` entries examined in one directory.
 pub const MAX_LIBS: usize = crate::core::compat::MAX_LIBS;
-/// The most section headers looked at.
+/// The most section headers looked at, and the most bytes of them read.
 const MAX_SECTIONS: u64 = 1 << 16;
-/// Section name tables up to this size are read at once.
-const SMALL_STRTAB: u64 = 64 << 10;
+const MAX_TABLE_BYTES: u64 = 1 << 20;
+/// What reading one compat directory may cost, all its libraries together.
+const MAX_SCAN_BYTES: u64 = 4 << 20;
+const MAX_SCAN_TIME: Duration = Duration::from_secs(1);
 const SHT_NOTE: u32 = 7;
-const SHN_XINDEX: u32 = 0xffff;
 const PREFIX: &str = "libcuda.so.";
 
 pub use crate::core::compat::{CompatLib, CompatScan};
@@ -83,6 +91,9 @@ pub fn scan_root(root: &Root, dir: &str) -> CompatScan {
             return scan;
         }
     };
+    let meter = Meter::new(MAX_SCAN_BYTES, Some(Instant::now() + MAX_SCAN_TIME));
+    // Notes by (device, inode): hard links are one file, read once.
+    let mut read: HashMap<FileId, Result<CompatNote, String>> = HashMap::new();
     for entry in entries {
         if entry.is_dir || !is_candidate(&entry.name) {
             continue;
@@ -97,7 +108,10 @@ pub fn scan_root(root: &Root, dir: &str) -> CompatScan {
         // The entry itself, not what a symlink points at: O_NOFOLLOW on one
         // component below the resolved directory's descriptor.
         let note = match open_entry(&found, &entry.name, &path) {
-            Ok(Some(file)) => read_note(&file),
+            Ok(Some((file, id))) => read
+                .entry(id)
+                .or_insert_with(|| read_metered(&file, &meter))
+                .clone(),
             // A symlink, FIFO, device...: the hook skips it, so do we.
             Ok(None) => continue,
             Err(e) => Err(e),
@@ -109,6 +123,25 @@ pub fn scan_root(root: &Root, dir: &str) -> CompatScan {
         });
     }
     scan
+}
+
+/// Reads one library's note on the directory's meter; once the meter has
+/// stopped a read, every library after is left unread.
+fn read_metered(file: &SizedFile, meter: &Meter) -> Result<CompatNote, String> {
+    let note = match meter.hit.get() {
+        None => read_note(&Metered { inner: file, meter }),
+        Some(_) => Err(String::new()),
+    };
+    match meter.hit.get() {
+        None => note,
+        Some(Stop::Bytes) => Err(format!(
+            "not read: the compat libraries' read budget of {MAX_SCAN_BYTES} bytes ran out"
+        )),
+        Some(Stop::Time) => Err(format!(
+            "not read: the compat libraries' time budget of {} ms ran out",
+            MAX_SCAN_TIME.as_millis()
+        )),
+    }
 }
 
 /// Reads the note of a library at a host path (command line, tests).
@@ -149,7 +182,15 @@ fn io_text(e: &super::rootfs::RootfsError) -> String {
 
 /// Opens `name` in the directory `dir` (an O_PATH descriptor inside the
 /// root) without following a symlink; Ok(None) when it is not a regular file.
-fn open_entry(dir: &Found, name: &OsStr, shown: &str) -> Result<Option<SizedFile>, String> {
+/// A file's (device, inode): the same for all its names.
+type FileId = (u64, u64);
+
+/// The file comes with its [`FileId`].
+fn open_entry(
+    dir: &Found,
+    name: &OsStr,
+    shown: &str,
+) -> Result<Option<(SizedFile, FileId)>, String> {
     // /proc/self/fd/N is the directory the root resolver already found; the
     // single component below it is opened with O_NOFOLLOW, so nothing is
     // resolved outside the root.
@@ -171,193 +212,35 @@ fn open_entry(dir: &Found, name: &OsStr, shown: &str) -> Result<Option<SizedFile
         stat,
     };
     let file = open_regular(&found).map_err(|e| io_text(&e))?;
-    Ok(Some(SizedFile::new(file, stat.size)))
-}
-
-struct Header {
-    is64: bool,
-    shoff: u64,
-    shentsize: u64,
-    shnum: u64,
-    shstrndx: u32,
-}
-
-#[derive(Clone, Copy)]
-struct Section {
-    name: u32,
-    kind: u32,
-    offset: u64,
-    size: u64,
-    align: u64,
+    Ok(Some((
+        SizedFile::new(file, stat.size),
+        (stat.dev, stat.ino),
+    )))
 }
 
 fn io_err(e: std::io::Error) -> String {
     format!("cannot read the ELF file: {e}")
 }
 
-fn header<R: ReadAt + ?Sized>(r: &R) -> Result<Header, String> {
-    let mut h = [0u8; 64];
-    let n = r.size().min(64) as usize;
-    read_exact_at(r, &mut h[..n], 0).map_err(io_err)?;
-    if n < 16 || h[..4] != ELF_MAGIC {
-        return Err("not an ELF file".into());
-    }
-    let is64 = match h[4] {
-        1 => false,
-        2 => true,
-        c => return Err(format!("unsupported ELF class {c}")),
-    };
-    if h[5] != 1 {
-        return Err("big-endian ELF files are not supported".into());
-    }
-    if n < if is64 { 64 } else { 52 } {
-        return Err("the file ends inside the ELF header".into());
-    }
-    Ok(if is64 {
-        Header {
-            is64,
-            shoff: u64_at(&h, 0x28),
-            shentsize: u16_at(&h, 0x3a) as u64,
-            shnum: u16_at(&h, 0x3c) as u64,
-            shstrndx: u16_at(&h, 0x3e) as u32,
-        }
-    } else {
-        Header {
-            is64,
-            shoff: u32_at(&h, 0x20) as u64,
-            shentsize: u16_at(&h, 0x2e) as u64,
-            shnum: u16_at(&h, 0x30) as u64,
-            shstrndx: u16_at(&h, 0x32) as u32,
-        }
-    })
-}
-
-fn parse_section(b: &[u8], is64: bool) -> Section {
-    if is64 {
-        Section {
-            name: u32_at(b, 0),
-            kind: u32_at(b, 4),
-            offset: u64_at(b, 24),
-            size: u64_at(b, 32),
-            align: u64_at(b, 48),
-        }
-    } else {
-        Section {
-            name: u32_at(b, 0),
-            kind: u32_at(b, 4),
-            offset: u32_at(b, 16) as u64,
-            size: u32_at(b, 20) as u64,
-            align: u32_at(b, 32) as u64,
-        }
-    }
-}
-
-fn section_at<R: ReadAt + ?Sized>(
-    r: &R,
-    h: &Header,
-    i: u64,
-) -> Result<(Section, [u8; 64]), String> {
-    let mut b = [0u8; 64];
-    let len = if h.is64 { 64 } else { 40 };
-    let at = i
-        .checked_mul(h.shentsize)
-        .and_then(|o| o.checked_add(h.shoff))
-        .ok_or("section header offset overflows")?;
-    read_exact_at(r, &mut b[..len], at).map_err(io_err)?;
-    Ok((parse_section(&b[..len], h.is64), b))
-}
-
 /// Finds the section named [`NOTE_SECTION`] (the first, as Go's debug/elf
-/// lookup in the hook), reading names one by one or from a small table.
+/// lookup in the hook), through the one ELF section reader of the scanners.
 fn find_note_section<R: ReadAt + ?Sized>(r: &R) -> Result<Option<Section>, String> {
-    let h = header(r)?;
-    let file_size = r.size();
-    if h.shoff == 0 {
+    let text = |e: ElfError| e.to_string();
+    let Some(table) = SectionTable::read(r, MAX_SECTIONS, MAX_TABLE_BYTES).map_err(text)? else {
         return Ok(None);
-    }
-    let min_ent = if h.is64 { 64 } else { 40 };
-    if h.shentsize < min_ent {
-        return Err(format!(
-            "ELF section header entry size {} is too small",
-            h.shentsize
-        ));
-    }
-    let mut shnum = h.shnum;
-    let mut shstrndx = h.shstrndx;
-    if shnum == 0 || shstrndx == SHN_XINDEX {
-        let (first, raw) = section_at(r, &h, 0)?;
-        if shnum == 0 {
-            shnum = first.size;
-        }
-        if shstrndx == SHN_XINDEX {
-            shstrndx = if h.is64 {
-                u32_at(&raw, 40)
-            } else {
-                u32_at(&raw, 24)
-            };
-        }
-    }
-    if shnum > MAX_SECTIONS {
-        return Err(format!(
-            "the ELF file has {shnum} sections, more than the {MAX_SECTIONS} read"
-        ));
-    }
-    if shstrndx as u64 >= shnum {
-        return Err(format!(
-            "ELF section name table index {shstrndx} is out of range"
-        ));
-    }
-    let (strtab, _) = section_at(r, &h, shstrndx as u64)?;
-    if ends_past(strtab.offset, strtab.size, file_size) {
-        return Err("the ELF section name table runs past the end of the file".into());
-    }
-    let small = if strtab.size <= SMALL_STRTAB {
-        let mut all = vec![0u8; strtab.size as usize];
-        read_exact_at(r, &mut all, strtab.offset).map_err(io_err)?;
-        Some(all)
-    } else {
-        None
     };
-    let want = NOTE_SECTION.as_bytes();
-    let is_ours = |name: u32| -> Result<bool, String> {
-        let at = name as u64;
-        let need = want.len() as u64 + 1;
-        match at.checked_add(need) {
-            Some(end) if end <= strtab.size => {}
-            _ => return Ok(false),
-        }
-        let mut buf = [0u8; 64];
-        let bytes: &[u8] = match &small {
-            Some(all) => &all[at as usize..(at + need) as usize],
-            None => {
-                read_exact_at(r, &mut buf[..need as usize], strtab.offset + at).map_err(io_err)?;
-                &buf[..need as usize]
+    let names = table.names(r).map_err(text)?;
+    let mut found = None;
+    table
+        .walk(r, &mut |s| {
+            if names.find(r, s.name, &[NOTE_SECTION])?.is_some() {
+                found = Some(s);
+                return Ok(false);
             }
-        };
-        Ok(&bytes[..want.len()] == want && bytes[want.len()] == 0)
-    };
-    // Headers in chunks of at most 64 KiB.
-    const CHUNK: u64 = 64 << 10;
-    let per_chunk = (CHUNK / h.shentsize).max(1);
-    let mut chunk = Vec::new();
-    let mut i = 0u64;
-    while i < shnum {
-        let n = per_chunk.min(shnum - i);
-        let at = i
-            .checked_mul(h.shentsize)
-            .and_then(|o| o.checked_add(h.shoff))
-            .ok_or("section header offset overflows")?;
-        chunk.resize((n * h.shentsize) as usize, 0);
-        read_exact_at(r, &mut chunk, at).map_err(io_err)?;
-        for k in 0..n as usize {
-            let s = parse_section(&chunk[k * h.shentsize as usize..], h.is64);
-            if is_ours(s.name)? {
-                return Ok(Some(s));
-            }
-        }
-        i += n;
-    }
-    Ok(None)
+            Ok::<bool, ElfError>(true)
+        })
+        .map_err(text)?;
+    Ok(found)
 }
 
 /// Reads and parses the note of the ELF file `r`.
@@ -397,7 +280,7 @@ pub fn read_note<R: ReadAt + ?Sized>(r: &R) -> Result<CompatNote, String> {
 /// NVIDIA's hook cuts it (`trim` in cuda-elf-header.go): Tegra libraries in
 /// the wild declare 2 bytes more than their section holds. What is cut must
 /// still be a whole JSON object.
-pub fn parse_note(data: &[u8], section_align: u64) -> Result<CompatNote, String> {
+fn parse_note(data: &[u8], section_align: u64) -> Result<CompatNote, String> {
     let pad = if section_align == 8 { 8u64 } else { 4 };
     if data.len() < 12 {
         return Err(format!(

@@ -16,9 +16,9 @@
 
 use super::read::{read_exact_at, u16_at, u32_at, u64_at, ReadAt};
 
-pub const FATBIN_DATA_SECTION: &str = ".nv_fatbin";
-pub const FATBIN_PRELINK_SECTION: &str = "__nv_relfatbin";
-pub const FATBIN_CONTROL_SECTION: &str = ".nvFatBinSegment";
+const FATBIN_DATA_SECTION: &str = ".nv_fatbin";
+const FATBIN_PRELINK_SECTION: &str = "__nv_relfatbin";
+const FATBIN_CONTROL_SECTION: &str = ".nvFatBinSegment";
 /// `FATBINC_MAGIC` in fatbinary_section.h.
 pub const FATBINC_MAGIC: u32 = 0x466243B1;
 
@@ -26,11 +26,16 @@ const SHT_NOBITS: u32 = 8;
 const SHF_ALLOC: u64 = 0x2;
 const SHN_XINDEX: u32 = 0xffff;
 const ET_REL: u16 = 1;
-/// The most sections we look at. Shared libraries have tens; a relocatable
-/// object built with -ffunction-sections can have many thousands.
+/// The most sections the fatbin reader looks at. Shared libraries have
+/// tens; a relocatable object built with -ffunction-sections can have many
+/// thousands.
 const MAX_SECTIONS: u64 = 1 << 20;
 /// Section name tables up to this size are read at once; larger ones name by name.
 const SMALL_STRTAB: u64 = 64 << 10;
+/// Bytes read for one section name: enough for every name looked up.
+const NAME_READ: u64 = 32;
+/// Section headers are read in chunks of at most this many bytes.
+const CHUNK_BYTES: u64 = 64 << 10;
 /// The most wrappers we follow (each is 24 bytes in `.nvFatBinSegment`;
 /// cuBLASLt 13 has 2,638, one per translation unit).
 const MAX_WRAPPERS: u64 = 1 << 16;
@@ -48,10 +53,10 @@ pub enum ElfError {
     Class(u8),
     #[error("big-endian ELF files are not supported")]
     BigEndian,
-    #[error("ELF section header entry size {0} is too small")]
-    ShEntSize(u16),
-    #[error("ELF file has {0} sections, more than the {MAX_SECTIONS} we read")]
-    TooManySections(u64),
+    #[error("ELF section header entry size {size} is not {want}, the size of a section header of its class")]
+    ShEntSize { size: u16, want: u16 },
+    #[error("ELF file has {count} sections, more than the {limit} we read")]
+    TooManySections { count: u64, limit: u64 },
     #[error("ELF section name table index {0} is out of range")]
     StrTab(u32),
     #[error("ELF section {name} (offset {offset}, size {size}) runs past the end of the file ({file_size} bytes)")]
@@ -73,16 +78,37 @@ pub struct Region {
     pub whole_section: bool,
 }
 
+/// One section header (System V ABI, "Sections": Elf32_Shdr / Elf64_Shdr).
 #[derive(Clone, Copy, Debug)]
-struct Section {
-    name: u32,
-    kind: u32,
-    flags: u64,
-    addr: u64,
-    offset: u64,
-    size: u64,
+pub(crate) struct Section {
+    /// Offset of the name in the section name table.
+    pub name: u32,
+    pub kind: u32,
+    pub flags: u64,
+    pub addr: u64,
+    pub offset: u64,
+    pub size: u64,
+    pub link: u32,
+    pub align: u64,
 }
 
+/// The ELF header's view of the section header table: where it is, how
+/// many entries of what size, and which section holds the names. The one
+/// reader of section headers for every scanner ([`fatbin_regions`],
+/// the compat note reader).
+pub(crate) struct SectionTable {
+    pub is64: bool,
+    pub e_type: u16,
+    shoff: u64,
+    entsize: u64,
+    /// The number of sections, from the header or section 0.
+    pub count: u64,
+    strndx: u32,
+}
+
+pub const ELF_MAGIC: [u8; 4] = [0x7f, b'E', b'L', b'F'];
+
+/// The ELF header fields that locate the section header table.
 struct Header {
     is64: bool,
     e_type: u16,
@@ -91,8 +117,6 @@ struct Header {
     shnum: u64,
     shstrndx: u32,
 }
-
-pub const ELF_MAGIC: [u8; 4] = [0x7f, b'E', b'L', b'F'];
 
 fn header<R: ReadAt + ?Sized>(r: &R) -> Result<Header, ElfError> {
     let mut h = [0u8; 64];
@@ -138,17 +162,6 @@ fn header<R: ReadAt + ?Sized>(r: &R) -> Result<Header, ElfError> {
     })
 }
 
-fn section_at<R: ReadAt + ?Sized>(r: &R, h: &Header, i: u64) -> Result<Section, ElfError> {
-    let mut b = [0u8; 64];
-    let len = if h.is64 { 64 } else { 40 };
-    let at = i
-        .checked_mul(h.shentsize as u64)
-        .and_then(|o| o.checked_add(h.shoff))
-        .ok_or_else(|| ElfError::Io(overflow()))?;
-    read_exact_at(r, &mut b[..len], at).map_err(ElfError::Io)?;
-    Ok(parse_section(&b[..len], h.is64))
-}
-
 fn parse_section(b: &[u8], is64: bool) -> Section {
     if is64 {
         Section {
@@ -158,6 +171,8 @@ fn parse_section(b: &[u8], is64: bool) -> Section {
             addr: u64_at(b, 16),
             offset: u64_at(b, 24),
             size: u64_at(b, 32),
+            link: u32_at(b, 40),
+            align: u64_at(b, 48),
         }
     } else {
         Section {
@@ -167,6 +182,8 @@ fn parse_section(b: &[u8], is64: bool) -> Section {
             addr: u32_at(b, 12) as u64,
             offset: u32_at(b, 16) as u64,
             size: u32_at(b, 20) as u64,
+            link: u32_at(b, 24),
+            align: u32_at(b, 32) as u64,
         }
     }
 }
@@ -175,22 +192,166 @@ fn overflow() -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidData, "offset overflows")
 }
 
-/// Section names we care about, read from the name table.
-struct Names {
+impl SectionTable {
+    /// Reads the ELF header and, when e_shnum or e_shstrndx do not fit its
+    /// 16-bit fields, section 0 (sh_size holds the count, sh_link the name
+    /// table index). `None`: the file has no section header table
+    /// (stripped with sstrip). More than `max_sections`, or a table of
+    /// more than `max_table_bytes`, is an error before it is read.
+    ///
+    /// e_shentsize must be the class's section header size, 40 or 64
+    /// bytes (System V ABI, "ELF Header": e_shentsize is sizeof(ElfN_Shdr);
+    /// every linker writes exactly that): a hostile one of up to 65,535
+    /// would make every header read cost that much.
+    pub fn read<R: ReadAt + ?Sized>(
+        r: &R,
+        max_sections: u64,
+        max_table_bytes: u64,
+    ) -> Result<Option<SectionTable>, ElfError> {
+        let h = header(r)?;
+        if h.shoff == 0 {
+            return Ok(None);
+        }
+        let want: u16 = if h.is64 { 64 } else { 40 };
+        if h.shentsize != want {
+            return Err(ElfError::ShEntSize {
+                size: h.shentsize,
+                want,
+            });
+        }
+        let mut t = SectionTable {
+            is64: h.is64,
+            e_type: h.e_type,
+            shoff: h.shoff,
+            entsize: h.shentsize as u64,
+            count: h.shnum,
+            strndx: h.shstrndx,
+        };
+        if t.count == 0 || t.strndx == SHN_XINDEX {
+            let first = t.section(r, 0)?;
+            if t.count == 0 {
+                t.count = first.size;
+            }
+            if t.strndx == SHN_XINDEX {
+                t.strndx = first.link;
+            }
+        }
+        let limit = max_sections.min(max_table_bytes / t.entsize);
+        if t.count > limit {
+            return Err(ElfError::TooManySections {
+                count: t.count,
+                limit,
+            });
+        }
+        if t.strndx as u64 >= t.count {
+            return Err(ElfError::StrTab(t.strndx));
+        }
+        Ok(Some(t))
+    }
+
+    /// Is this file linked (not a relocatable object)?
+    pub fn is_linked(&self) -> bool {
+        self.e_type != ET_REL
+    }
+
+    fn offset_of(&self, i: u64) -> Result<u64, ElfError> {
+        i.checked_mul(self.entsize)
+            .and_then(|o| o.checked_add(self.shoff))
+            .ok_or_else(|| ElfError::Io(overflow()))
+    }
+
+    fn header_len(&self) -> usize {
+        if self.is64 {
+            64
+        } else {
+            40
+        }
+    }
+
+    /// Section header `i`.
+    pub fn section<R: ReadAt + ?Sized>(&self, r: &R, i: u64) -> Result<Section, ElfError> {
+        let mut b = [0u8; 64];
+        let len = self.header_len();
+        read_exact_at(r, &mut b[..len], self.offset_of(i)?).map_err(ElfError::Io)?;
+        Ok(parse_section(&b[..len], self.is64))
+    }
+
+    /// The section name table, read whole when it is small.
+    pub fn names<R: ReadAt + ?Sized>(&self, r: &R) -> Result<Names, ElfError> {
+        let file_size = r.size();
+        let strtab = self.section(r, self.strndx as u64)?;
+        if ends_past(strtab.offset, strtab.size, file_size) {
+            return Err(ElfError::SectionPastEnd {
+                name: "section name table".into(),
+                offset: strtab.offset,
+                size: strtab.size,
+                file_size,
+            });
+        }
+        let small = if strtab.size <= SMALL_STRTAB {
+            let mut all = vec![0u8; strtab.size as usize];
+            read_exact_at(r, &mut all, strtab.offset).map_err(ElfError::Io)?;
+            Some(all)
+        } else {
+            None
+        };
+        Ok(Names {
+            offset: strtab.offset,
+            size: strtab.size,
+            small,
+        })
+    }
+
+    /// Hands every section header, in order, to `visit` until it returns
+    /// `Ok(false)`. Headers are read in chunks of at most 64 KiB, so memory
+    /// stays small whatever the count and entry size.
+    pub fn walk<R: ReadAt + ?Sized, E: From<ElfError>>(
+        &self,
+        r: &R,
+        visit: &mut dyn FnMut(Section) -> Result<bool, E>,
+    ) -> Result<(), E> {
+        let ent = self.entsize;
+        let per_chunk = (CHUNK_BYTES / ent).max(1);
+        let mut chunk = Vec::new();
+        let mut i = 0u64;
+        while i < self.count {
+            let n = per_chunk.min(self.count - i);
+            let at = self.offset_of(i)?;
+            chunk.resize((n * ent) as usize, 0);
+            read_exact_at(r, &mut chunk, at).map_err(ElfError::Io)?;
+            for k in 0..n as usize {
+                if !visit(parse_section(&chunk[k * ent as usize..], self.is64))? {
+                    return Ok(());
+                }
+            }
+            i += n;
+        }
+        Ok(())
+    }
+}
+
+/// The section name table.
+pub(crate) struct Names {
     offset: u64,
     size: u64,
     small: Option<Vec<u8>>,
 }
 
 impl Names {
-    /// The name at `at`, if it is one of ours (at most 32 bytes are read).
-    fn get<R: ReadAt + ?Sized>(&self, r: &R, at: u32) -> Result<Option<&'static str>, ElfError> {
+    /// The name at `at`, if it is one of `among` (each shorter than 32
+    /// bytes; at most 32 bytes are read).
+    pub fn find<R: ReadAt + ?Sized>(
+        &self,
+        r: &R,
+        at: u32,
+        among: &[&'static str],
+    ) -> Result<Option<&'static str>, ElfError> {
         let at = at as u64;
         if at >= self.size {
             return Ok(None);
         }
-        let mut buf = [0u8; 32];
-        let n = (self.size - at).min(32) as usize;
+        let mut buf = [0u8; NAME_READ as usize];
+        let n = (self.size - at).min(NAME_READ) as usize;
         let bytes: &[u8] = match &self.small {
             Some(all) => {
                 let s = at as usize;
@@ -205,13 +366,7 @@ impl Names {
             Some(end) => &bytes[..end],
             None => return Ok(None),
         };
-        Ok([
-            FATBIN_DATA_SECTION,
-            FATBIN_PRELINK_SECTION,
-            FATBIN_CONTROL_SECTION,
-        ]
-        .into_iter()
-        .find(|n| n.as_bytes() == name))
+        Ok(among.iter().copied().find(|n| n.as_bytes() == name))
     }
 }
 
@@ -220,26 +375,31 @@ pub fn is_elf(first_bytes: &[u8]) -> bool {
     first_bytes.len() >= 4 && first_bytes[..4] == ELF_MAGIC
 }
 
+/// The section names the fatbin reader looks for.
+const FATBIN_SECTIONS: [&str; 3] = [
+    FATBIN_DATA_SECTION,
+    FATBIN_PRELINK_SECTION,
+    FATBIN_CONTROL_SECTION,
+];
+
 /// The regions of `r` that hold fat binaries: every `.nv_fatbin` and
 /// `__nv_relfatbin` section and each wrapper target, in file order.
 pub fn fatbin_regions<R: ReadAt + ?Sized>(r: &R) -> Result<Vec<Region>, ElfError> {
-    let h = header(r)?;
-    if h.shoff == 0 {
+    let Some(table) = SectionTable::read(r, MAX_SECTIONS, u64::MAX)? else {
         // No section header table (stripped with sstrip): nothing to find.
         return Ok(Vec::new());
-    }
-    let min_ent = if h.is64 { 64 } else { 40 };
-    if (h.shentsize as usize) < min_ent {
-        return Err(ElfError::ShEntSize(h.shentsize));
-    }
-    let (shnum, shstrndx) = section_counts(r, &h)?;
-    let names = section_names(r, &h, shstrndx)?;
-    let mut found = walk_sections(r, &h, shnum, &names)?;
+    };
+    let names = table.names(r)?;
+    let mut found = Sections::default();
+    table.walk(r, &mut |s| {
+        keep_section(r, &table, &names, s, &mut found)?;
+        Ok::<bool, ElfError>(true)
+    })?;
     // Wrappers: follow `data` when it points outside the sections above.
     // In relocatable objects the pointer is a relocation (0 in the file), so
     // only linked files are followed.
-    if h.e_type != ET_REL {
-        follow_wrappers(r, &h, &mut found)?;
+    if table.is_linked() {
+        follow_wrappers(r, &table, &mut found)?;
     }
     // In file order, a section before a wrapper target at the same offset:
     // the walker skips any region that starts inside one already walked, so
@@ -249,64 +409,6 @@ pub fn fatbin_regions<R: ReadAt + ?Sized>(r: &R) -> Result<Vec<Region>, ElfError
     regions.sort_by_key(|g| (g.offset, !g.whole_section));
     regions.dedup();
     Ok(regions)
-}
-
-/// The number of sections and the index of the section name table, from
-/// the header or, when they do not fit its 16-bit fields, section 0.
-fn section_counts<R: ReadAt + ?Sized>(r: &R, h: &Header) -> Result<(u64, u32), ElfError> {
-    let mut shnum = h.shnum;
-    let mut shstrndx = h.shstrndx;
-    if shnum == 0 || shstrndx == SHN_XINDEX {
-        // More sections than fit the 16-bit fields: section 0 holds the real
-        // count (sh_size) and the name table index (sh_link).
-        let first = section_at(r, h, 0)?;
-        if shnum == 0 {
-            shnum = first.size;
-        }
-        if shstrndx == SHN_XINDEX {
-            let mut b = [0u8; 64];
-            let len = if h.is64 { 64 } else { 40 };
-            read_exact_at(r, &mut b[..len], h.shoff).map_err(ElfError::Io)?;
-            shstrndx = if h.is64 {
-                u32_at(&b, 40)
-            } else {
-                u32_at(&b, 24)
-            };
-        }
-    }
-    if shnum > MAX_SECTIONS {
-        return Err(ElfError::TooManySections(shnum));
-    }
-    if shstrndx as u64 >= shnum {
-        return Err(ElfError::StrTab(shstrndx));
-    }
-    Ok((shnum, shstrndx))
-}
-
-/// The section name table, read whole when it is small.
-fn section_names<R: ReadAt + ?Sized>(r: &R, h: &Header, shstrndx: u32) -> Result<Names, ElfError> {
-    let file_size = r.size();
-    let strtab = section_at(r, h, shstrndx as u64)?;
-    if ends_past(strtab.offset, strtab.size, file_size) {
-        return Err(ElfError::SectionPastEnd {
-            name: "section name table".into(),
-            offset: strtab.offset,
-            size: strtab.size,
-            file_size,
-        });
-    }
-    let small = if strtab.size <= SMALL_STRTAB {
-        let mut all = vec![0u8; strtab.size as usize];
-        read_exact_at(r, &mut all, strtab.offset).map_err(ElfError::Io)?;
-        Some(all)
-    } else {
-        None
-    };
-    Ok(Names {
-        offset: strtab.offset,
-        size: strtab.size,
-        small,
-    })
 }
 
 /// What the section header table gave.
@@ -320,42 +422,11 @@ struct Sections {
     allocated: Vec<Section>,
 }
 
-/// Reads the section headers in chunks of at most 64 KiB, so memory stays
-/// small even for a million sections or a hostile 64 KiB e_shentsize.
-fn walk_sections<R: ReadAt + ?Sized>(
-    r: &R,
-    h: &Header,
-    shnum: u64,
-    names: &Names,
-) -> Result<Sections, ElfError> {
-    const CHUNK_BYTES: u64 = 64 << 10;
-    let mut found = Sections::default();
-    let ent = h.shentsize as u64;
-    let per_chunk = (CHUNK_BYTES / ent).max(1);
-    let mut chunk = Vec::new();
-    let mut i = 0u64;
-    while i < shnum {
-        let n = per_chunk.min(shnum - i);
-        let at = i
-            .checked_mul(ent)
-            .and_then(|o| o.checked_add(h.shoff))
-            .ok_or_else(|| ElfError::Io(overflow()))?;
-        chunk.resize((n * ent) as usize, 0);
-        read_exact_at(r, &mut chunk, at).map_err(ElfError::Io)?;
-        for k in 0..n as usize {
-            let s = parse_section(&chunk[k * ent as usize..], h.is64);
-            keep_section(r, h, names, s, &mut found)?;
-        }
-        i += n;
-    }
-    Ok(found)
-}
-
 /// Files one section header: as an allocated section (for wrapper
 /// pointers), a fatbin region or a wrapper section.
 fn keep_section<R: ReadAt + ?Sized>(
     r: &R,
-    h: &Header,
+    h: &SectionTable,
     names: &Names,
     s: Section,
     found: &mut Sections,
@@ -363,13 +434,13 @@ fn keep_section<R: ReadAt + ?Sized>(
     let file_size = r.size();
     if s.kind != SHT_NOBITS
         && s.flags & SHF_ALLOC != 0
-        && h.e_type != ET_REL
+        && h.is_linked()
         && found.allocated.len() < MAX_KEPT_SECTIONS
         && !ends_past(s.offset, s.size, file_size)
     {
         found.allocated.push(s);
     }
-    let Some(name) = names.get(r, s.name)? else {
+    let Some(name) = names.find(r, s.name, &FATBIN_SECTIONS)? else {
         return Ok(());
     };
     if s.kind == SHT_NOBITS || s.size == 0 {
@@ -402,7 +473,7 @@ fn keep_section<R: ReadAt + ?Sized>(
 /// points at (at most [`MAX_WRAPPERS`] are followed).
 fn follow_wrappers<R: ReadAt + ?Sized>(
     r: &R,
-    h: &Header,
+    h: &SectionTable,
     found: &mut Sections,
 ) -> Result<(), ElfError> {
     let wsize: u64 = if h.is64 { 24 } else { 16 };
@@ -642,5 +713,21 @@ mod tests {
         assert!(fatbin_regions(cut).is_err());
         // Too short for an ELF header.
         assert!(fatbin_regions(&ELF_MAGIC[..]).is_err());
+    }
+
+    #[test]
+    fn the_section_header_size_is_the_class_s() {
+        let mut elf = build_elf(&[(".nv_fatbin", 1, 2, 0, &[0u8; 8])]);
+        elf[0x3a..0x3c].copy_from_slice(&65u16.to_le_bytes());
+        assert!(matches!(
+            fatbin_regions(elf.as_slice()),
+            Err(ElfError::ShEntSize { size: 65, want: 64 })
+        ));
+        // A table over the byte cap is refused before it is read.
+        let elf = build_elf(&[(".nv_fatbin", 1, 2, 0, &[0u8; 8])]);
+        assert!(matches!(
+            SectionTable::read(elf.as_slice(), 1 << 20, 64),
+            Err(ElfError::TooManySections { count: 3, limit: 1 })
+        ));
     }
 }

@@ -5,7 +5,7 @@
 //! NVIDIA's own tools (fatbinary, nvcc and cuobjdump 13.5 from the
 //! nvidia-cuda-nvcc / nvidia-cuda-cuobjdump wheels: build images with
 //! `fatbinary --create --image3=kind=elf|ptx,sm=...`, dump the headers and
-//! compare with `cuobjdump -elf -ptx`), matching ../shared/research/cuda-facts.md.
+//! compare with `cuobjdump -elf -ptx`).
 //! integration/make-fatbin-fixtures.sh rebuilds the fixtures the tests
 //! compare against cuobjdump.
 //!

@@ -4,7 +4,7 @@
 //! of directories). Pure pattern logic; rootfs.rs walks the directories.
 
 /// The most patterns one config entry may expand to through `{...}`.
-pub const MAX_EXPANSIONS: usize = 1024;
+const MAX_EXPANSIONS: usize = 1024;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum GlobError {
@@ -67,7 +67,7 @@ fn shown(s: &str) -> String {
 
 /// Expands `{a,b}` alternatives (nested allowed), e.g. `{usr,opt}/lib` into
 /// `usr/lib` and `opt/lib`.
-pub fn expand_braces(glob: &str) -> Result<Vec<String>, GlobError> {
+fn expand_braces(glob: &str) -> Result<Vec<String>, GlobError> {
     let mut out = Vec::new();
     expand_into(glob, glob, &mut out)?;
     Ok(out)

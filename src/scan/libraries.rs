@@ -32,14 +32,12 @@
 use super::cache::Cache;
 use super::fatbin::{self, Budget, FatbinError};
 use super::glob::{self, Component, Pattern};
-use super::read::{ReadAt, SizedFile};
+use super::read::{Meter, Metered, SizedFile, Stop};
 use super::rootfs::{self, DirEntry, EntriesTap, Found, Root, RootfsError};
 use crate::core::kernel_image::{Image, Library, Outcome, Scanned};
 use crate::core::policy::KernelImageConfig;
 use nix::errno::Errno;
-use std::cell::Cell;
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::io;
 use std::path::Path;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -225,7 +223,7 @@ impl Walker<'_> {
 
 /// What the globs matched inside the root.
 #[derive(Debug, Default)]
-pub struct Expansion {
+struct Expansion {
     /// Paths the patterns match (not yet opened), in scan order: by config
     /// glob, literal names before wildcard matches, then as found.
     pub paths: Vec<String>,
@@ -238,7 +236,7 @@ pub struct Expansion {
 /// Expands `patterns` (each with the index of its config glob) inside the
 /// root; `tap` sees every directory listing ([`rootfs::no_tap`] outside
 /// tests).
-pub fn expand(
+fn expand(
     root: &Root,
     patterns: &[(usize, Pattern)],
     limits: &Limits,
@@ -300,60 +298,7 @@ enum Hit {
     Time,
 }
 
-/// The read allowance of one attempt at a library: bytes the reads may
-/// return, and a deadline. Records what was read and what stopped it.
-struct Meter {
-    allowance: u64,
-    deadline: Option<Instant>,
-    read: Cell<u64>,
-    hit: Cell<Option<Hit>>,
-}
-
-impl Meter {
-    fn new(allowance: u64, deadline: Option<Instant>) -> Meter {
-        Meter {
-            allowance,
-            deadline,
-            read: Cell::new(0),
-            hit: Cell::new(None),
-        }
-    }
-}
-
-/// A reader that counts what it returns against a [`Meter`] and fails a
-/// read that would go past the allowance or the deadline. The parsers see
-/// an I/O error; the caller asks the meter whether it was the budget.
-struct Metered<'a, R: ?Sized> {
-    inner: &'a R,
-    meter: &'a Meter,
-}
-
-impl<R: ReadAt + ?Sized> ReadAt for Metered<'_, R> {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        let m = self.meter;
-        if m.read.get().saturating_add(buf.len() as u64) > m.allowance {
-            m.hit.set(Some(Hit::Bytes));
-            return Err(io::Error::other("read budget used up"));
-        }
-        if m.deadline.is_some_and(|d| Instant::now() >= d) {
-            m.hit.set(Some(Hit::Time));
-            return Err(io::Error::other("time budget used up"));
-        }
-        let n = self.inner.read_at(buf, offset)?;
-        m.read.set(m.read.get() + n as u64);
-        Ok(n)
-    }
-
-    fn size(&self) -> u64 {
-        self.inner.size()
-    }
-}
-
-/// Scans one opened library into its distinct images.
-pub fn scan_found(found: &Found, budget: &mut Budget) -> Result<Vec<Image>, ScanFailure> {
-    scan_metered(found, budget, &Meter::new(u64::MAX, None))
-}
-
+/// Scans one opened library into its distinct images, its reads metered.
 fn scan_metered(
     found: &Found,
     budget: &mut Budget,
@@ -379,7 +324,7 @@ fn scan_metered(
 
 /// Why one library could not be scanned.
 #[derive(Debug, thiserror::Error)]
-pub enum ScanFailure {
+enum ScanFailure {
     #[error(transparent)]
     Open(RootfsError),
     #[error(transparent)]
@@ -632,7 +577,8 @@ impl Scan<'_> {
         // The meter first: a parser may have turned its refusal into any
         // error (or passed over it), and the result is then not the file's.
         let hit = match (meter.hit.get(), &result) {
-            (Some(h), _) => Some(h),
+            (Some(Stop::Bytes), _) => Some(Hit::Bytes),
+            (Some(Stop::Time), _) => Some(Hit::Time),
             (None, Err(ScanFailure::Parse(FatbinError::EntryBudget))) => Some(Hit::Entries),
             (None, Err(ScanFailure::Parse(FatbinError::TimeBudget))) => Some(Hit::Time),
             _ => None,

@@ -26,7 +26,7 @@ pub mod stream_fatbin;
 
 use crate::core::decision::Finding;
 use crate::core::facts::Gpu;
-use crate::core::policy::{KernelImageConfig, KernelImageSeverity};
+use crate::core::policy::{Enforcement, KernelImageConfig};
 use crate::core::version::Version;
 use std::path::Path;
 
@@ -41,7 +41,7 @@ pub fn kernel_image_findings(
     cuda_driver_version: Option<&Version>,
     cfg: &KernelImageConfig,
 ) -> Vec<Finding> {
-    if cfg.severity == KernelImageSeverity::Off || gpus.is_empty() {
+    if cfg.severity == Enforcement::Off || gpus.is_empty() {
         return Vec::new();
     }
     let scanned = libraries::scan_rootfs(rootfs, cfg);

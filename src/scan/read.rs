@@ -3,9 +3,11 @@
 //! pread(2) rather than mmap, so a file truncated under us is an error
 //! (short read), never a SIGBUS.
 
+use std::cell::Cell;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
+use std::time::Instant;
 
 /// Something that can be read at an offset: a file, or bytes in memory
 /// (tests and the fuzz target).
@@ -63,6 +65,62 @@ impl ReadAt for SizedFile {
 
     fn size(&self) -> u64 {
         self.size
+    }
+}
+
+/// What stopped a metered read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stop {
+    Bytes,
+    Time,
+}
+
+/// A read allowance: bytes the reads may return, and a deadline. Records
+/// what was read and what stopped it.
+pub(crate) struct Meter {
+    allowance: u64,
+    deadline: Option<Instant>,
+    pub read: Cell<u64>,
+    pub hit: Cell<Option<Stop>>,
+}
+
+impl Meter {
+    pub fn new(allowance: u64, deadline: Option<Instant>) -> Meter {
+        Meter {
+            allowance,
+            deadline,
+            read: Cell::new(0),
+            hit: Cell::new(None),
+        }
+    }
+}
+
+/// A reader that counts what it returns against a [`Meter`] and fails a
+/// read that would go past the allowance or the deadline. The parsers see
+/// an I/O error; the caller asks the meter whether it was the budget.
+pub(crate) struct Metered<'a, R: ?Sized> {
+    pub inner: &'a R,
+    pub meter: &'a Meter,
+}
+
+impl<R: ReadAt + ?Sized> ReadAt for Metered<'_, R> {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let m = self.meter;
+        if m.read.get().saturating_add(buf.len() as u64) > m.allowance {
+            m.hit.set(Some(Stop::Bytes));
+            return Err(io::Error::other("read budget used up"));
+        }
+        if m.deadline.is_some_and(|d| Instant::now() >= d) {
+            m.hit.set(Some(Stop::Time));
+            return Err(io::Error::other("time budget used up"));
+        }
+        let n = self.inner.read_at(buf, offset)?;
+        m.read.set(m.read.get() + n as u64);
+        Ok(n)
+    }
+
+    fn size(&self) -> u64 {
+        self.inner.size()
     }
 }
 

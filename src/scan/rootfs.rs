@@ -34,7 +34,7 @@ const MAX_SYMLINKS: u32 = 40;
 /// The deepest directory stack the userspace resolver keeps open.
 const MAX_DEPTH: usize = 256;
 /// The most entries read from one directory while globbing.
-pub const MAX_DIR_ENTRIES: usize = 1 << 17;
+const MAX_DIR_ENTRIES: usize = 1 << 17;
 /// PATH_MAX of <linux/limits.h>: a symlink target is shorter (symlink(2)
 /// ENAMETOOLONG), so a longer one read back means something is wrong.
 const PATH_MAX: usize = 4096;
@@ -400,7 +400,7 @@ impl Root {
 /// `is_dir` answers for entries whose `d_type` is DT_UNKNOWN (asked
 /// without following symlinks). The first readdir(3) error fails the whole
 /// listing.
-pub fn list_entries<'a>(
+fn list_entries<'a>(
     entries: Entries<'a>,
     mut is_dir: impl FnMut(&CStr) -> bool,
 ) -> io::Result<Vec<DirEntry>> {

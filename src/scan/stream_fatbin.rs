@@ -43,10 +43,10 @@ use std::collections::BTreeMap;
 use std::io::{self, Read};
 
 /// Bytes kept before `e_shoff` for the section name table.
-pub const TAIL_BEFORE: u64 = 4 << 20;
+const TAIL_BEFORE: u64 = 4 << 20;
 /// Bytes kept from `e_shoff` on: the section header table (65,536 64-byte
 /// headers; real libraries have tens).
-pub const SHT_MAX: u64 = 4 << 20;
+const SHT_MAX: u64 = 4 << 20;
 /// Bytes read from the stream at a time.
 const CHUNK: usize = 256 << 10;
 /// Container candidates (valid or not) recorded; cuBLASLt 13 has 2,638.
@@ -450,107 +450,128 @@ pub fn scan_stream(
 ) -> Result<StreamScan, FatbinError> {
     let mut head = [0u8; 64];
     let n = read_full(r, &mut head[..size.min(64) as usize])?;
-    if n < 4 {
-        return Err(FatbinError::NotElf);
-    }
-    let elf = elf::is_elf(&head[..4]);
-    if !elf && u32_at(&head, 0) != FATBIN_MAGIC {
-        return Err(FatbinError::NotElf);
-    }
-    // e_shoff, to know which bytes to keep for the section headers.
-    let shoff = if elf && n >= 52 {
-        if head[4] == 2 && n >= 64 {
-            u64_at(&head, 0x28)
+    let mut s = Scanner::start(&head[..n], size, budget)?;
+    s.feed(r)?;
+    s.finish()
+}
+
+impl<'b> Scanner<'b> {
+    /// A scanner that has seen the first bytes of the file, `head`.
+    fn start(head: &[u8], size: u64, budget: &'b mut Budget) -> Result<Scanner<'b>, FatbinError> {
+        let n = head.len();
+        if n < 4 {
+            return Err(FatbinError::NotElf);
+        }
+        let elf = elf::is_elf(&head[..4]);
+        if !elf && u32_at(head, 0) != FATBIN_MAGIC {
+            return Err(FatbinError::NotElf);
+        }
+        // e_shoff, to know which bytes to keep for the section headers.
+        let shoff = if elf && n >= 52 {
+            if head[4] == 2 && n >= 64 {
+                u64_at(head, 0x28)
+            } else {
+                u32_at(head, 0x20) as u64
+            }
         } else {
-            u32_at(&head, 0x20) as u64
-        }
-    } else {
-        0
-    };
-    let (keep_lo, keep_hi) = if shoff == 0 {
-        (0, 0)
-    } else {
-        (
-            shoff.saturating_sub(TAIL_BEFORE),
-            shoff.saturating_add(SHT_MAX).min(size),
-        )
-    };
-    let mut s = Scanner {
-        size,
-        budget,
-        elf,
-        keep_lo,
-        keep_hi,
-        keep: Vec::new(),
-        kept: Kept {
+            0
+        };
+        let (keep_lo, keep_hi) = if shoff == 0 {
+            (0, 0)
+        } else {
+            (
+                shoff.saturating_sub(TAIL_BEFORE),
+                shoff.saturating_add(SHT_MAX).min(size),
+            )
+        };
+        let mut s = Scanner {
             size,
-            pieces: BTreeMap::new(),
-            missed: Cell::new(false),
-        },
-        win: head[..n].to_vec(),
-        wstart: 0,
-        search: 0,
-        cands: BTreeMap::new(),
-        active: Vec::new(),
-        wrappers: 0,
-    };
-    s.kept.put(0, &head[..n]);
-    s.keep_new(0);
-    let mut chunk = vec![0u8; CHUNK];
-    let mut total = n as u64;
-    loop {
-        s.find_magics(false)?;
-        s.parse_entries()?;
-        s.trim();
-        let got = read_some(r, &mut chunk)?;
-        if got == 0 {
-            break;
+            budget,
+            elf,
+            keep_lo,
+            keep_hi,
+            keep: Vec::new(),
+            kept: Kept {
+                size,
+                pieces: BTreeMap::new(),
+                missed: Cell::new(false),
+            },
+            win: head.to_vec(),
+            wstart: 0,
+            search: 0,
+            cands: BTreeMap::new(),
+            active: Vec::new(),
+            wrappers: 0,
+        };
+        s.kept.put(0, head);
+        s.keep_new(0);
+        Ok(s)
+    }
+
+    /// Reads the rest of the file through the scanner, then what is left
+    /// in the window. It must be exactly the file's size.
+    fn feed(&mut self, r: &mut dyn Read) -> Result<(), FatbinError> {
+        let mut chunk = vec![0u8; CHUNK];
+        let mut total = self.wend();
+        loop {
+            self.find_magics(false)?;
+            self.parse_entries()?;
+            self.trim();
+            let got = read_some(r, &mut chunk)?;
+            if got == 0 {
+                break;
+            }
+            let from = self.wend();
+            self.win.extend_from_slice(&chunk[..got]);
+            total += got as u64;
+            if total > self.size {
+                return Err(FatbinError::Io {
+                    offset: self.size,
+                    source: io::Error::new(io::ErrorKind::InvalidData, "file longer than its size"),
+                });
+            }
+            self.keep_new(from);
         }
-        let from = s.wend();
-        s.win.extend_from_slice(&chunk[..got]);
-        total += got as u64;
-        if total > size {
+        if total < self.size {
             return Err(FatbinError::Io {
-                offset: size,
-                source: io::Error::new(io::ErrorKind::InvalidData, "file longer than its size"),
+                offset: total,
+                source: io::Error::new(io::ErrorKind::UnexpectedEof, "file ends early"),
             });
         }
-        s.keep_new(from);
+        self.find_magics(true)?;
+        // Every active candidate ends inside the file, so all are done.
+        self.parse_entries()
     }
-    if total < size {
-        return Err(FatbinError::Io {
-            offset: total,
-            source: io::Error::new(io::ErrorKind::UnexpectedEof, "file ends early"),
-        });
-    }
-    s.find_magics(true)?;
-    s.parse_entries()?;
-    // Every active candidate ends inside the file, so all are done.
-    let mut out = StreamScan::default();
-    match s.regions()? {
-        Some(regions) => {
-            out.sections_known = true;
-            let mut done_until = 0u64;
-            for region in regions {
-                if region.offset < done_until {
-                    continue;
+
+    /// The entries of the candidates the section headers point at, or of
+    /// every valid candidate when they could not be kept.
+    fn finish(mut self) -> Result<StreamScan, FatbinError> {
+        let mut out = StreamScan::default();
+        match self.regions()? {
+            Some(regions) => {
+                out.sections_known = true;
+                let mut done_until = 0u64;
+                for region in regions {
+                    if region.offset < done_until {
+                        continue;
+                    }
+                    done_until = self.walk(&region, &mut out.entries)?;
                 }
-                done_until = s.walk(&region, &mut out.entries)?;
+            }
+            None => {
+                // Section names unknown: every valid container, outermost only.
+                let mut until = 0u64;
+                for (at, c) in std::mem::take(&mut self.cands) {
+                    if at < until || c.error.is_some() {
+                        continue;
+                    }
+                    until = c.end;
+                    out.entries.extend(c.entries);
+                }
             }
         }
-        None => {
-            // Section names unknown: every valid container, outermost only.
-            let mut until = 0u64;
-            for (at, c) in std::mem::take(&mut s.cands) {
-                if at < until || c.error.is_some() {
-                    continue;
-                }
-                until = c.end;
-                out.entries.extend(c.entries);
-            }
-        }
+        Ok(out)
     }
-    Ok(out)
 }
 
 fn read_some(r: &mut dyn Read, buf: &mut [u8]) -> Result<usize, FatbinError> {

@@ -1,6 +1,7 @@
 //! Small file helpers shared by every entry point: bounded reads and atomic
 //! replacement (temp file in the same directory, fsync, rename), so a crash or
-//! a concurrent reader never sees half a file.
+//! a concurrent reader never sees half a file; and the check of the private
+//! directories gpu-guard reads its own files back from.
 
 use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;

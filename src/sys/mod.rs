@@ -1,9 +1,11 @@
 //! Small system helpers shared by the I/O layers: bounded reads and atomic
-//! writes, logging (syslog and the runtime log) and time.
+//! writes, reading policy files, logging (syslog and the runtime log) and
+//! time.
 //!
 //! This layer depends on nothing above it: only `core` (the types it logs)
 //! and itself.
 
 pub mod fsutil;
 pub mod logging;
+pub mod policy_file;
 pub mod time;

@@ -1,5 +1,5 @@
 //! TEST ONLY: a stand-in for `libnvidia-ml.so.1` that answers from a host
-//! facts JSON file (../shared/design.md "Host facts JSON").
+//! facts JSON file (docs/interfaces.md, "Host facts JSON").
 //!
 //! It is built as `libfake_nvml.so`, a name no loader looks for, and is never
 //! installed: gpu-guard only loads it when a test config names it in
@@ -51,7 +51,7 @@ pub const NVML_ERROR_LIB_RM_VERSION_MISMATCH: NvmlReturn = 18;
 pub const NVML_ERROR_ARGUMENT_VERSION_MISMATCH: NvmlReturn = 25;
 pub const NVML_ERROR_UNKNOWN: NvmlReturn = 999;
 
-/// nvmlBrandType_t values (nvml.h), keyed by the lowercase names of design.md.
+/// nvmlBrandType_t values (nvml.h), keyed by the lowercase names of the host facts JSON.
 const BRANDS: &[(&str, c_uint)] = &[
     ("unknown", 0),
     ("quadro", 1),

@@ -8,7 +8,7 @@ fn host(driver: &str, cuda: &str) -> HostFacts {
     }
 }
 
-fn cfg(severity: KernelImageSeverity) -> LibrariesConfig {
+fn cfg(severity: Enforcement) -> LibrariesConfig {
     LibrariesConfig {
         severity,
         ..LibrariesConfig::default()
@@ -73,7 +73,7 @@ fn a_cuda_13_runtime_on_a_cuda_12_host_is_refused_under_enforce() {
     let f = assess(
         &scan,
         Some(&h),
-        &cfg(KernelImageSeverity::Enforce),
+        &cfg(Enforcement::Refuse),
         MinorVersionCompat::Off,
     );
     assert_eq!(f.len(), 1, "{f:?}");
@@ -90,14 +90,14 @@ fn a_cuda_13_runtime_on_a_cuda_12_host_is_refused_under_enforce() {
     let f = assess(
         &scan,
         Some(&h),
-        &cfg(KernelImageSeverity::Warn),
+        &cfg(Enforcement::Warn),
         MinorVersionCompat::Off,
     );
     assert_eq!(f[0].severity, Severity::Warning);
     let f = assess(
         &scan,
         Some(&host("580.65.06", "13.0")),
-        &cfg(KernelImageSeverity::Enforce),
+        &cfg(Enforcement::Refuse),
         MinorVersionCompat::Allow,
     );
     // 13.5 on 13.0 is a minor gap; CUDA 13's family minimum is not in
@@ -112,7 +112,7 @@ fn a_cuda_13_runtime_on_a_cuda_12_host_is_refused_under_enforce() {
     let f = assess(
         &scan,
         Some(&host("610.43.02", "13.5")),
-        &cfg(KernelImageSeverity::Enforce),
+        &cfg(Enforcement::Refuse),
         MinorVersionCompat::Off,
     );
     assert!(f.is_empty(), "{f:?}");
@@ -120,7 +120,7 @@ fn a_cuda_13_runtime_on_a_cuda_12_host_is_refused_under_enforce() {
     assert!(assess(
         &scan,
         Some(&h),
-        &cfg(KernelImageSeverity::Off),
+        &cfg(Enforcement::Off),
         MinorVersionCompat::Off
     )
     .is_empty());
@@ -133,7 +133,7 @@ fn minor_gaps_follow_the_requirement_rule() {
         ..LibraryScan::default()
     };
     let h = host("535.104.05", "12.2");
-    let enforce = cfg(KernelImageSeverity::Enforce);
+    let enforce = cfg(Enforcement::Refuse);
     let off = assess(&scan, Some(&h), &enforce, MinorVersionCompat::Off);
     assert_eq!(off[0].severity, Severity::Error);
     let warn = assess(&scan, Some(&h), &enforce, MinorVersionCompat::Warn);
@@ -181,7 +181,7 @@ fn missing_libraries_grouped_with_chain_and_fix() {
     let f = assess(
         &scan,
         None,
-        &cfg(KernelImageSeverity::Enforce),
+        &cfg(Enforcement::Refuse),
         MinorVersionCompat::Off,
     );
     assert_eq!(f.len(), 2, "{f:?}");
@@ -217,12 +217,12 @@ fn incomplete_scans_name_what_was_not_judged() {
         not_judged_total: 9,
         ..LibraryScan::default()
     };
-    let mut c = cfg(KernelImageSeverity::Enforce);
+    let mut c = cfg(Enforcement::Refuse);
     let f = assess(&scan, None, &c, MinorVersionCompat::Off);
     assert_eq!(f[0].severity, Severity::Warning);
     assert!(f[0].message.contains("lib0.so"), "{}", f[0].message);
     assert!(f[0].message.contains("and 4 more"), "{}", f[0].message);
-    c.on_incomplete = OnIncomplete::Refuse;
+    c.on_incomplete = Enforcement::Refuse;
     let f = assess(&scan, None, &c, MinorVersionCompat::Off);
     assert_eq!(f[0].severity, Severity::Error);
 }

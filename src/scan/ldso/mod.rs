@@ -21,7 +21,8 @@ pub mod snapshot;
 pub mod tree;
 pub mod walk;
 
-use crate::core::libraries::{LibrariesConfig, LibraryScan};
+use crate::core::libraries::LibraryScan;
+use crate::core::policy::LibrariesConfig;
 use crate::scan::rootfs::Root;
 use content::{ReadLimits, RootContent};
 use resolve::{Inputs, Resolved};

@@ -1,0 +1,28 @@
+//! Test binary `decide`: decisions on container specs, environments and
+//! host facts files, in process (the requirement language, detection and
+//! decision tables over tests/data/images and tests/data/hosts, profiles,
+//! config drop-ins) and through the gpu-guard binary (the CLI contract and
+//! bad input, the hooks, fleets and node labels), and root's file writes
+//! under race. Tests that need `test-hooks` (a fake host, the runtime
+//! wrapper with its marker directory) belong in `test_hooks`, image and
+//! rootfs reading in `image`, engine registration in `install`.
+//!
+//! Helpers: `support` (temp dirs, the skip rule); a file's own helpers stay
+//! in that file. A new test file here is one more `mod` line below.
+#[path = "../support/mod.rs"]
+mod support;
+
+mod cli;
+mod config_dropin;
+mod config_trust;
+mod decision_table;
+mod detect_table;
+mod fleet_affinity;
+mod fleet_cli;
+mod fleet_inputs;
+mod nvidia_settings;
+mod precreate_handoff;
+mod profiles;
+mod spec_go_decoder;
+mod version_overflow;
+mod write_safety;

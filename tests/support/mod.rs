@@ -1,0 +1,100 @@
+//! What every test binary shares: temp directories and the one rule for a
+//! test that cannot run (a missing tool, not being root).
+//!
+//! The rule: locally such a test prints `SKIP: <reason>` and passes without
+//! testing anything; under `GPU_GUARD_CI=1` (CI, `.ci/run`) it fails, so CI
+//! can never be green with a test that did not run. The SKIP line goes
+//! straight to the stderr handle rather than through `eprintln!`, which
+//! libtest captures: it shows in `cargo test`'s output, not only when the
+//! test fails.
+//!
+//! Each binary includes this file as `#[path = "../support/mod.rs"] mod support;`.
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// True under CI (GPU_GUARD_CI=1): a test that cannot run is a failure.
+pub fn ci() -> bool {
+    std::env::var("GPU_GUARD_CI").is_ok_and(|v| v == "1")
+}
+
+/// The rule for a test that cannot run here: fails under CI, prints
+/// `SKIP: reason` otherwise. The caller returns right after it.
+pub fn skip_or_fail(reason: &str) {
+    assert!(!ci(), "GPU_GUARD_CI=1 and {reason}: CI runs every test");
+    let _ = writeln!(std::io::stderr(), "SKIP: {reason}");
+}
+
+/// Whether `tool` is on PATH; when it is not, [`skip_or_fail`] says so and
+/// the test returns.
+pub fn have_tool(tool: &str) -> bool {
+    let found = std::process::Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        skip_or_fail(&format!("{tool} is not installed"));
+    }
+    found
+}
+
+/// Whether this test runs as root; when not, [`skip_or_fail`] says `why`
+/// it needs root.
+pub fn have_root(why: &str) -> bool {
+    let root = nix::unistd::geteuid().is_root();
+    if !root {
+        skip_or_fail(&format!("{why}: not running as root"));
+    }
+    root
+}
+
+/// `v`, or (when `what` is missing) [`skip_or_fail`] and None.
+pub fn require<T>(v: Option<T>, what: &str) -> Option<T> {
+    if v.is_none() {
+        skip_or_fail(&format!("{what} is missing"));
+    }
+    v
+}
+
+/// A fresh empty directory `gg-<tag>-<pid>-<n>` under the system temp dir,
+/// mode 0755 whatever the umask (write_safety's writer refuses directories
+/// others can write). Unique per call: the tests of one binary run in
+/// parallel threads of one process, so the pid alone does not separate them.
+pub fn tempdir(tag: &str) -> PathBuf {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let d = std::env::temp_dir().join(format!(
+        "gg-{tag}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("create temp dir");
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).expect("chmod temp dir");
+    d
+}
+
+/// A [`tempdir`] removed (with what is in it) on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        TempDir(tempdir(tag))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    pub fn join(&self, p: impl AsRef<Path>) -> PathBuf {
+        self.0.join(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

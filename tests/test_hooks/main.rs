@@ -1,0 +1,39 @@
+//! Test binary `test_hooks`: every test that needs the `test-hooks` feature,
+//! i.e. sets a variable only a test-hooks build of gpu-guard reads, or
+//! loads the fake NVML library (crates/fake-nvml):
+//! - a fake host (GPU_GUARD_PROC_NVIDIA, GPU_GUARD_DEV_DIR,
+//!   GPU_GUARD_BOOT_ID_FILE, GPU_GUARD_PROC_MODULES, GPU_GUARD_PROC_DEVICES):
+//!   the host probe, NVML faults, the facts cache, the probe child, `check`
+//!   and the prestart hook against fake hosts, integration/gpu-check.sh;
+//! - lowered image budgets (GPU_GUARD_IMAGE_MAX_BYTES/_SECS): `check --image`;
+//! - a private marker directory (GPU_GUARD_MARKER_DIR): the runtime wrapper
+//!   end to end in spec_parity (without it, markers go to the real
+//!   /run/gpu-guard).
+//!
+//! Cargo builds this binary only with the feature (`required-features` in
+//! Cargo.toml), so plain `cargo test` leaves it out instead of failing.
+//! A test that needs none of these belongs in another binary.
+//!
+//! Helpers: `probe_common` (FakeHost, the fake library, bounded runs),
+//! `image_support` (shared with the `image` binary) and `support` (temp dirs,
+//! the skip rule). A new test file here is one more `mod` line below.
+#[cfg(not(feature = "test-hooks"))]
+compile_error!("these tests need `--features test-hooks` (Cargo.toml gates this binary on it)");
+
+#[path = "../support/mod.rs"]
+mod support;
+
+#[path = "../image/image_support.rs"]
+mod image_support;
+mod probe_common;
+
+mod fake_nvml_faults;
+mod fake_nvml_profiles;
+mod image_check;
+mod probe_api;
+mod probe_cache;
+mod probe_child;
+mod probe_e2e_check;
+mod probe_e2e_hook;
+mod probe_gpu_check_script;
+mod spec_parity;
