@@ -13,3 +13,4 @@ pub mod pipeline;
 pub mod runtime;
 pub mod runtime_exec;
 pub mod scan;
+pub mod scan_libraries;

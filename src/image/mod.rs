@@ -42,6 +42,7 @@ mod decoder;
 mod digest;
 mod error;
 mod layer;
+pub mod libraries;
 mod open;
 mod platform;
 mod readat;

@@ -28,6 +28,9 @@ pub const MAX_NEEDED: usize = 4096;
 pub const MAX_STRING: usize = 4096;
 /// Program headers read (e_phnum is 16 bits; real files have about ten).
 const MAX_PHDRS: u16 = 4096;
+/// String tables up to this size are read whole (real ones: a few KiB to
+/// a few MiB for C++ libraries with many exported symbols).
+pub const WHOLE_STRTAB: u64 = 1 << 20;
 
 pub const ELFCLASS32: u8 = 1;
 pub const ELFCLASS64: u8 = 2;
@@ -357,9 +360,20 @@ fn read_dynamic<R: ReadAt + ?Sized>(
         return Ok(());
     };
     info.has_strtab = true;
+    let limit = strtab.1.min(tags.strsz.unwrap_or(u64::MAX));
+    // A string table of real size is read at once: one read instead of one
+    // per name (and, for a streamed image file, one range to keep).
+    let whole = if limit <= WHOLE_STRTAB {
+        let mut b = vec![0u8; limit as usize];
+        read_exact_at(r, &mut b, strtab.0).map_err(DynamicError::Io)?;
+        Some(b)
+    } else {
+        None
+    };
     let strings = Strings {
         offset: strtab.0,
-        limit: strtab.1.min(tags.strsz.unwrap_or(u64::MAX)),
+        limit,
+        whole,
     };
     for off in tags.needed {
         info.needed.push(strings.get(r, off)?);
@@ -386,10 +400,12 @@ fn vaddr_to_offset(phdrs: &[Phdr], va: u64) -> Option<(u64, u64)> {
     })
 }
 
-/// The dynamic string table: where it starts and how far it may be read.
+/// The dynamic string table: where it starts, how far it may be read, and
+/// its bytes when it was read whole.
 struct Strings {
     offset: u64,
     limit: u64,
+    whole: Option<Vec<u8>>,
 }
 
 impl Strings {
@@ -399,6 +415,15 @@ impl Strings {
     fn get<R: ReadAt + ?Sized>(&self, r: &R, off: u64) -> Result<String, DynamicError> {
         if off >= self.limit {
             return Err(DynamicError::BadString);
+        }
+        if let Some(all) = &self.whole {
+            let rest = &all[off as usize..];
+            let end = rest
+                .iter()
+                .take(MAX_STRING + 1)
+                .position(|&b| b == 0)
+                .ok_or(DynamicError::BadString)?;
+            return Ok(String::from_utf8_lossy(&rest[..end]).into_owned());
         }
         let start = self
             .offset

@@ -45,8 +45,26 @@ pub struct Inputs {
     pub machine: Option<u16>,
 }
 
+impl Inputs {
+    /// What a container's env and working directory give the loader; `gpu`:
+    /// the container is given GPUs (NVIDIA's runtime injects its libraries).
+    pub fn from_env(env: &crate::core::container::Env, cwd: Option<&str>, gpu: bool) -> Inputs {
+        Inputs {
+            ld_library_path: env.get("LD_LIBRARY_PATH").map(String::from),
+            cwd: cwd
+                .filter(|c| c.starts_with('/'))
+                .unwrap_or("/")
+                .to_string(),
+            gpu,
+            capabilities: env.get("NVIDIA_DRIVER_CAPABILITIES").map(String::from),
+            driver_version: None,
+            machine: None,
+        }
+    }
+}
+
 /// One line of the resolution tree (`scan --rootfs --libraries`).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Line {
     pub depth: usize,
     pub name: String,
@@ -59,7 +77,7 @@ pub struct Line {
 }
 
 /// One judged object's tree.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize)]
 pub struct Tree {
     pub root: String,
     pub lines: Vec<Line>,

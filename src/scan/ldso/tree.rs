@@ -12,7 +12,7 @@ use std::collections::HashSet;
 const MAX_LINES: usize = 2000;
 
 /// The tree of a session's root.
-pub fn tree_of(s: &Session, snap: &Snapshot) -> Tree {
+pub fn tree_of(s: &Session, _snap: &Snapshot) -> Tree {
     let root = s
         .root
         .map(|r| s.objs[r].realname.clone())
@@ -35,13 +35,12 @@ pub fn tree_of(s: &Session, snap: &Snapshot) -> Tree {
         return t;
     };
     let mut expanded = HashSet::new();
-    expand(s, snap, r, 1, &mut expanded, &mut t.lines);
+    expand(s, r, 1, &mut expanded, &mut t.lines);
     t
 }
 
 fn expand(
     s: &Session,
-    snap: &Snapshot,
     o: usize,
     depth: usize,
     expanded: &mut HashSet<usize>,
@@ -64,16 +63,7 @@ fn expand(
         let (path, injected, note, next) = match &e.outcome {
             Outcome::Found(n) => {
                 let obj = &s.objs[*n];
-                let p = if obj.preloaded {
-                    obj.realname.clone()
-                } else {
-                    obj.node
-                        .map(|i| snap.path_of(i))
-                        .unwrap_or_else(|| obj.realname.clone())
-                };
-                let shown = obj.realname.clone();
-                let note = (p != shown).then(|| format!("as {shown}"));
-                (Some(p), obj.injected, note, Some(*n))
+                (Some(obj.realname.clone()), obj.injected, None, Some(*n))
             }
             Outcome::NotFound { .. } => (None, false, Some("not found".into()), None),
             Outcome::Fatal(m) => (None, false, Some(m.clone()), None),
@@ -89,7 +79,7 @@ fn expand(
         });
         if let Some(n) = next {
             if !s.objs[n].preloaded && !s.objs[n].injected {
-                expand(s, snap, n, depth + 1, expanded, lines);
+                expand(s, n, depth + 1, expanded, lines);
             }
         }
     }
