@@ -28,6 +28,7 @@ mod image_check_stream;
 mod image_compat;
 mod image_reader;
 mod libraries_loader;
+mod libraries_scan;
 mod memlock;
 mod minor_version;
 mod scan_budget;

@@ -1,0 +1,604 @@
+//! The libraries scan (issue 18) on real NVIDIA binaries from PyPI, on an
+//! image built from them, on driver capabilities, and on hostile rootfs
+//! trees.
+//!
+//! The real binaries are the nvidia-cuda-runtime 13.x and nvidia-curand
+//! wheels (integration/setup.sh installs them): `libcurand.so.10` has
+//! `RPATH $ORIGIN` and needs `libcudart.so.13`; the runtime wheel's
+//! `.dist-info/METADATA` gives the version. Each layout copies the host's
+//! C library in, as an image would have it.
+
+use crate::scan_support::site_packages;
+use crate::support::{require, tempdir};
+use gpu_guard::core::decision::{Check, Finding, Severity};
+use gpu_guard::core::facts::HostFacts;
+use gpu_guard::core::libraries::{assess, Via};
+use gpu_guard::core::policy::{Enforcement, LibrariesConfig, MinorVersionCompat};
+use gpu_guard::scan::ldso::resolve::{Inputs, Resolved};
+use gpu_guard::scan::ldso::scan_rootfs;
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const T: &str = "x86_64-linux-gnu";
+const SP: &str = "usr/local/lib/python3.11/site-packages";
+
+/// The wheel files: (site-packages dir, runtime dist-info name).
+fn wheels() -> Option<(PathBuf, String)> {
+    for sp in site_packages() {
+        let lib = sp.join("nvidia/cu13/lib");
+        if !lib.join("libcudart.so.13").is_file() || !lib.join("libcurand.so.10").is_file() {
+            continue;
+        }
+        let di = std::fs::read_dir(&sp)
+            .ok()?
+            .filter_map(|e| e.ok())
+            .find_map(|e| {
+                let n = e.file_name().to_string_lossy().to_string();
+                (n.starts_with("nvidia_cuda_runtime-") && n.ends_with(".dist-info")).then_some(n)
+            })?;
+        return Some((sp, di));
+    }
+    None
+}
+
+/// Hard link when it can (the wheels' libraries are large), else copy.
+fn put(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+    if std::fs::hard_link(from, to).is_err() {
+        std::fs::copy(from, to).unwrap();
+    }
+}
+
+/// A Debian-like base: the host's C library, loader and C++ runtime.
+fn base(r: &Path) {
+    let lib = r.join(format!("usr/lib/{T}"));
+    std::fs::create_dir_all(&lib).unwrap();
+    for n in [
+        "libc.so.6",
+        "libm.so.6",
+        "libdl.so.2",
+        "libpthread.so.0",
+        "librt.so.1",
+        "libgcc_s.so.1",
+        "ld-linux-x86-64.so.2",
+        "libstdc++.so.6",
+    ] {
+        let host = [format!("/lib/{T}/{n}"), format!("/usr/lib/{T}/{n}")]
+            .into_iter()
+            .map(PathBuf::from)
+            .find(|p| p.exists())
+            .unwrap_or_else(|| panic!("the host has no {n}"));
+        std::fs::copy(std::fs::canonicalize(host).unwrap(), lib.join(n)).unwrap();
+    }
+    symlink("usr/lib", r.join("lib")).unwrap();
+    std::fs::create_dir_all(r.join("lib64")).unwrap();
+    symlink(
+        format!("/lib/{T}/ld-linux-x86-64.so.2"),
+        r.join("lib64/ld-linux-x86-64.so.2"),
+    )
+    .unwrap();
+    std::fs::create_dir_all(r.join("etc/ld.so.conf.d")).unwrap();
+    std::fs::write(r.join("etc/debian_version"), "12.0\n").unwrap();
+    std::fs::write(
+        r.join("etc/ld.so.conf"),
+        "include /etc/ld.so.conf.d/*.conf\n",
+    )
+    .unwrap();
+    std::fs::write(
+        r.join(format!("etc/ld.so.conf.d/{T}.conf")),
+        format!("/lib/{T}\n/usr/lib/{T}\n"),
+    )
+    .unwrap();
+}
+
+/// A rootfs with the two wheels installed under Python 3.11.
+fn wheel_rootfs(tag: &str, with_runtime: bool) -> Option<PathBuf> {
+    let (sp, di) = require(
+        wheels(),
+        "the nvidia-cuda-runtime 13 and nvidia-curand wheels",
+    )?;
+    let r = tempdir(tag);
+    base(&r);
+    let dst = r.join(SP);
+    put(
+        &sp.join("nvidia/cu13/lib/libcurand.so.10"),
+        &dst.join("nvidia/cu13/lib/libcurand.so.10"),
+    );
+    if with_runtime {
+        put(
+            &sp.join("nvidia/cu13/lib/libcudart.so.13"),
+            &dst.join("nvidia/cu13/lib/libcudart.so.13"),
+        );
+        put(
+            &sp.join(&di).join("METADATA"),
+            &dst.join(&di).join("METADATA"),
+        );
+    }
+    Some(r)
+}
+
+fn cfg(severity: Enforcement) -> LibrariesConfig {
+    LibrariesConfig {
+        severity,
+        cache_dir: String::new(),
+        ..LibrariesConfig::default()
+    }
+}
+
+fn inputs(caps: Option<&str>) -> Inputs {
+    Inputs {
+        cwd: "/".into(),
+        gpu: true,
+        capabilities: caps.map(String::from),
+        ..Inputs::default()
+    }
+}
+
+fn host(driver: &str, cuda: &str) -> HostFacts {
+    HostFacts {
+        driver_version: Some(driver.into()),
+        cuda_driver_version: Some(cuda.into()),
+        gpus: Vec::new(),
+    }
+}
+
+fn scan(r: &Path, caps: Option<&str>) -> Resolved {
+    scan_rootfs(r, &inputs(caps), &cfg(Enforcement::Refuse), false)
+}
+
+fn errors(f: &[Finding]) -> Vec<&Finding> {
+    f.iter().filter(|f| f.severity == Severity::Error).collect()
+}
+
+#[test]
+fn a_pip_cuda_13_runtime_is_a_driver_bound_whatever_the_image_declares() {
+    let Some(r) = wheel_rootfs("libs-cu13", true) else {
+        return;
+    };
+    let s = scan(&r, None).scan;
+    assert!(s.missing.is_empty(), "{:?}", s.missing);
+    assert!(s.judged >= 1, "{s:?}");
+    assert_eq!(s.cuda_runtimes.len(), 1, "{:?}", s.cuda_runtimes);
+    let rt = &s.cuda_runtimes[0];
+    assert_eq!(rt.path, format!("{SP}/nvidia/cu13/lib/libcudart.so.13"));
+    assert!(rt.version.starts_with("13."), "{rt:?}");
+    assert!(
+        rt.source.starts_with("pip nvidia-cuda-runtime 13."),
+        "{rt:?}"
+    );
+    assert_eq!(rt.min_driver.as_deref(), Some("580.65.06"));
+    let enforce = cfg(Enforcement::Refuse);
+    // A CUDA 12.8 host: NVIDIA_REQUIRE_CUDA=cuda>=12.8 would hold there,
+    // the runtime the image ships does not.
+    let f = assess(
+        &s,
+        Some(&host("570.86.15", "12.8")),
+        &enforce,
+        MinorVersionCompat::Off,
+    );
+    let e = errors(&f);
+    assert_eq!(e.len(), 1, "{f:?}");
+    assert_eq!(e[0].check, Check::CudaRuntime);
+    assert!(e[0].message.contains("libcudart.so.13"), "{}", e[0].message);
+    assert!(
+        e[0].message.contains("CUDA driver version is insufficient"),
+        "{}",
+        e[0].message
+    );
+    // A host of the runtime's CUDA: allowed.
+    let v = rt.version.clone();
+    let f = assess(
+        &s,
+        Some(&host("610.43.02", &v)),
+        &enforce,
+        MinorVersionCompat::Off,
+    );
+    assert!(errors(&f).is_empty(), "{f:?}");
+    std::fs::remove_dir_all(&r).unwrap();
+}
+
+#[test]
+fn a_missing_runtime_is_named_with_what_needs_it_and_the_fix() {
+    let Some(r) = wheel_rootfs("libs-nort", false) else {
+        return;
+    };
+    let s = scan(&r, None).scan;
+    let m = s
+        .missing
+        .iter()
+        .find(|m| m.name == "libcudart.so.13")
+        .unwrap_or_else(|| panic!("{:?}", s.missing));
+    assert_eq!(m.needed_by, format!("{SP}/nvidia/cu13/lib/libcurand.so.10"));
+    assert_eq!(m.via, Via::Needed);
+    assert!(s.cuda_runtimes.is_empty());
+    let f = assess(&s, None, &cfg(Enforcement::Refuse), MinorVersionCompat::Off);
+    let e = errors(&f);
+    assert_eq!(e.len(), 1, "{f:?}");
+    assert!(
+        e[0].title()
+            .contains("libcurand.so.10 → libcudart.so.13: cannot open shared object file"),
+        "{}",
+        e[0].title()
+    );
+    assert!(
+        e[0].fix
+            .as_deref()
+            .unwrap()
+            .contains("pip install nvidia-cuda-runtime"),
+        "{:?}",
+        e[0].fix
+    );
+    // Under warn: the same, as a warning.
+    let f = assess(&s, None, &cfg(Enforcement::Warn), MinorVersionCompat::Off);
+    assert!(errors(&f).is_empty() && !f.is_empty());
+    std::fs::remove_dir_all(&r).unwrap();
+}
+
+/// A library linked against `libcuda.so.1`, built with the C compiler.
+fn needs_libcuda(r: &Path) -> Option<()> {
+    if !crate::support::have_tool("gcc") {
+        return None;
+    }
+    let stub = r.join("tmp/libcuda.so.1");
+    std::fs::create_dir_all(r.join("tmp")).unwrap();
+    let src = r.join("tmp/a.c");
+    std::fs::write(&src, "int f(void) { return 0; }\n").unwrap();
+    let cc = |args: &[&str]| {
+        let o = std::process::Command::new("gcc")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    cc(&[
+        "-shared",
+        "-fPIC",
+        "-o",
+        stub.to_str()?,
+        src.to_str()?,
+        "-Wl,-soname,libcuda.so.1",
+    ]);
+    let lib = r.join("opt/app/lib/libuses_cuda.so");
+    std::fs::create_dir_all(lib.parent()?).unwrap();
+    cc(&[
+        "-shared",
+        "-fPIC",
+        "-o",
+        lib.to_str()?,
+        src.to_str()?,
+        "-Wl,--no-as-needed",
+        stub.to_str()?,
+    ]);
+    std::fs::remove_file(&stub).unwrap();
+    Some(())
+}
+
+#[test]
+fn libcuda_is_there_with_compute_and_missing_with_utility_only() {
+    let r = tempdir("libs-caps");
+    base(&r);
+    if needs_libcuda(&r).is_none() {
+        return;
+    }
+    let s = scan(&r, Some("compute,utility")).scan;
+    assert!(s.missing.is_empty(), "{:?}", s.missing);
+    let s = scan(&r, Some("utility")).scan;
+    let m = s
+        .missing
+        .iter()
+        .find(|m| m.name == "libcuda.so.1")
+        .expect("libcuda.so.1 missing");
+    assert_eq!(m.needed_by, "opt/app/lib/libuses_cuda.so");
+    assert_eq!(m.capability.as_deref(), Some("compute"));
+    let f = assess(&s, None, &cfg(Enforcement::Refuse), MinorVersionCompat::Off);
+    assert!(
+        f[0].fix
+            .as_deref()
+            .unwrap()
+            .contains("NVIDIA_DRIVER_CAPABILITIES"),
+        "{f:?}"
+    );
+    // A container not given GPUs gets nothing injected.
+    let mut none = inputs(Some("all"));
+    none.gpu = false;
+    let s = scan_rootfs(&r, &none, &cfg(Enforcement::Refuse), false).scan;
+    assert!(
+        s.missing.iter().any(|m| m.name == "libcuda.so.1"),
+        "{:?}",
+        s.missing
+    );
+    std::fs::remove_dir_all(&r).unwrap();
+}
+
+#[test]
+fn a_warm_start_reads_the_result_from_the_cache() {
+    let Some(r) = wheel_rootfs("libs-cache", true) else {
+        return;
+    };
+    let dir = tempdir("libs-cache-dir");
+    let c = LibrariesConfig {
+        cache_dir: dir.join("c").to_string_lossy().into_owned(),
+        ..cfg(Enforcement::Refuse)
+    };
+    let cold = scan_rootfs(&r, &inputs(None), &c, false);
+    assert_eq!(std::fs::read_dir(dir.join("c")).unwrap().count(), 1);
+    let warm = scan_rootfs(&r, &inputs(None), &c, false);
+    assert_eq!(cold.scan, warm.scan);
+    // Served from the cache: the resolution's own counters are not there.
+    assert_eq!(warm.cache_entries, 0);
+    // A changed file is a different key.
+    std::fs::write(r.join(format!("usr/lib/{T}/libextra.so.1")), b"x").unwrap();
+    let changed = scan_rootfs(&r, &inputs(None), &c, false);
+    assert_ne!(changed.cache_entries, 0);
+    std::fs::remove_dir_all(&r).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// An ELF shared object needing `names` (DT_NEEDED, in order).
+fn elf_needing(names: &[String]) -> Vec<u8> {
+    let mut strtab = vec![0u8];
+    let mut offs = Vec::new();
+    for n in names {
+        offs.push(strtab.len() as u64);
+        strtab.extend_from_slice(n.as_bytes());
+        strtab.push(0);
+    }
+    let str_off = 64 + 2 * 56u64;
+    let dyn_off = (str_off + strtab.len() as u64).div_ceil(8) * 8;
+    let mut dyns: Vec<(u64, u64)> = offs.iter().map(|o| (1, *o)).collect();
+    dyns.push((5, str_off));
+    dyns.push((10, strtab.len() as u64));
+    dyns.push((0, 0));
+    let total = dyn_off + dyns.len() as u64 * 16;
+    let mut out = vec![0u8; total as usize];
+    out[..4].copy_from_slice(b"\x7fELF");
+    out[4] = 2;
+    out[5] = 1;
+    out[6] = 1;
+    out[16] = 3;
+    out[18] = 62;
+    out[20] = 1;
+    out[0x20..0x28].copy_from_slice(&64u64.to_le_bytes());
+    out[0x36] = 56;
+    out[0x38] = 2;
+    let ph = |kind: u32, off: u64, size: u64| {
+        let mut p = [0u8; 56];
+        p[0..4].copy_from_slice(&kind.to_le_bytes());
+        p[8..16].copy_from_slice(&off.to_le_bytes());
+        p[16..24].copy_from_slice(&off.to_le_bytes());
+        p[32..40].copy_from_slice(&size.to_le_bytes());
+        p
+    };
+    out[64..120].copy_from_slice(&ph(1, 0, total));
+    out[120..176].copy_from_slice(&ph(2, dyn_off, dyns.len() as u64 * 16));
+    out[str_off as usize..str_off as usize + strtab.len()].copy_from_slice(&strtab);
+    for (k, (t, v)) in dyns.iter().enumerate() {
+        let at = dyn_off as usize + k * 16;
+        out[at..at + 8].copy_from_slice(&t.to_le_bytes());
+        out[at + 8..at + 16].copy_from_slice(&v.to_le_bytes());
+    }
+    out
+}
+
+fn names(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn hostile_rootfs_trees_stay_bounded_and_inside() {
+    let r = tempdir("libs-hostile");
+    base(&r);
+    let lib = r.join(format!("usr/lib/{T}"));
+    // A host file outside the rootfs that links point at: were it read,
+    // libcudnn.so.9 would resolve.
+    let outside = tempdir("libs-outside");
+    std::fs::write(outside.join("libcudnn.so.9"), elf_needing(&[])).unwrap();
+    let out_path = outside.join("libcudnn.so.9").to_string_lossy().into_owned();
+    symlink(&out_path, lib.join("libcudnn.so.9")).unwrap();
+    symlink(
+        format!("../../../../../..{out_path}"),
+        lib.join("libcudnn_ops.so.9"),
+    )
+    .unwrap();
+    // Symlink loops: between two names, and a directory into itself.
+    symlink("libcurand.so.10", lib.join("libcusolver.so.11")).unwrap();
+    symlink("libcusolver.so.11", lib.join("libcurand.so.10")).unwrap();
+    symlink(".", lib.join("selfdir")).unwrap();
+    // A FIFO where a library should be (the real loader would block).
+    nix::unistd::mkfifo(&lib.join("libcufft.so.11"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let one = names(&[
+        "libcudnn.so.9",
+        "libcudnn_ops.so.9",
+        "libcurand.so.10",
+        "libc.so.6",
+        "libcufft.so.11",
+    ]);
+    std::fs::write(lib.join("libcuone.so.1"), elf_needing(&one)).unwrap();
+    // A 4 GiB sparse "library", needed by another.
+    let sparse = std::fs::File::create(lib.join("libcublas.so.12")).unwrap();
+    sparse.set_len(4 << 30).unwrap();
+    std::fs::write(
+        lib.join("libcutwo.so.1"),
+        elf_needing(&names(&["libcublas.so.12"])),
+    )
+    .unwrap();
+    // 100,000 DT_NEEDED names in one GPU library.
+    let many: Vec<String> = (0..100_000)
+        .map(|k| format!("libcuhostile{k}.so"))
+        .collect();
+    std::fs::write(lib.join("libcuhostile.so.1"), elf_needing(&many)).unwrap();
+    // The shipped loader cache is a FIFO: reading it would block. It is
+    // never read (NVIDIA's stack rebuilds it at start).
+    nix::unistd::mkfifo(&r.join("etc/ld.so.cache"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let started = Instant::now();
+    let res = scan_rootfs(&r, &inputs(None), &cfg(Enforcement::Refuse), true);
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "took {:?}",
+        started.elapsed()
+    );
+    let s = &res.scan;
+    assert!(
+        s.not_judged
+            .iter()
+            .any(|n| n.contains("libcuhostile.so.1") && n.contains("DT_NEEDED")),
+        "{s:?}"
+    );
+    assert!(s.incomplete.is_some());
+    let missing = |n: &str| s.missing.iter().find(|m| m.name == n);
+    // Links out of the rootfs find nothing, however they climb.
+    assert!(
+        missing("libcudnn.so.9").is_some_and(|m| m.error.is_none()),
+        "{s:?}"
+    );
+    assert!(missing("libcudnn_ops.so.9").is_some(), "{s:?}");
+    // A loop ends the search: not found.
+    assert!(missing("libcurand.so.10").is_some(), "{s:?}");
+    // The FIFO stops the program as the loader would, without blocking.
+    let fifo = missing("libcufft.so.11").expect("the FIFO is reported");
+    assert!(
+        fifo.error
+            .as_deref()
+            .unwrap()
+            .contains("not a regular file"),
+        "{fifo:?}"
+    );
+    // The sparse file: read a header's worth, refused as the loader refuses it.
+    let sp = missing("libcublas.so.12").expect("the sparse file is reported");
+    assert!(
+        sp.error.as_deref().unwrap().contains("invalid ELF header"),
+        "{sp:?}"
+    );
+    for t in &res.trees {
+        for l in &t.lines {
+            assert!(
+                !l.path.as_deref().unwrap_or("").contains(&out_path),
+                "{l:?}"
+            );
+        }
+    }
+    std::fs::remove_dir_all(&r).unwrap();
+    std::fs::remove_dir_all(&outside).unwrap();
+}
+
+/// Every entry of a rootfs directory as layer entries (files read whole).
+fn entries_of(root: &Path, rel: &str, out: &mut Vec<(String, Option<Vec<u8>>, Option<String>)>) {
+    let dir = root.join(rel);
+    let mut list: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .collect();
+    list.sort_by_key(|e| e.file_name());
+    for e in list {
+        let name = format!(
+            "{rel}{}{}",
+            if rel.is_empty() { "" } else { "/" },
+            e.file_name().to_string_lossy()
+        );
+        let ft = e.file_type().unwrap();
+        if ft.is_symlink() {
+            let t = std::fs::read_link(e.path()).unwrap();
+            out.push((name, None, Some(t.to_string_lossy().into_owned())));
+        } else if ft.is_dir() {
+            out.push((name.clone(), None, None));
+            entries_of(root, &name, out);
+        } else {
+            out.push((name, Some(std::fs::read(e.path()).unwrap()), None));
+        }
+    }
+}
+
+fn layer(entries: &[(String, Option<Vec<u8>>, Option<String>)]) -> Vec<u8> {
+    use crate::image_support::{tar_of, E};
+    let es: Vec<E> = entries
+        .iter()
+        .map(|(p, data, link)| match (data, link) {
+            (Some(d), _) => E::File(p, d),
+            (None, Some(t)) => E::Sym(p, t),
+            (None, None) => E::Dir(p),
+        })
+        .collect();
+    tar_of(&es)
+}
+
+#[test]
+fn an_image_of_the_wheels_reads_as_its_rootfs_does() {
+    use gpu_guard::image::{Image, Options};
+    let Some(r) = wheel_rootfs("libs-image", true) else {
+        return;
+    };
+    let rootfs_scan = scan(&r, None).scan;
+    // Layer 0: the base; layer 1: the wheels, one file through the `lib`
+    // symlink of layer 0; layer 2: a symlink to the runtime across layers,
+    // and a whiteout of a file layer 1 added.
+    let mut base_entries = Vec::new();
+    for top in ["etc", "lib", "lib64", "usr"] {
+        let mut e = Vec::new();
+        entries_of(&r, top, &mut e);
+        e.insert(
+            0,
+            (
+                top.to_string(),
+                None,
+                std::fs::read_link(r.join(top))
+                    .ok()
+                    .map(|t| t.to_string_lossy().into_owned()),
+            ),
+        );
+        base_entries.extend(
+            e.into_iter()
+                .filter(|(p, _, _)| !p.starts_with("usr/local")),
+        );
+    }
+    let mut wheel_entries = Vec::new();
+    entries_of(&r, "usr/local", &mut wheel_entries);
+    wheel_entries.push((
+        format!("lib/{T}/libgone.so.1"),
+        Some(b"to be deleted".to_vec()),
+        None,
+    ));
+    let top = vec![
+        (
+            format!("usr/lib/{T}/.wh.libgone.so.1"),
+            Some(Vec::new()),
+            None,
+        ),
+        ("opt".to_string(), None, None),
+        (
+            "opt/libcudart.so.13".to_string(),
+            None,
+            Some(format!("/{SP}/nvidia/cu13/lib/libcudart.so.13")),
+        ),
+    ];
+    let layers = vec![layer(&base_entries), layer(&wheel_entries), layer(&top)];
+    let layout = crate::image_support::oci_layout("libs-oci", &[], &layers);
+    let img = Image::open(&layout, &Options::default()).unwrap();
+    let from_image = gpu_guard::image::libraries::scan(&img, &inputs(None), false)
+        .unwrap()
+        .scan;
+    assert_eq!(from_image.missing, rootfs_scan.missing);
+    assert_eq!(from_image.cuda_runtimes, rootfs_scan.cuda_runtimes);
+    assert_eq!(from_image.judged, rootfs_scan.judged);
+    // The runtime deleted by a later layer: missing, as in the rootfs.
+    let mut gone = top.clone();
+    gone.push((
+        format!("{SP}/nvidia/cu13/lib/.wh.libcudart.so.13"),
+        Some(Vec::new()),
+        None,
+    ));
+    let layers = vec![layer(&base_entries), layer(&wheel_entries), layer(&gone)];
+    let layout2 = crate::image_support::oci_layout("libs-oci-gone", &[], &layers);
+    let img = Image::open(&layout2, &Options::default()).unwrap();
+    let s = gpu_guard::image::libraries::scan(&img, &inputs(None), false)
+        .unwrap()
+        .scan;
+    assert!(
+        s.missing.iter().any(|m| m.name == "libcudart.so.13"),
+        "{s:?}"
+    );
+    assert!(s.cuda_runtimes.is_empty(), "{s:?}");
+    for d in [&r, &layout, &layout2] {
+        std::fs::remove_dir_all(d).unwrap();
+    }
+}
