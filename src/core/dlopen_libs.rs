@@ -35,6 +35,9 @@ pub enum Opener {
     SonamePrefix(&'static str),
     /// An object with this file name.
     FileName(&'static str),
+    /// An object whose file name starts with this (a Python extension:
+    /// `onnxruntime_pybind11_state.cpython-311-x86_64-linux-gnu.so`).
+    FilePrefix(&'static str),
 }
 
 /// What it opens.
@@ -122,7 +125,7 @@ pub const RULES: &[Rule] = &[
         when: "when PyTorch calls the CUDA driver API",
     },
     Rule {
-        opener: Opener::FileName("onnxruntime_pybind11_state.so"),
+        opener: Opener::FilePrefix("onnxruntime_pybind11_state."),
         opens: Opens::SameDir(ORT_PROVIDERS),
         optional: &["libonnxruntime_providers_tensorrt.so"],
         when: "when a session asks for that execution provider",
@@ -147,6 +150,7 @@ impl Rule {
         match self.opener {
             Opener::SonamePrefix(p) => soname.unwrap_or(file_name).starts_with(p),
             Opener::FileName(f) => file_name == f,
+            Opener::FilePrefix(f) => file_name.starts_with(f),
         }
     }
 }
@@ -232,7 +236,12 @@ mod tests {
         assert!(!cudart.applies("libcudart_static.a", None));
         let ort = RULES
             .iter()
-            .find(|r| r.applies("onnxruntime_pybind11_state.so", None))
+            .find(|r| {
+                r.applies(
+                    "onnxruntime_pybind11_state.cpython-311-x86_64-linux-gnu.so",
+                    None,
+                )
+            })
             .unwrap();
         assert!(ort
             .optional

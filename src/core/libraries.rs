@@ -71,6 +71,10 @@ pub struct Missing {
     /// capability, which the container does not ask for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capability: Option<String>,
+    /// A file of that name the image has outside the loader's search
+    /// (relative to the rootfs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub elsewhere: Option<String>,
 }
 
 /// A CUDA runtime the image ships.
@@ -210,6 +214,9 @@ fn missing_finding(sev: Severity, ms: &[&Missing]) -> Finding {
         (None, Some(cap), _) => format!(
             ": NVIDIA's runtime injects it only with the {cap} driver capability, which NVIDIA_DRIVER_CAPABILITIES does not ask for"
         ),
+        (None, None, _) if m.elsewhere.is_some() => {
+            ": the image has it, but not where the loader looks".to_string()
+        }
         (None, None, _) => ": not in the image and not injected by NVIDIA's runtime".to_string(),
     };
     let when = match (&m.when, m.via) {
@@ -244,6 +251,14 @@ fn fix_text(m: &Missing) -> Option<String> {
     if let Some(cap) = &m.capability {
         return Some(format!(
             "add {cap} to the container's NVIDIA_DRIVER_CAPABILITIES (e.g. NVIDIA_DRIVER_CAPABILITIES=compute,utility, or all)"
+        ));
+    }
+    if let Some(at) = &m.elsewhere {
+        let dir = at.rsplit_once('/').map(|(d, _)| d).unwrap_or("");
+        return Some(format!(
+            "the image has /{} where the loader does not look: add /{} to the container's LD_LIBRARY_PATH or to /etc/ld.so.conf.d (or have the program load it first, e.g. onnxruntime.preload_dlls())",
+            esc(at),
+            esc(dir)
         ));
     }
     if m.error.is_some() {

@@ -36,6 +36,7 @@ fn missing(name: &str, by: &str, via: Via) -> Missing {
         optional: false,
         when: None,
         capability: None,
+        elsewhere: None,
     }
 }
 

@@ -318,24 +318,14 @@ pub fn resolve(
     };
     let roots = gpu_roots(&snap, content, &prep.plat, &mut out.scan);
     let sessions: Vec<Session> = roots.iter().map(|&r| run_root(&env, &snap, r)).collect();
-    let covered = covered_by(&sessions, &snap);
-    let mut top: Vec<usize> = (0..roots.len())
-        .filter(|&k| !covered.contains(&identity(&snap, roots[k])))
-        .collect();
-    let reached: HashSet<(u64, u64)> = top
-        .iter()
-        .flat_map(|&k| session_files(&sessions[k], &snap))
-        .collect();
-    let extra: Vec<usize> = (0..roots.len())
-        .filter(|&k| !top.contains(&k) && !reached.contains(&identity(&snap, roots[k])))
-        .collect();
-    top.extend(extra);
-    top.sort();
+    let top = top_level(&roots, &sessions, &snap);
+    let by_name = library_names(&snap);
     let mut seen = HashSet::new();
     for &k in &top {
         collect_missing(
             &sessions[k],
             &snap,
+            &by_name,
             inputs,
             &prep.caps,
             &mut seen,
@@ -347,6 +337,49 @@ pub fn resolve(
     }
     out.scan.judged = top.len() as u64;
     out.scan.cuda_runtimes = cudart::find(&snap, content);
+    out
+}
+
+/// The roots judged as programs: those no other root loads through
+/// `DT_NEEDED`, and those only loaded by roots that are not themselves
+/// judged (a cycle), in path order.
+fn top_level(roots: &[Idx], sessions: &[Session], snap: &Snapshot) -> Vec<usize> {
+    let covered = covered_by(sessions, snap);
+    let mut top: Vec<usize> = (0..roots.len())
+        .filter(|&k| !covered.contains(&identity(snap, roots[k])))
+        .collect();
+    let reached: HashSet<(u64, u64)> = top
+        .iter()
+        .flat_map(|&k| session_files(&sessions[k], snap))
+        .collect();
+    let extra: Vec<usize> = (0..roots.len())
+        .filter(|&k| !top.contains(&k) && !reached.contains(&identity(snap, roots[k])))
+        .collect();
+    top.extend(extra);
+    top.sort();
+    top
+}
+
+/// The image's library files (and symlinks to files) by name, the first
+/// in node order: where a missing library may be found instead.
+fn library_names(snap: &Snapshot) -> HashMap<&str, Idx> {
+    let mut out = HashMap::new();
+    for i in 0..snap.len() as Idx {
+        let n = snap.node(i);
+        if !n.name.contains(".so") || snap.virtual_info(i).is_some() || out.contains_key(&*n.name) {
+            continue;
+        }
+        let is_file = match n.kind {
+            Kind::File => true,
+            Kind::Symlink(_) => snap
+                .lookup(&snap.path_of(i), true)
+                .is_ok_and(|t| snap.node(t).kind == Kind::File),
+            _ => false,
+        };
+        if is_file {
+            out.insert(&*n.name, i);
+        }
+    }
     out
 }
 
@@ -386,7 +419,7 @@ fn covered_by(sessions: &[Session], snap: &Snapshot) -> HashSet<(u64, u64)> {
 }
 
 /// The objects to judge: loadable programs and libraries that are GPU
-/// libraries or need one.
+/// libraries, need one, or open them (the dlopen table).
 fn gpu_roots(
     snap: &Snapshot,
     content: &dyn Content,
@@ -413,7 +446,10 @@ fn gpu_roots(
         }
         let gpu = is_gpu_name(name)
             || info.soname.as_deref().is_some_and(is_gpu_name)
-            || info.needed.iter().any(|n| is_gpu_name(n));
+            || info.needed.iter().any(|n| is_gpu_name(n))
+            || RULES
+                .iter()
+                .any(|r| r.applies(name, info.soname.as_deref()));
         if gpu {
             roots.push(i);
         }
@@ -469,6 +505,7 @@ fn run_root<'a>(env: &'a Env<'a>, snap: &Snapshot, root: Idx) -> Session<'a> {
 fn collect_missing(
     s: &Session,
     snap: &Snapshot,
+    by_name: &HashMap<&str, Idx>,
     inputs: &Inputs,
     caps: &BTreeSet<Capability>,
     seen: &mut HashSet<(String, String)>,
@@ -500,8 +537,13 @@ fn collect_missing(
         let dlopen_rule = (e.via == LVia::Dlopen)
             .then(|| ctx.rule_for(e.from))
             .flatten();
+        let elsewhere = (error.is_none() && !e.name.contains('/'))
+            .then(|| by_name.get(e.name.as_str()))
+            .flatten()
+            .map(|&i| snap.path_of(i).trim_start_matches('/').to_string());
         scan.missing.push(Missing {
             name: file_name(&e.name).to_string(),
+            elsewhere,
             needed_by,
             via: if e.via == LVia::Dlopen {
                 Via::Dlopen
