@@ -302,21 +302,21 @@ struct Tags {
     runpath: Option<u64>,
 }
 
-fn read_dynamic<R: ReadAt + ?Sized>(
+/// The dynamic entries the loader acts on (elf/get-dynamic-info.h keeps
+/// the last entry of each tag but DT_NEEDED), in chunks of 4096.
+fn read_tags<R: ReadAt + ?Sized>(
     r: &R,
     is64: bool,
     dynamic: &Phdr,
-    phdrs: &[Phdr],
-    info: &mut DynInfo,
-) -> Result<(), DynamicError> {
+    flags_1: &mut u64,
+) -> Result<Tags, DynamicError> {
+    const CHUNK: u64 = 4096;
     let ent: u64 = if is64 { 16 } else { 8 };
     let count = dynamic.filesz / ent;
     let mut tags = Tags::default();
-    let mut done = false;
-    const CHUNK: u64 = 4096;
     let mut i = 0u64;
     let mut buf = Vec::new();
-    while i < count && !done {
+    while i < count {
         if i >= MAX_DYN_ENTRIES {
             return Err(DynamicError::TooManyEntries);
         }
@@ -334,28 +334,35 @@ fn read_dynamic<R: ReadAt + ?Sized>(
                 (u32_at(e, 0) as u64, u32_at(e, 4) as u64)
             };
             match tag {
-                DT_NULL => {
-                    done = true;
-                    break;
-                }
+                DT_NULL => return Ok(tags),
                 DT_NEEDED => {
                     if tags.needed.len() >= MAX_NEEDED {
                         return Err(DynamicError::TooManyNeeded);
                     }
                     tags.needed.push(val);
                 }
-                // get-dynamic-info.h keeps the last entry of each other tag.
                 DT_STRTAB => tags.strtab = Some(val),
                 DT_STRSZ => tags.strsz = Some(val),
                 DT_SONAME => tags.soname = Some(val),
                 DT_RPATH => tags.rpath = Some(val),
                 DT_RUNPATH => tags.runpath = Some(val),
-                DT_FLAGS_1 => info.flags_1 = val,
+                DT_FLAGS_1 => *flags_1 = val,
                 _ => {}
             }
         }
         i += n;
     }
+    Ok(tags)
+}
+
+fn read_dynamic<R: ReadAt + ?Sized>(
+    r: &R,
+    is64: bool,
+    dynamic: &Phdr,
+    phdrs: &[Phdr],
+    info: &mut DynInfo,
+) -> Result<(), DynamicError> {
+    let tags = read_tags(r, is64, dynamic, &mut info.flags_1)?;
     let Some(strtab) = tags.strtab.and_then(|va| vaddr_to_offset(phdrs, va)) else {
         return Ok(());
     };

@@ -482,8 +482,12 @@ fn hostile_rootfs_trees_stay_bounded_and_inside() {
     std::fs::remove_dir_all(&outside).unwrap();
 }
 
+/// A layer entry: path, a file's bytes, a symlink's target (neither: a
+/// directory).
+type Entry = (String, Option<Vec<u8>>, Option<String>);
+
 /// Every entry of a rootfs directory as layer entries (files read whole).
-fn entries_of(root: &Path, rel: &str, out: &mut Vec<(String, Option<Vec<u8>>, Option<String>)>) {
+fn entries_of(root: &Path, rel: &str, out: &mut Vec<Entry>) {
     let dir = root.join(rel);
     let mut list: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
@@ -509,7 +513,7 @@ fn entries_of(root: &Path, rel: &str, out: &mut Vec<(String, Option<Vec<u8>>, Op
     }
 }
 
-fn layer(entries: &[(String, Option<Vec<u8>>, Option<String>)]) -> Vec<u8> {
+fn layer(entries: &[Entry]) -> Vec<u8> {
     use crate::image_support::{tar_of, E};
     let es: Vec<E> = entries
         .iter()

@@ -36,6 +36,7 @@
 //! (a library found but lacking a symbol fails later, differently).
 
 use super::content::{info_of, Content};
+use super::dst;
 use super::ldconfig::LdCache;
 use super::platform::Platform;
 use super::snapshot::{Idx, Kind, Snapshot};
@@ -594,6 +595,14 @@ impl<'a> Session<'a> {
             .is_some_and(|i| i.runpath.is_some())
     }
 
+    fn decompose(&self, o: usize, list: &str, seps: &str) -> Vec<String> {
+        dst::decompose(list, seps, &self.objs[o].origin, self.env.plat)
+    }
+
+    fn substitute(&self, o: usize, input: &str) -> Option<String> {
+        dst::substitute(input, &self.objs[o].origin, self.env.plat)
+    }
+
     fn rpath(&mut self, o: usize) -> Vec<String> {
         if let Some(d) = &self.objs[o].rpath {
             return d.clone();
@@ -613,65 +622,6 @@ impl<'a> Session<'a> {
         self.objs[o].runpath = Some(d.clone());
         d
     }
-
-    /// `fillin_rpath`: the elements of a search path, expanded.
-    fn decompose(&self, o: usize, list: &str, seps: &str) -> Vec<String> {
-        let mut out: Vec<String> = Vec::new();
-        if list.is_empty() {
-            return out;
-        }
-        for elem in list.split(|c| seps.contains(c)) {
-            let mut d = if elem.is_empty() {
-                String::new()
-            } else {
-                match self.substitute(o, elem) {
-                    Some(s) if !s.is_empty() => s,
-                    _ => continue,
-                }
-            };
-            while d.len() > 1 && d.ends_with('/') {
-                d.pop();
-            }
-            if !d.is_empty() && !d.ends_with('/') {
-                d.push('/');
-            }
-            if !out.contains(&d) {
-                out.push(d);
-            }
-        }
-        out
-    }
-
-    /// `_dl_dst_substitute`: None when a known token has no value.
-    fn substitute(&self, o: usize, input: &str) -> Option<String> {
-        let b = input.as_bytes();
-        let mut out = String::new();
-        let mut i = 0;
-        while i < b.len() {
-            if b[i] != b'$' {
-                let ch = input[i..].chars().next()?;
-                out.push(ch);
-                i += ch.len_utf8();
-                continue;
-            }
-            let rest = &input[i + 1..];
-            let (len, value) = if let Some(n) = is_dst(rest, "ORIGIN") {
-                let origin = &self.objs[o].origin;
-                (n, (!origin.is_empty()).then(|| origin.clone()))
-            } else if let Some(n) = is_dst(rest, "PLATFORM") {
-                (n, Some(self.env.plat.platform().to_string()))
-            } else if let Some(n) = is_dst(rest, "LIB") {
-                (n, Some(self.env.plat.lib.clone()))
-            } else {
-                out.push('$');
-                i += 1;
-                continue;
-            };
-            out.push_str(&value?);
-            i += 1 + len;
-        }
-        Some(out)
-    }
 }
 
 /// A search path that ended without a file: a hard error ends the whole
@@ -687,36 +637,9 @@ fn absorb(m: Miss, other_class: &mut bool) -> Result<(), Miss> {
     }
 }
 
-/// elf/dl-load.c `is_dst`: the length of the token `name` (with its braces)
-/// at the start of `input`, following the gABI rules.
-fn is_dst(input: &str, name: &str) -> Option<usize> {
-    let (curly, body) = match input.strip_prefix('{') {
-        Some(b) => (true, b),
-        None => (false, input),
-    };
-    let after = body.strip_prefix(name)?;
-    if curly {
-        after.strip_prefix('}')?;
-        return Some(name.len() + 2);
-    }
-    match after.bytes().next() {
-        Some(c) if c.is_ascii_alphanumeric() || c == b'_' => None,
-        _ => Some(name.len()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn dst_tokens() {
-        assert_eq!(is_dst("ORIGIN/../lib", "ORIGIN"), Some(6));
-        assert_eq!(is_dst("{ORIGIN}/x", "ORIGIN"), Some(8));
-        assert_eq!(is_dst("ORIGINAL", "ORIGIN"), None);
-        assert_eq!(is_dst("{ORIGIN", "ORIGIN"), None);
-        assert_eq!(is_dst("LIB", "LIB"), Some(3));
-    }
 
     #[test]
     fn origin_is_the_directory_as_opened() {

@@ -12,6 +12,7 @@
 pub mod conf;
 pub mod content;
 pub mod cudart;
+mod dst;
 pub mod ldconfig;
 pub mod loader;
 pub mod platform;
