@@ -10,8 +10,10 @@
 # exist. A type error that a later duplicate hides from a merge fails
 # through the wrapper exactly as under runc alone (issue 17 D2). Then exec:
 # --process files with the same tricks (and a hidden type error), --cap and
-# --no-new-privs=false on the command line; an unreadable GPU spec is
-# refused with the parse error in the --log file.
+# --no-new-privs=false on the command line, every spelling of an empty
+# --process (runc runs the bundle's process with the flags), an invalid
+# config, `-u` as runc reads it under a profile that refuses root; an
+# unreadable GPU spec is refused with the parse error in the --log file.
 . "$(dirname "$0")/lib.sh"
 
 need_root
@@ -290,6 +292,58 @@ check_eq "exec --process hidden type error: runc's exit status" "$RC" "$DIRECT_R
 check_eq "exec --process hidden type error: runc's own error" "$(unmarshal "$OUT")" "$DIRECT_ERR"
 cmp -s "$T/p-hidden.json" "$T/p-hidden.direct.json" && pass "exec --process hidden type error: file left as it was" ||
     fail "exec --process hidden type error: file rewritten: $(cat "$T/p-hidden.json")"
+
+echo "== exec, every spelling: an empty --process is no process file =="
+# runc exec.go getProcess tests `--process` with != "": empty (or an empty
+# last one) means the bundle's process with --cap and --no-new-privs on top.
+FLAGS=(--cap CAP_SYS_ADMIN --cap CAP_NET_RAW --no-new-privs=false)
+for i in 1 2 3; do
+    case $i in
+        1) EMPTY=(--process=) ;;
+        2) EMPTY=(-p "") ;;
+        3) EMPTY=(--process "$T/p-case.json" --process=) ;;
+    esac
+    WHAT="exec ${EMPTY[*]} ${FLAGS[*]}"
+    OUT=$(runc --root "$ROOT" exec "${EMPTY[@]}" "${FLAGS[@]}" ggp-x sh -c "$STATUS" 2>&1)
+    check_contains "$WHAT: runc alone runs the bundle's process with the flags: NoNewPrivs 0" "$OUT" "NoNewPrivs:	0"
+    check_contains "$WHAT: runc alone: CapEff gains CAP_SYS_ADMIN" "$(caps_in CapEff "$OUT")" "CAP_SYS_ADMIN"
+    OUT=$("$WRAP" --root "$ROOT" --log "$T/x/log.json" exec "${EMPTY[@]}" "${FLAGS[@]}" ggp-x sh -c "$STATUS" 2>&1)
+    RC=$?
+    check_eq "$WHAT: wrapper refuses" "$RC" 1
+    check_not_contains "$WHAT: wrapper: nothing ran" "$OUT" "NoNewPrivs"
+    check_contains "$WHAT: wrapper: the log names the flag" "$(tail -n 1 "$T/x/log.json")" "--cap CAP_SYS_ADMIN"
+done
+
+echo "== exec under an invalid config: refused as create is =="
+printf '[tuning]\nenabeld = true\n' > "$T/broken.toml"
+OUT=$(GPU_GUARD_CONFIG="$T/broken.toml" "$WRAP" --root "$ROOT" --log "$T/x/log.json" exec --cap CAP_SYS_ADMIN ggp-x sh -c "$STATUS" 2>&1)
+RC=$?
+check_eq "exec --cap with an invalid config: refused" "$RC" 1
+check_contains "exec --cap with an invalid config: the log names the config error" "$(tail -n 1 "$T/x/log.json")" "enabeld"
+OUT=$(GPU_GUARD_CONFIG="$T/broken.toml" "$WRAP" --root "$ROOT" exec ggp-x sh -c "$STATUS" 2>&1)
+check_contains "plain exec with an invalid config: the bundle's process, as edited at create" "$OUT" "NoNewPrivs:	1"
 "$WRAP" --root "$ROOT" delete -f ggp-x >/dev/null 2>&1
+
+echo "== exec --user, as runc reads it, held to restricted_refuse_root =="
+mkdir -p "$T/restricted/config.d"
+gg_config "$T/restricted/config.toml" a100
+printf '[security]\nprofile = "restricted"\n' > "$T/restricted/config.d/60-restricted.toml"
+make_bundle "$T/u" '["sleep","300"]' NVIDIA_VISIBLE_DEVICES=all
+jq '.process.user = {uid: 1000, gid: 1000}' "$T/u/config.json" > "$T/u/c" && mv "$T/u/c" "$T/u/config.json"
+GPU_GUARD_CONFIG="$T/restricted/config.toml" "$WRAP" --root "$ROOT" --log "$T/u/log.json" create -b "$T/u" ggp-u >/dev/null 2>&1 </dev/null
+runc --root "$ROOT" start ggp-u
+check_eq "exec -u: container running" "$(runc --root "$ROOT" state ggp-u 2>/dev/null | jq -r .status)" running
+for user in 0 0:0 +0 4294967296; do
+    # strconv.Atoi, then uint32(): each of these is uid 0 to runc.
+    OUT=$(runc --root "$ROOT" exec -u "$user" ggp-u id -u 2>&1)
+    check_eq "exec -u $user: runc alone runs it as uid 0" "$OUT" 0
+    OUT=$(GPU_GUARD_CONFIG="$T/restricted/config.toml" "$WRAP" --root "$ROOT" --log "$T/u/log.json" exec -u "$user" ggp-u id -u 2>&1)
+    RC=$?
+    check_eq "exec -u $user: wrapper refuses (profile restricted refuses root)" "$RC" 1
+    check_contains "exec -u $user: the log says why" "$(tail -n 1 "$T/u/log.json")" "uid 0"
+done
+OUT=$(GPU_GUARD_CONFIG="$T/restricted/config.toml" "$WRAP" --root "$ROOT" exec -u 1000 ggp-u id -u 2>&1)
+check_eq "exec -u 1000: runs as uid 1000" "$OUT" 1000
+"$WRAP" --root "$ROOT" delete -f ggp-u >/dev/null 2>&1
 
 finish

@@ -13,6 +13,9 @@
 //! - [`host`]: the NVML probe, the /proc fallback and the facts cache,
 //!   behind [`core::facts::HostSource`].
 //! - [`scan`]: the ELF/fatbin readers and the rootfs walker.
+//! - [`pipeline`]: the one way from what an entry point knows (container,
+//!   host choice, scans) to a decision; the only builder of the core's
+//!   inputs outside the core.
 //! - [`fleet`]: one container judged on many hosts (facts files, Kubernetes
 //!   node labels), gpu-guard's node labels and node affinity.
 //! - [`install`]: engine registration.
@@ -30,5 +33,6 @@ pub mod host;
 pub mod image;
 pub mod install;
 pub mod oci;
+pub mod pipeline;
 pub mod scan;
 pub mod sys;

@@ -324,6 +324,66 @@ fn no_cycle_between_the_files_of_the_core() {
     }
 }
 
+/// True when `code` builds a `core::decide::Inputs` value: a struct
+/// literal `Inputs {` (also path-qualified, `decide::Inputs {`), not the
+/// type's definition or another name ending in `Inputs`.
+fn builds_inputs(code: &str) -> bool {
+    let mut rest = code;
+    while let Some(i) = rest.find("Inputs") {
+        let before = rest[..i].chars().next_back();
+        let after = rest[i + "Inputs".len()..].trim_start();
+        let word_start = !before.is_some_and(|c| c.is_alphanumeric() || c == '_');
+        let definition = rest[..i].trim_end().ends_with("struct");
+        if word_start && !definition && after.starts_with('{') {
+            return true;
+        }
+        rest = &rest[i + "Inputs".len()..];
+    }
+    false
+}
+
+#[test]
+fn one_place_outside_the_core_builds_its_inputs() {
+    // The decision pipeline is the one orchestration: every entry point
+    // goes through it, so a field added to `Inputs` is filled in one place.
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let builders: Vec<String> = files
+        .iter()
+        .filter(|f| module_of(&src, f).as_deref() != Some("core"))
+        .filter(|f| builds_inputs(&code_only(&std::fs::read_to_string(f).unwrap())))
+        .map(|f| f.strip_prefix(&src).unwrap().display().to_string())
+        .collect();
+    assert_eq!(
+        builders,
+        ["pipeline/mod.rs"],
+        "files outside src/core that build core::decide::Inputs"
+    );
+}
+
+#[test]
+fn the_inputs_rule_finds_builders() {
+    // The test above can fail: each of these builds the core's inputs.
+    for code in [
+        "decide::decide(&Inputs { container, detection })",
+        "let i = crate::core::decide::Inputs{ container };",
+        "Inputs\n    {",
+    ] {
+        assert!(builds_inputs(&code_only(code)), "{code}");
+    }
+    for code in [
+        "pub struct Inputs<'a> {",
+        "pub struct Inputs {",
+        "use crate::core::decide::{self, Inputs};",
+        "let x = MyInputs { a };",
+        "// Inputs { in a comment }",
+        "fn f(i: &Inputs) {}",
+    ] {
+        assert!(!builds_inputs(&code_only(code)), "{code}");
+    }
+}
+
 // The rest of the `module_graph` test binary: the other checks that read the
 // repository's sources rather than run gpu-guard (`unsafe` only at the
 // audited place; the test layout). It does not link the gpu-guard library,

@@ -7,12 +7,11 @@
 #![no_main]
 
 use gpu_guard::core::container::{Container, Env};
-use gpu_guard::core::decide::{decide, Inputs};
-use gpu_guard::core::detect::classify_with;
 use gpu_guard::core::facts::{HostFacts, HostReport};
 use gpu_guard::core::policy::Config;
 use gpu_guard::core::report;
 use gpu_guard::core::security::Stage;
+use gpu_guard::pipeline::{Case, Judge};
 use libfuzzer_sys::fuzz_target;
 
 const HOSTS: [&str; 4] = [
@@ -53,16 +52,10 @@ fuzz_target!(|data: &[u8]| {
     if selector & 0x40 != 0 {
         cfg.detect.env_requests = gpu_guard::core::policy::EnvRequests::Always;
     }
-    let detection = classify_with(&c, &cfg.detect);
     let stage = if selector & 4 != 0 { Stage::Verify } else { Stage::Edit };
-    let d = decide(&Inputs {
-        container: &c,
-        detection: &detection,
-        host: Some(&host),
-        config: &cfg,
-        stage,
-        kernel_image: Vec::new(),
-    });
+    // Through the decision pipeline, as every entry point decides (no
+    // rootfs: nothing is scanned).
+    let d = Judge::new(&cfg, Case::new(c, stage)).on_host(Some(&host));
     for out in [report::human(&d), report::refusal(&d), report::refusal_line(&d)] {
         assert!(
             !out.chars().any(|ch| ch.is_control() && ch != '\n'),

@@ -2,28 +2,16 @@
 //! would, change nothing. Exit 0 when it would start, 1 when refused, 2 for
 //! bad usage or unreadable input (docs/interfaces.md, "`gpu-guard check`").
 
-use crate::commands::cli::{CheckArgs, CheckStage};
+use crate::commands::cli::CheckArgs;
 use crate::commands::fleet_report;
-use crate::commands::pipeline::{self, HostChoice};
+use crate::commands::output::{print_decision, usage};
 use crate::config;
 use crate::core::container::Container;
 use crate::core::decision::{Decision, Verdict};
-use crate::core::report;
 use crate::core::security::Stage;
 use crate::oci::spec_file;
-use std::path::Path;
-
-pub const EXIT_ALLOW: i32 = 0;
-pub const EXIT_REFUSE: i32 = 1;
-pub const EXIT_USAGE: i32 = 2;
-
-fn usage(msg: impl std::fmt::Display) -> i32 {
-    eprintln!(
-        "gpu-guard check: {}",
-        crate::core::sanitize::one_line(&msg.to_string())
-    );
-    EXIT_USAGE
-}
+use crate::pipeline::{self, Case, HostChoice, Policy};
+use std::path::{Path, PathBuf};
 
 pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
     if args.image.is_some() {
@@ -32,34 +20,10 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
     if args.bundle.is_none() && args.spec.is_none() && args.env.is_empty() {
         return usage("describe a container with --bundle DIR, --spec FILE or --env KEY=VALUE");
     }
-    let mut container = match (&args.spec, &args.bundle) {
-        (Some(spec), bundle) => match spec_file::load(spec, bundle.as_deref().or(spec.parent())) {
-            Ok(s) => s.container,
-            Err(e) => return usage(e),
-        },
-        (None, Some(bundle)) => match spec_file::load(&bundle.join("config.json"), Some(bundle)) {
-            Ok(s) => s.container,
-            Err(e) => return usage(e),
-        },
-        // No spec: the container is its environment alone, judged as run
-        // with GPUs attached (as `docker run --gpus` would attach them).
-        (None, None) => Container::from_env(Default::default()),
+    let container = match described(args) {
+        Ok(c) => c,
+        Err(code) => return code,
     };
-    for raw in &args.env {
-        let entry = raw.to_string_lossy();
-        match entry.split_once('=') {
-            Some((k, v)) if !k.is_empty() => container.env.set(k, v),
-            _ => {
-                return usage(format!(
-                    "--env wants KEY=VALUE, got `{}`",
-                    crate::core::sanitize::esc(&entry)
-                ))
-            }
-        }
-    }
-    if args.spec.is_none() && args.bundle.is_none() {
-        crate::fleet::attached::env_alone_as_run_with_gpus(&mut container);
-    }
     if let (Some(host), false) = (args.host.first(), fleet_report::wanted(args)) {
         // Unreadable input is a usage error here, not a refusal.
         if let Err(e) = crate::host::facts_file::read_facts_file(host) {
@@ -67,11 +31,7 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
         }
     }
     let loaded = config::load_detailed(config_flag);
-    let cfg = loaded
-        .as_ref()
-        .map(|l| l.config.clone())
-        .map_err(|e| e.clone());
-    if let Err(e) = &cfg {
+    if let Err(e) = &loaded {
         if e.unreadable {
             return usage(e);
         }
@@ -80,13 +40,17 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
             crate::core::sanitize::one_line(&e.to_string())
         );
     }
-    let stage = match args.stage {
-        CheckStage::Runtime => Stage::Edit,
-        CheckStage::Prestart => Stage::Verify,
-    };
+    let policy = Policy::from(
+        loaded
+            .as_ref()
+            .map(|l| l.config.clone())
+            .map_err(Clone::clone),
+    );
+    let stage = args.stage.stage();
+    let case = Case::new(container, stage).with_runtime(wrapper_runtime(stage, &policy));
     if fleet_report::wanted(args) {
-        return match &cfg {
-            Ok(c) => fleet_report::main(c, &container, stage, args),
+        return match policy.config() {
+            Ok(c) => fleet_report::main(c, case, args),
             Err(e) => usage(e),
         };
     }
@@ -94,7 +58,7 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
         Some(p) => HostChoice::File(p),
         None => HostChoice::FromConfig,
     };
-    let mut decision = pipeline::assess(&cfg, &container, stage, host);
+    let mut decision = pipeline::decide(&policy, case, host);
     if let Ok(l) = &loaded {
         chained_runtime_note(&mut decision, l);
         if let Some(line) = config::drop_ins_line(l) {
@@ -104,6 +68,48 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
         }
     }
     print_decision(&decision, args.json)
+}
+
+/// The container `--spec`, `--bundle` and `--env` describe; Err is the exit
+/// status of a usage error already reported.
+fn described(args: &CheckArgs) -> Result<Container, i32> {
+    let mut container = match (&args.spec, &args.bundle) {
+        (Some(spec), bundle) => spec_file::load(spec, bundle.as_deref().or(spec.parent()))
+            .map(|s| s.container)
+            .map_err(usage)?,
+        (None, Some(bundle)) => spec_file::load(&bundle.join("config.json"), Some(bundle))
+            .map(|s| s.container)
+            .map_err(usage)?,
+        // No spec: the container is its environment alone, judged as run
+        // with GPUs attached (as `docker run --gpus` would attach them).
+        (None, None) => Container::from_env(Default::default()),
+    };
+    for raw in &args.env {
+        let entry = raw.to_string_lossy();
+        match entry.split_once('=') {
+            Some((k, v)) if !k.is_empty() => container.env.set(k, v),
+            _ => {
+                return Err(usage(format!(
+                    "--env wants KEY=VALUE, got `{}`",
+                    crate::core::sanitize::esc(&entry)
+                )))
+            }
+        }
+    }
+    if args.spec.is_none() && args.bundle.is_none() {
+        crate::fleet::attached::env_alone_as_run_with_gpus(&mut container);
+    }
+    Ok(container)
+}
+
+/// The runtime the installed wrapper would exec: `--stage runtime` decides
+/// as the wrapper, and NVIDIA's runtime chained there makes a GPU request
+/// in the env count. The prestart hook knows no runtime.
+fn wrapper_runtime(stage: Stage, policy: &Policy) -> Option<PathBuf> {
+    if stage != Stage::Edit {
+        return None;
+    }
+    pipeline::runtime::find_real_runtime(policy.runtime_path()).ok()
 }
 
 /// Which runtime the wrapper execs, when the config chains one (an info
@@ -124,21 +130,5 @@ fn chained_runtime_note(decision: &mut Decision, l: &config::Loaded) {
         decision.verdict = Verdict::Refuse;
     } else {
         decision.findings.push(Finding::info(Check::Config, line));
-    }
-}
-
-/// Prints one decision (JSON or for people) and returns its exit status.
-pub fn print_decision(decision: &Decision, json: bool) -> i32 {
-    if json {
-        match serde_json::to_string_pretty(decision) {
-            Ok(s) => println!("{s}"),
-            Err(e) => return usage(format!("cannot print the decision: {e}")),
-        }
-    } else {
-        print!("{}", report::human(decision));
-    }
-    match decision.verdict {
-        Verdict::Refuse => EXIT_REFUSE,
-        Verdict::Allow | Verdict::Skip => EXIT_ALLOW,
     }
 }

@@ -135,6 +135,16 @@ pub enum CheckStage {
     Prestart,
 }
 
+impl CheckStage {
+    /// The stage the core decides at.
+    pub fn stage(self) -> crate::core::security::Stage {
+        match self {
+            CheckStage::Runtime => crate::core::security::Stage::Edit,
+            CheckStage::Prestart => crate::core::security::Stage::Verify,
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct HookArgs {
     /// prestart, createRuntime (OCI State on stdin) or precreate (config JSON on stdin, edited on stdout)

@@ -4,28 +4,19 @@
 //! summary (or the fleet JSON, or the affinity). Exit status per
 //! [`crate::fleet::summary`].
 
-use crate::commands::check::{EXIT_ALLOW, EXIT_REFUSE, EXIT_USAGE};
 use crate::commands::cli::CheckArgs;
-use crate::core::container::Container;
+use crate::commands::output::{print_decision, usage, EXIT_ALLOW, EXIT_REFUSE};
 use crate::core::decision::Verdict;
 use crate::core::facts::{HostFacts as Facts, HostReport};
-use crate::core::policy::{Config, Enforcement};
-use crate::core::security::Stage;
+use crate::core::policy::Config;
 use crate::fleet::nodes::{self, NodeLabels};
 use crate::fleet::{affinity, summary, Host, HostFacts, HostResult, ImageInfo, Subject};
+use crate::pipeline::Case;
 use std::collections::BTreeMap;
 
 /// True when `check` is asked about more than one host, or for an affinity.
 pub fn wanted(args: &CheckArgs) -> bool {
     args.host.len() > 1 || args.hosts.is_some() || args.nodes.is_some() || args.affinity
-}
-
-fn usage(msg: impl std::fmt::Display) -> i32 {
-    eprintln!(
-        "gpu-guard check: {}",
-        crate::core::sanitize::one_line(&msg.to_string())
-    );
-    EXIT_USAGE
 }
 
 /// The hosts of `--host`, `--hosts` and `--nodes`, in that order, and the
@@ -66,26 +57,6 @@ fn gather(args: &CheckArgs) -> Result<(Vec<Host>, Vec<NodeLabels>), String> {
     Ok((hosts, node_list))
 }
 
-/// Runs the multi-host check. `cfg` is the loaded, valid config.
-pub fn main(cfg: &Config, container: &Container, stage: Stage, args: &CheckArgs) -> i32 {
-    // No spec: judged as `docker run --gpus all` would run it (check --help).
-    let mut attached;
-    let container = if args.spec.is_none() && args.bundle.is_none() {
-        attached = container.clone();
-        crate::fleet::attached::env_alone_as_run_with_gpus(&mut attached);
-        &attached
-    } else {
-        container
-    };
-    // The image's GPU code is scanned once, whatever the number of hosts.
-    let scanned = container
-        .rootfs
-        .as_ref()
-        .filter(|_| cfg.kernel_image.severity != Enforcement::Off)
-        .map(|r| crate::scan::libraries::scan_rootfs(r, &cfg.kernel_image));
-    main_with(cfg, container, stage, args, (scanned, None), None)
-}
-
 /// What was read of an image (`check --image`), for the fleet output: a
 /// JSON object merged into the `image` object, and a line for people.
 pub struct ImageReport {
@@ -93,19 +64,15 @@ pub struct ImageReport {
     pub line: String,
 }
 
-/// [`main`] with the libraries already scanned (`check --image` reads the
-/// image once) and what was read of the image.
-pub fn main_with(
-    cfg: &Config,
-    container: &Container,
-    stage: Stage,
-    args: &CheckArgs,
-    (scanned, compat): (
-        Option<crate::core::kernel_image::Scanned>,
-        Option<crate::core::compat::CompatScan>,
-    ),
-    image: Option<&ImageReport>,
-) -> i32 {
+/// Runs the multi-host check of the container of `case` (its scans made
+/// already by `check --image`, or read once from its rootfs). `cfg` is the
+/// loaded, valid config.
+pub fn main(cfg: &Config, case: Case, args: &CheckArgs) -> i32 {
+    main_with(cfg, case, args, None)
+}
+
+/// [`main`], with what was read of the image.
+pub fn main_with(cfg: &Config, case: Case, args: &CheckArgs, image: Option<&ImageReport>) -> i32 {
     let (hosts, node_list) = match gather(args) {
         Ok(h) => h,
         Err(e) => return usage(e),
@@ -113,7 +80,7 @@ pub fn main_with(
     if hosts.is_empty() && !args.affinity {
         return usage("no hosts: --hosts DIR holds no *.json file and --nodes lists no node");
     }
-    let subject = Subject::new(container, cfg, stage, scanned).with_compat(compat);
+    let subject = Subject::new(cfg, case);
     let results = subject.judge_all(&hosts);
     if args.affinity {
         return print_affinity(&subject, args, &node_list, &results);
@@ -126,7 +93,7 @@ pub fn main_with(
         },
     )] = &results.iter().zip(&hosts).collect::<Vec<_>>()[..]
     {
-        return crate::commands::check::print_decision(&one.decision, args.json);
+        return print_decision(&one.decision, args.json);
     }
     print_fleet(&subject, args, &hosts, &results, image)
 }
@@ -140,7 +107,7 @@ fn print_fleet(
 ) -> i32 {
     let counts = summary::counts(results);
     if args.json {
-        let mut info = ImageInfo::from_container(subject.container);
+        let mut info = ImageInfo::from_container(subject.container());
         if let Some(d) = image
             .and_then(|i| i.json.get("digest"))
             .and_then(|d| d.as_str())

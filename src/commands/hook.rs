@@ -10,16 +10,16 @@
 //!   config JSON on stdin, the edited config JSON on stdout.
 
 use crate::commands::cli::HookStage;
-use crate::commands::pipeline::{self, HostChoice};
-use crate::commands::runtime::unreadable_spec;
-use crate::config;
 use crate::core::container::Container;
+use crate::core::decide::unreadable_spec;
 use crate::core::decision::{Decision, Verdict};
+use crate::core::policy::Mode;
 use crate::core::report;
 use crate::core::security::Stage;
 use crate::oci::spec::SpecView;
 use crate::oci::spec_file::{self, LoadedSpec};
 use crate::oci::state::{parse_state, MAX_STATE_BYTES};
+use crate::pipeline::{self, Case, HostChoice, Policy};
 use crate::sys::logging;
 use std::io::{Read, Write};
 use std::os::unix::fs::MetadataExt;
@@ -83,7 +83,7 @@ fn prestart(config_flag: Option<&Path>) -> i32 {
         }
     };
     container.id = state.id;
-    let decision = decide(config_flag, &container, Stage::Verify);
+    let decision = decide(&Policy::load(config_flag), container, Stage::Verify);
     if decision.verdict == Verdict::Refuse {
         eprint!("{}", report::refusal(&decision));
         return EXIT_REFUSE;
@@ -100,34 +100,25 @@ fn unreadable(
     error: &str,
     mentions_gpu: impl FnOnce() -> bool,
 ) -> i32 {
-    let cfg = config::load(config_flag);
-    let decision = unreadable_spec(&cfg, id, error, mentions_gpu());
-    logging::record(
-        &decision,
-        &pipeline::syslog_target(&cfg),
-        logging::Fallback::Stderr,
-    );
+    let policy = Policy::load(config_flag);
+    let decision = unreadable_spec(policy.mode(), id, error, mentions_gpu());
+    logging::record(&decision, &policy.syslog(), logging::Fallback::Stderr);
     if decision.verdict == Verdict::Refuse {
         eprint!("{}", report::refusal(&decision));
         return EXIT_REFUSE;
     }
     logging::stood_aside(
         &format!("standing aside: {error}"),
-        &pipeline::syslog_target(&cfg),
+        &policy.syslog(),
         logging::Fallback::Stderr,
     );
     0
 }
 
-/// Loads the config, decides and logs.
-fn decide(config_flag: Option<&Path>, container: &Container, stage: Stage) -> Decision {
-    let cfg = config::load(config_flag);
-    let decision = pipeline::assess(&cfg, container, stage, HostChoice::FromConfig);
-    logging::record(
-        &decision,
-        &pipeline::syslog_target(&cfg),
-        logging::Fallback::Stderr,
-    );
+/// Decides through the pipeline (no runtime is chained to a hook) and logs.
+fn decide(policy: &Policy, container: Container, stage: Stage) -> Decision {
+    let decision = pipeline::decide(policy, Case::new(container, stage), HostChoice::FromConfig);
+    logging::record(&decision, &policy.syslog(), logging::Fallback::Stderr);
     decision
 }
 
@@ -140,8 +131,8 @@ fn precreate(config_flag: Option<&Path>) -> i32 {
         Ok(s) => s,
         Err(e) => return precreate_unreadable(config_flag, e),
     };
-    let container = spec.container.clone();
-    let decision = decide(config_flag, &container, Stage::Edit);
+    let policy = Policy::load(config_flag);
+    let decision = decide(&policy, spec.container.clone(), Stage::Edit);
     let edits = if decision.verdict == Verdict::Refuse {
         if !has_gpu_guard_prestart(&spec.view) {
             eprint!("{}", report::refusal(&decision));
@@ -164,11 +155,7 @@ fn precreate(config_flag: Option<&Path>) -> i32 {
         Ok(Some(b)) => b,
         Ok(None) => spec.bytes.clone(),
         Err(e) => {
-            let enforce = config::load(config_flag)
-                .map(|c| c.mode)
-                .unwrap_or(crate::core::policy::Mode::Enforce)
-                == crate::core::policy::Mode::Enforce;
-            if decision.gpu_container && enforce {
+            if decision.gpu_container && policy.mode() == Mode::Enforce {
                 eprintln!("gpu-guard hook: cannot apply the policy edits: {e}");
                 return EXIT_REFUSE;
             }

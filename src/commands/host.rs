@@ -157,7 +157,7 @@ fn one_line(p: &HostProblem) -> String {
 }
 
 /// The host for people: driver line, one row per GPU, MIG devices, problems.
-pub fn render_table(report: &HostReport) -> String {
+fn render_table(report: &HostReport) -> String {
     let mut out = String::new();
     let Some(f) = &report.facts else {
         return out;

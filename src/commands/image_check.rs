@@ -19,33 +19,22 @@
 //! usage or an image that cannot be read (one line on stderr, nothing
 //! written anywhere).
 
-use crate::commands::check::{print_decision, EXIT_USAGE};
-use crate::commands::cli::{CheckArgs, CheckStage};
+use crate::commands::cli::CheckArgs;
 use crate::commands::fleet_report::{self, ImageReport};
+use crate::commands::output::{print_decision, usage};
 use crate::config;
 use crate::core::container::Container;
 use crate::core::decision::{Check, Finding};
-use crate::core::facts::{HostReport, HostSource};
-use crate::core::policy::{Config, Enforcement};
+use crate::core::policy::Enforcement;
 use crate::core::sanitize::esc_bounded;
-use crate::core::security::Stage;
-use crate::fleet::Subject;
-use crate::host::facts_file::FactsFile;
 use crate::image::scan::ImageScan;
 use crate::image::{Image, Limits, Options, Platform};
+use crate::pipeline::{self, Case, HostChoice, Policy, Scans};
 use std::path::Path;
-
-fn usage(msg: impl std::fmt::Display) -> i32 {
-    eprintln!(
-        "gpu-guard check: {}",
-        crate::core::sanitize::one_line(&msg.to_string())
-    );
-    EXIT_USAGE
-}
 
 /// The container `docker run --gpus all IMAGE` with `env` (`KEY=VALUE`,
 /// applied after the image's) would be.
-pub fn container_for(image_env: &[String], env: &[(String, String)]) -> Container {
+fn container_for(image_env: &[String], env: &[(String, String)]) -> Container {
     let mut c = Container::default();
     for e in image_env {
         c.env.push_entry(e);
@@ -196,51 +185,31 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
             Err(e) => return usage(e),
         }
     };
-    let stage = match args.stage {
-        CheckStage::Runtime => Stage::Edit,
-        CheckStage::Prestart => Stage::Verify,
-    };
     let image = report(&img, &container, scan.as_ref());
-    if fleet_report::wanted(args) {
-        let code = scan.map(|s| (Some(s.scanned), Some(s.compat)));
-        let code = code.unwrap_or((None, None));
-        return fleet_report::main_with(&cfg, &container, stage, args, code, Some(&image));
-    }
-    let host: HostReport = match args.host.first() {
-        Some(p) => FactsFile(p.to_path_buf()).report(),
-        None => crate::host::probe(&cfg.host),
-    };
     let notes = scan.as_ref().map(|s| s.notes.clone()).unwrap_or_default();
-    let (scanned, compat) = match scan {
-        Some(s) => (Some(s.scanned), Some(s.compat)),
-        None => (None, None),
+    let scans = match scan {
+        Some(s) => Scans::made(Some(s.scanned), Some(s.compat)),
+        None => Scans::made(None, None),
     };
-    let d = decide_one(&container, &cfg, stage, (scanned, compat), &host, &notes);
+    // Judged as `docker run --gpus all` starts it: GPUs attached whatever
+    // runtime is chained, so no chained runtime is asked for.
+    let case = Case::new(container, args.stage.stage()).with_scans(scans);
+    if fleet_report::wanted(args) {
+        return fleet_report::main_with(&cfg, case, args, Some(&image));
+    }
+    let host = match args.host.first() {
+        Some(p) => HostChoice::File(p),
+        None => HostChoice::FromConfig,
+    };
+    let mut d = pipeline::decide(&Policy::valid(cfg), case, host);
+    // The scan's notes become info findings.
+    if d.gpu_container {
+        for n in notes {
+            d.findings.push(Finding::info(Check::KernelImage, n));
+        }
+    }
     if !args.json {
         println!("{}", image.line);
     }
     print_decision(&d, args.json)
-}
-
-/// One host's decision; the scan notes become info findings.
-fn decide_one(
-    container: &Container,
-    cfg: &Config,
-    stage: Stage,
-    (scanned, compat): (
-        Option<crate::core::kernel_image::Scanned>,
-        Option<crate::core::compat::CompatScan>,
-    ),
-    host: &HostReport,
-    notes: &[String],
-) -> crate::core::decision::Decision {
-    let subject = Subject::new(container, cfg, stage, scanned).with_compat(compat);
-    let mut d = subject.decide(host);
-    if d.gpu_container {
-        for n in notes {
-            d.findings
-                .push(Finding::info(Check::KernelImage, n.clone()));
-        }
-    }
-    d
 }

@@ -8,7 +8,7 @@
 use crate::core::capability;
 use crate::core::container::{Capabilities, Container};
 use crate::core::decision::{Check, Finding};
-use crate::core::policy::{OnFailure, SecurityConfig};
+use crate::core::policy::{Exception, OnFailure, SecurityConfig};
 use crate::core::profiles;
 use crate::core::sanitize::esc;
 
@@ -63,15 +63,8 @@ type Extra = Vec<(&'static str, Vec<String>)>;
 /// container be privileged); the plan then says which entry applied.
 pub fn plan(c: &Container, cfg: &SecurityConfig, allow: &[String], stage: Stage) -> Plan {
     let mut p = Plan::default();
-    let exception = profiles::matching_exception(c, cfg);
-    let mut profile = profiles::default_profile(cfg);
-    profile.capabilities = allow.to_vec();
+    let (profile, exception) = profile_for(c, cfg, allow);
     if let Some((i, ex, _)) = &exception {
-        if let Some(name) = &ex.profile {
-            if let Some(granted) = profiles::lookup(name, cfg) {
-                profile = granted;
-            }
-        }
         p.findings.push(Finding::info(
             Check::Security,
             format!(
@@ -136,6 +129,32 @@ pub fn plan(c: &Container, cfg: &SecurityConfig, allow: &[String], stage: Stage)
         }
     }
     p
+}
+
+/// The exception that selects a container: its index, the entry and the
+/// CRI facts it matched.
+pub type ExceptionMatch<'a> = (usize, &'a Exception, profiles::CriFacts);
+
+/// The profile a container runs under: the one its `[[security.exceptions]]`
+/// entry names, else the default profile with `allow` as its list; and the
+/// exception, when one selects it. [`plan`] applies it to the container,
+/// and `core::exec_policy` to what an exec adds.
+pub fn profile_for<'a>(
+    c: &Container,
+    cfg: &'a SecurityConfig,
+    allow: &[String],
+) -> (profiles::Profile, Option<ExceptionMatch<'a>>) {
+    let exception = profiles::matching_exception(c, cfg);
+    let mut profile = profiles::default_profile(cfg);
+    profile.capabilities = allow.to_vec();
+    let granted = exception
+        .as_ref()
+        .and_then(|(_, ex, _)| ex.profile.as_deref())
+        .and_then(|name| profiles::lookup(name, cfg));
+    if let Some(granted) = granted {
+        profile = granted;
+    }
+    (profile, exception)
 }
 
 /// How to exempt this container: a `[[security.exceptions]]` entry for its

@@ -153,7 +153,7 @@ fn with_majors(cuda: &mut Vec<Point>) {
 fn requirement_cuts(subject: &Subject, c: &mut Cuts) {
     let every = reads_more(subject);
     let image_cuda = subject
-        .container
+        .container()
         .env
         .get("CUDA_VERSION")
         .and_then(crate::core::requirement::cuda_version_major_minor);
@@ -201,8 +201,8 @@ fn op_cuts(v: &[u64], parts: usize, op: Op, every: bool) -> Vec<Point> {
 /// it) and a scanned image (kernel-image and compat rules compare CUDA
 /// majors).
 fn reads_more(subject: &Subject) -> bool {
-    subject.scanned.is_some()
-        || subject.config.requirements.minor_version_compatibility
+    subject.scanned().is_some()
+        || subject.config().requirements.minor_version_compatibility
             != crate::core::policy::MinorVersionCompat::Off
 }
 
@@ -215,7 +215,7 @@ fn reads_more(subject: &Subject) -> bool {
 /// tables' driver minimums.
 fn scan_cuts(subject: &Subject, c: &mut Cuts) {
     use crate::core::arch::{ptx_isa_needs, IsaNeed, Kind, PTX_ISA_TO_CUDA};
-    let Some(s) = &subject.scanned else {
+    let Some(s) = subject.scanned() else {
         return;
     };
     let images: Vec<_> = s
@@ -251,7 +251,7 @@ fn scan_cuts(subject: &Subject, c: &mut Cuts) {
         c.cc.extend([vec![x, 0], vec![x, 10]]);
     }
     c.cc.push(vec![100, 0]);
-    let allow = subject.config.requirements.minor_version_compatibility
+    let allow = subject.config().requirements.minor_version_compatibility
         == crate::core::policy::MinorVersionCompat::Allow;
     if allow || has_compat(subject) {
         table_cuts(c);
@@ -260,7 +260,7 @@ fn scan_cuts(subject: &Subject, c: &mut Cuts) {
 
 /// The image has compat libraries (their notes name driver branches and brands).
 fn has_compat(subject: &Subject) -> bool {
-    subject.compat.as_ref().is_some_and(|c| !c.libs.is_empty())
+    subject.compat().is_some_and(|c| !c.libs.is_empty())
 }
 
 fn table_cuts(c: &mut Cuts) {
@@ -283,7 +283,7 @@ fn table_cuts(c: &mut Cuts) {
 }
 
 fn compat_cuts(subject: &Subject, c: &mut Cuts) {
-    let Some(scan) = &subject.compat else {
+    let Some(scan) = subject.compat() else {
         return;
     };
     for lib in &scan.libs {
@@ -310,7 +310,7 @@ fn compat_cuts(subject: &Subject, c: &mut Cuts) {
 
 /// A request naming GPUs by index needs that many: the count matters.
 fn count_cuts(subject: &Subject) -> Option<Vec<Point>> {
-    let req = &subject.detection.request;
+    let req = &subject.detection().request;
     if req.all || req.devices.is_empty() {
         return None;
     }

@@ -1,10 +1,11 @@
 //! One container judged on many hosts (`gpu-guard check --host F --host G`,
 //! `--hosts DIR`, `--nodes FILE`; docs/interfaces.md, "`gpu-guard check`").
 //!
-//! The container is built, its requirements parsed and its image scanned
-//! once ([`Subject`]); each host then costs one pure [`crate::core::decide`]
-//! call on facts already in memory. That keeps a 1,000-host run under 1 ms a
-//! host (integration/bench-fleet.sh measures it).
+//! The container is classified, its requirements parsed and its image
+//! scanned once, by the decision pipeline ([`Subject`] holds a
+//! [`crate::pipeline::Judge`]); each host then costs one pure
+//! [`crate::core::decide`] call on facts already in memory. That keeps a
+//! 1,000-host run under 1 ms a host (integration/bench-fleet.sh measures it).
 //!
 //! - [`nodes`] builds host facts from Kubernetes node labels (GPU Feature
 //!   Discovery and gpu-guard's own);
@@ -25,30 +26,21 @@ pub mod unknown;
 
 use crate::core::compat::CompatScan;
 use crate::core::container::Container;
-use crate::core::decide::{self, Inputs};
 use crate::core::decision::{Check, Decision, Finding};
-use crate::core::detect::{self, Detection};
+use crate::core::detect::Detection;
 use crate::core::facts::HostReport;
 use crate::core::kernel_image::Scanned;
-use crate::core::policy::{Config, Mode};
+use crate::core::policy::Config;
 use crate::core::requirement::Requirement;
-use crate::core::security::Stage;
+use crate::pipeline::{Case, Judge};
 use std::collections::BTreeMap;
 
-/// What is judged: the container, built once, with everything about it that
-/// does not depend on the host.
+/// What is judged: the container, classified and scanned once by the
+/// decision pipeline ([`crate::pipeline::Judge`]), and the requirements its
+/// affinity and short reasons are written from.
 pub struct Subject<'a> {
-    pub container: &'a Container,
-    pub config: &'a Config,
-    pub stage: Stage,
-    detection: Detection,
-    /// The image's libraries, scanned once (None: no rootfs to scan). A
-    /// rootfs from `--bundle` or an image read by `--image` plugs in here.
-    scanned: Option<Scanned>,
-    /// The image's forward-compatibility libraries (`/usr/local/cuda/compat`),
-    /// read with the libraries; None when nothing was read.
-    compat: Option<CompatScan>,
-    /// The parsed `NVIDIA_REQUIRE_*` (for short reasons and the affinity).
+    judge: Judge<'a>,
+    /// The requirements that are checked (for short reasons and the affinity).
     pub requirements: Vec<Requirement>,
 }
 
@@ -73,83 +65,56 @@ pub enum HostFacts {
     NoGpuFacts { why: String },
 }
 
-/// One host's outcome: always a Decision (design.md).
+/// One host's outcome: always a Decision (docs/interfaces.md).
 pub struct HostResult {
     pub host: String,
     pub decision: Decision,
 }
 
 impl<'a> Subject<'a> {
-    pub fn new(
-        container: &'a Container,
-        config: &'a Config,
-        stage: Stage,
-        scanned: Option<Scanned>,
-    ) -> Subject<'a> {
-        let (mut requirements, _) = decide::requirements(container);
-        // As decide does: an honoured NVIDIA_DISABLE_REQUIRE checks nothing.
-        let disabled = container
-            .env
-            .get("NVIDIA_DISABLE_REQUIRE")
-            .and_then(crate::core::requirement::parse_go_bool)
-            .unwrap_or(false);
-        if disabled && config.requirements.honor_disable_require {
-            requirements.clear();
-        }
+    /// The container of `case` judged under `config`. Its scans are read
+    /// now, once, from its rootfs (unless the image reader made them): every
+    /// host is judged with them, and the label affinity is written from them.
+    pub fn new(config: &'a Config, mut case: Case) -> Subject<'a> {
+        let rootfs = case.container.rootfs.clone();
+        case.scans = case.scans.read_now(rootfs.as_deref(), config);
+        let judge = Judge::new(config, case);
         Subject {
-            container,
-            config,
-            stage,
-            detection: detect::classify_with(container, &config.detect),
-            scanned,
-            compat: None,
-            requirements,
+            requirements: judge.requirements(),
+            judge,
         }
     }
 
-    /// The image's compat libraries, judged per host like a rootfs's.
-    pub fn with_compat(mut self, compat: Option<CompatScan>) -> Subject<'a> {
-        self.compat = compat;
-        self
+    pub fn container(&self) -> &Container {
+        self.judge.container()
+    }
+
+    pub fn config(&self) -> &Config {
+        self.judge.config()
+    }
+
+    pub fn detection(&self) -> &Detection {
+        self.judge.detection()
+    }
+
+    /// The image's GPU code, as scanned (None: not scanned).
+    pub fn scanned(&self) -> Option<&Scanned> {
+        self.judge.scans().kernel_image()
+    }
+
+    /// The image's forward-compatibility libraries (None: not read).
+    pub fn compat(&self) -> Option<&CompatScan> {
+        self.judge.scans().compat()
     }
 
     /// True when the image's GPU code was scanned (kernel-image findings).
     pub fn has_scan(&self) -> bool {
-        self.scanned.is_some()
+        self.scanned().is_some()
     }
 
-    pub fn is_gpu_container(&self) -> bool {
-        self.detection.gpu
-    }
-
-    /// Decides on one host, as `pipeline::assess` does for a single host,
-    /// but from facts in hand and the scan done once.
+    /// Decides on one host from facts in hand.
     pub fn decide(&self, host: &HostReport) -> Decision {
-        let needs_host = self.detection.gpu && self.config.mode != Mode::Off;
-        let report = needs_host.then_some(host);
-        decide::decide(&Inputs {
-            container: self.container,
-            detection: &self.detection,
-            host: report,
-            config: self.config,
-            stage: self.stage,
-            kernel_image: self.kernel_image(report),
-            scanned: self.scanned.as_ref(),
-            compat: self.compat.as_ref(),
-        })
-    }
-
-    /// The kernel-image findings on this host's visible GPUs, from the scan.
-    fn kernel_image(&self, report: Option<&HostReport>) -> Vec<Finding> {
-        match (&self.scanned, report.and_then(|r| r.facts.as_ref())) {
-            (Some(scanned), Some(facts)) => crate::core::kernel_image::assess_on_host(
-                scanned,
-                &self.detection.request,
-                facts,
-                self.config.kernel_image.severity,
-            ),
-            _ => Vec::new(),
-        }
+        self.judge.on_host(Some(host))
     }
 
     /// Judges every host. Facts from labels add an info finding saying so,
@@ -167,7 +132,7 @@ impl<'a> Subject<'a> {
     /// One host's Decision (a node without GPU facts included).
     pub fn judge_host(&self, h: &Host) -> Decision {
         match &h.facts {
-            HostFacts::NoGpuFacts { why } => unknown::no_gpu_facts(self.detection.gpu, why),
+            HostFacts::NoGpuFacts { why } => unknown::no_gpu_facts(self.detection().gpu, why),
             HostFacts::Known {
                 report,
                 from_labels,
@@ -188,9 +153,9 @@ impl<'a> Subject<'a> {
             unknown::refuse_unknown(
                 &mut d,
                 &self.requirements,
-                &self.detection.request,
+                &self.detection().request,
                 facts,
-                self.config.mode,
+                self.config().mode,
             );
         }
         d.findings.insert(0, Finding::info(Check::Host, note));

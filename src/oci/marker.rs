@@ -20,12 +20,12 @@ use std::path::PathBuf;
 
 /// Where markers live (root; a rootless runtime's markers go under
 /// `$XDG_RUNTIME_DIR/gpu-guard/containers`).
-pub const DEFAULT_DIR: &str = "/run/gpu-guard/containers";
+const DEFAULT_DIR: &str = "/run/gpu-guard/containers";
 
 /// TEST ONLY: a build with the `test-hooks` feature reads the marker
 /// directory from this variable.
 #[cfg(feature = "test-hooks")]
-pub const ENV_DIR: &str = "GPU_GUARD_MARKER_DIR";
+const ENV_DIR: &str = "GPU_GUARD_MARKER_DIR";
 
 fn dir() -> PathBuf {
     #[cfg(feature = "test-hooks")]

@@ -1,8 +1,16 @@
 //! The parts of an OCI runtime's command line that the wrapper needs: the
-//! global `--log` and `--root`, the subcommand, create/run's `--bundle`,
-//! exec's `--process` and the container id. Modelled on runc's flags
-//! (urfave/cli); crun and youki accept the same ones. Unknown shapes are not
-//! errors: the argv is always passed through unchanged.
+//! global `--log` and `--root`, the subcommand, create/run/restore's
+//! `--bundle`, exec's `--process` and privilege flags, and the container
+//! id. Modelled on runc's flags (urfave/cli over Go's flag package: one or
+//! two dashes, `--flag=value` or `--flag value`, the last of several wins);
+//! crun and youki accept the same ones. Unknown shapes are not errors: the
+//! argv is always passed through unchanged.
+//!
+//! An empty value is read as runc reads it: runc tests each of these string
+//! flags with `!= ""` (exec.go getProcess for `--process`, `--apparmor`,
+//! `--process-label`, `--user`; utils_linux.go setupSpec for `--bundle`),
+//! so `--process=`, `-p ''` or an empty last `--process` means no process
+//! file, and runc builds the process from the bundle and the other flags.
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
@@ -15,7 +23,8 @@ pub struct Invocation {
     pub log: Option<PathBuf>,
     /// The subcommand (`create`, `run`, `state`, ...), if any.
     pub command: Option<String>,
-    /// `--bundle`/`-b` of create/run; None means the working directory.
+    /// `--bundle`/`-b` of create/run/restore; None (or empty) means the
+    /// working directory.
     pub bundle: Option<PathBuf>,
     /// crun's `--config`/`-f` of create/run: the spec file to read instead
     /// of `config.json` (relative to the bundle: crun changes into the
@@ -23,7 +32,8 @@ pub struct Invocation {
     pub config: Option<PathBuf>,
     /// The container id (first positional after the subcommand's flags).
     pub id: Option<String>,
-    /// `--process`/`-p` of exec: the process.json to run.
+    /// `--process`/`-p` of exec: the process.json to run (None: absent or
+    /// empty, so runc runs the bundle's process with the flags on top).
     pub process: Option<PathBuf>,
     /// Global `--root`, kept to ask the real runtime about a container.
     pub root: Option<OsString>,
@@ -46,17 +56,21 @@ pub struct ExecFlags {
     pub process_label: Option<String>,
     /// `--apparmor`: the AppArmor profile.
     pub apparmor: Option<String>,
-    /// `--user`/`-u`.
+    /// `--user`/`-u`: `UID[:GID]`.
     pub user: Option<String>,
 }
 
 impl ExecFlags {
-    /// True when a flag changes privileges.
-    pub fn any(&self) -> bool {
-        !self.caps.is_empty()
-            || self.no_new_privs.is_some()
-            || self.process_label.is_some()
-            || self.apparmor.is_some()
+    /// The uid `--user` sets, as runc reads it (exec.go getProcess: the part
+    /// before the first `:` through strconv.Atoi, then `uint32(uid)`, which
+    /// wraps: `-u 4294967296` is uid 0). None when there is no `--user`, or
+    /// runc cannot read it (runc then refuses the exec itself).
+    pub fn uid(&self) -> Option<u32> {
+        let user = self.user.as_deref()?;
+        let uid = user.split_once(':').map_or(user, |(u, _)| u);
+        // Go's Atoi: an optional sign and decimal digits within int64.
+        let n: i64 = uid.parse().ok()?;
+        Some(n as u32)
     }
 }
 
@@ -111,6 +125,20 @@ const CREATE_VALUE_FLAGS: &[&str] = &[
     "pidfd-socket",
     "config",
     "f",
+];
+
+/// restore flags that take a value (runc restore.go).
+const RESTORE_VALUE_FLAGS: &[&str] = &[
+    "console-socket",
+    "image-path",
+    "work-path",
+    "manage-cgroups-mode",
+    "bundle",
+    "b",
+    "pid-file",
+    "empty-ns",
+    "lsm-profile",
+    "lsm-mount-context",
 ];
 
 /// exec flags that take a value (runc exec.go).
@@ -183,6 +211,39 @@ fn parse_bool(v: &OsStr) -> Option<bool> {
     }
 }
 
+/// A value as runc's `!= ""` tests read it: empty is absent.
+fn non_empty(value: Option<OsString>) -> Option<OsString> {
+    value.filter(|v| !v.is_empty())
+}
+
+fn text(value: Option<OsString>) -> Option<String> {
+    non_empty(value).map(|v| v.to_string_lossy().into_owned())
+}
+
+/// Records one flag of the subcommand (`exec`: exec's own flags; else
+/// create/run/restore's). A later flag of the same name replaces an
+/// earlier one, as Go's flag package sets it again; `--cap` adds.
+fn record_flag(inv: &mut Invocation, exec: bool, name: &str, value: Option<OsString>) {
+    match name {
+        "bundle" | "b" if !exec => inv.bundle = non_empty(value).map(PathBuf::from),
+        "config" | "f" if !exec => inv.config = value.map(PathBuf::from),
+        "process" | "p" if exec => inv.process = non_empty(value).map(PathBuf::from),
+        "cap" | "c" if exec => {
+            if let Some(v) = value {
+                inv.exec.caps.push(v.to_string_lossy().into_owned());
+            }
+        }
+        "no-new-privs" if exec => {
+            inv.exec.no_new_privs =
+                Some(value.as_deref().map(parse_bool).unwrap_or(Some(true)) == Some(true))
+        }
+        "process-label" if exec => inv.exec.process_label = text(value),
+        "apparmor" if exec => inv.exec.apparmor = text(value),
+        "user" | "u" if exec => inv.exec.user = text(value),
+        _ => {}
+    }
+}
+
 /// Reads the parts of the argv we need; never fails (unknown shapes are
 /// simply passed through).
 ///
@@ -225,6 +286,7 @@ pub fn parse(args: &[OsString]) -> Invocation {
     };
     let value_flags = match cmd.as_str() {
         "create" | "run" => CREATE_VALUE_FLAGS,
+        "restore" => RESTORE_VALUE_FLAGS,
         "exec" => EXEC_VALUE_FLAGS,
         "delete" => &[][..],
         _ => {
@@ -235,30 +297,7 @@ pub fn parse(args: &[OsString]) -> Invocation {
     let exec = cmd == "exec";
     while i < args.len() {
         match take_flag(args, &mut i, value_flags) {
-            Some((name, value)) => match name.as_str() {
-                "bundle" | "b" if !exec => inv.bundle = value.map(PathBuf::from),
-                "config" | "f" if !exec => inv.config = value.map(PathBuf::from),
-                "process" | "p" if exec => inv.process = value.map(PathBuf::from),
-                "cap" | "c" if exec => {
-                    if let Some(v) = value {
-                        inv.exec.caps.push(v.to_string_lossy().into_owned());
-                    }
-                }
-                "no-new-privs" if exec => {
-                    inv.exec.no_new_privs =
-                        Some(value.as_deref().map(parse_bool).unwrap_or(Some(true)) == Some(true))
-                }
-                "process-label" if exec => {
-                    inv.exec.process_label = value.map(|v| v.to_string_lossy().into_owned())
-                }
-                "apparmor" if exec => {
-                    inv.exec.apparmor = value.map(|v| v.to_string_lossy().into_owned())
-                }
-                "user" | "u" if exec => {
-                    inv.exec.user = value.map(|v| v.to_string_lossy().into_owned())
-                }
-                _ => {}
-            },
+            Some((name, value)) => record_flag(&mut inv, exec, &name, value),
             None if args[i] == "--" => i += 1,
             None => {
                 if inv.id.is_none() {
@@ -376,5 +415,93 @@ mod tests {
         let inv = parse(&os(&["exec", "-t", "id8", "sh", "-c", "--process=/evil"]));
         assert_eq!(inv.id.as_deref(), Some("id8"));
         assert_eq!(inv.process, None);
+    }
+
+    #[test]
+    fn an_empty_process_is_absent_as_runc_reads_it() {
+        for argv in [
+            &["exec", "--process=", "--cap", "CAP_SYS_ADMIN", "id", "sh"][..],
+            &["exec", "-p", "", "--cap", "CAP_SYS_ADMIN", "id", "sh"],
+            &[
+                "exec",
+                "--process",
+                "/p.json",
+                "--process=",
+                "-c",
+                "CAP_SYS_ADMIN",
+                "id",
+            ],
+            &["exec", "-process=", "--cap=CAP_SYS_ADMIN", "id", "sh"],
+        ] {
+            let inv = parse(&os(argv));
+            assert_eq!(inv.process, None, "{argv:?}");
+            assert_eq!(inv.exec.caps, vec!["CAP_SYS_ADMIN"], "{argv:?}");
+            assert_eq!(inv.id.as_deref(), Some("id"), "{argv:?}");
+        }
+        // The last one wins (urfave/cli refuses two forms of one flag, so
+        // both are `-p` here).
+        let inv = parse(&os(&["exec", "-p", "", "-p", "/p.json", "id"]));
+        assert_eq!(inv.process.as_deref(), Some(Path::new("/p.json")));
+        // Empty labels, users and bundles are absent too.
+        let inv = parse(&os(&[
+            "exec",
+            "--apparmor=",
+            "--process-label",
+            "",
+            "-u",
+            "",
+            "id",
+            "sh",
+        ]));
+        assert_eq!(inv.exec, ExecFlags::default());
+        let inv = parse(&os(&["create", "--bundle=", "id"]));
+        assert_eq!(inv.bundle, None);
+    }
+
+    #[test]
+    fn restore_reads_its_bundle() {
+        let inv = parse(&os(&[
+            "--root",
+            "/r",
+            "restore",
+            "--image-path",
+            "/ckpt",
+            "--bundle",
+            "/b",
+            "--work-path",
+            "/w",
+            "--detach",
+            "id7",
+        ]));
+        assert_eq!(inv.command.as_deref(), Some("restore"));
+        assert_eq!(inv.bundle.as_deref(), Some(Path::new("/b")));
+        assert_eq!(inv.id.as_deref(), Some("id7"));
+        let inv = parse(&os(&["restore", "--image-path", "/ckpt", "id8"]));
+        assert_eq!((inv.bundle, inv.id.as_deref()), (None, Some("id8")));
+    }
+
+    #[test]
+    fn the_uid_is_read_as_runc_reads_it() {
+        let uid = |u: &str| {
+            ExecFlags {
+                user: Some(u.to_string()),
+                ..Default::default()
+            }
+            .uid()
+        };
+        assert_eq!(uid("0"), Some(0));
+        assert_eq!(uid("0:0"), Some(0));
+        assert_eq!(uid("+0"), Some(0));
+        assert_eq!(uid("00"), Some(0));
+        assert_eq!(uid("-0"), Some(0));
+        assert_eq!(uid("1000:1000"), Some(1000));
+        // Go converts with uint32(int): it wraps.
+        assert_eq!(uid("4294967296"), Some(0));
+        assert_eq!(uid("-1"), Some(u32::MAX));
+        // runc refuses these itself.
+        assert_eq!(uid("root"), None);
+        assert_eq!(uid(":0"), None);
+        assert_eq!(uid(" 0"), None);
+        assert_eq!(ExecFlags::default().uid(), None);
     }
 }

@@ -2,11 +2,11 @@
 //! the environments of official nvidia/cuda images (tests/data/images) and
 //! host profiles (tests/data/hosts).
 
-use gpu_guard::commands::pipeline::{self, HostChoice};
 use gpu_guard::core::container::{Container, Env};
 use gpu_guard::core::decision::{Check, Decision, Severity, Verdict};
 use gpu_guard::core::policy::{Config, Mode};
 use gpu_guard::core::security::Stage;
+use gpu_guard::pipeline::{self, Case, HostChoice, Policy};
 use std::path::PathBuf;
 
 fn data(rel: &str) -> PathBuf {
@@ -26,7 +26,11 @@ fn image(name: &str) -> Vec<String> {
 fn decide_with(cfg: &Config, profile: &str, env: &[String]) -> Decision {
     let c = Container::from_env(Env::from_entries(env));
     let host = data(&format!("hosts/{profile}.json"));
-    pipeline::assess(&Ok(cfg.clone()), &c, Stage::Edit, HostChoice::File(&host))
+    pipeline::decide(
+        &Policy::valid(cfg.clone()),
+        Case::new(c, Stage::Edit),
+        HostChoice::File(&host),
+    )
 }
 
 fn decide(profile: &str, env: &[String]) -> Decision {
@@ -490,10 +494,9 @@ fn invalid_config_refuses_gpu_containers_only() {
     };
     let host = data("hosts/a100.json");
     let gpu = Container::from_env(Env::from_entries(["NVIDIA_VISIBLE_DEVICES=all"]));
-    let d = pipeline::assess(
-        &Err(err.clone()),
-        &gpu,
-        Stage::Edit,
+    let d = pipeline::decide(
+        &Policy::invalid(err.clone()),
+        Case::new(gpu, Stage::Edit),
         HostChoice::File(&host),
     );
     assert_eq!(d.verdict, Verdict::Refuse);
@@ -502,7 +505,11 @@ fn invalid_config_refuses_gpu_containers_only() {
             && errors(&d)[0].contains("tuning.enabeld")
     );
     let plain = Container::from_env(Env::from_entries(["PATH=/bin"]));
-    let d = pipeline::assess(&Err(err), &plain, Stage::Edit, HostChoice::File(&host));
+    let d = pipeline::decide(
+        &Policy::invalid(err),
+        Case::new(plain, Stage::Edit),
+        HostChoice::File(&host),
+    );
     assert_eq!(d.verdict, Verdict::Skip);
 }
 

@@ -3,7 +3,6 @@
 //! unknown requirement keys dropped as NVIDIA's Go checker drops them (A3),
 //! and hostile container strings through classify → decide → the report (E).
 
-use gpu_guard::commands::pipeline::{self, HostChoice};
 use gpu_guard::core::container::{Container, Env};
 use gpu_guard::core::decision::{Check, Decision, Severity, Verdict};
 use gpu_guard::core::detect;
@@ -11,6 +10,7 @@ use gpu_guard::core::policy::{Config, EnvRequests};
 use gpu_guard::core::report;
 use gpu_guard::core::security::Stage;
 use gpu_guard::oci::spec::parse_spec_bytes;
+use gpu_guard::pipeline::{self, Case, HostChoice, Policy};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -43,10 +43,9 @@ fn spec(env: &[&str], extra: Value) -> Container {
 }
 
 fn decide_with(cfg: &Config, profile: &str, c: &Container) -> Decision {
-    pipeline::assess(
-        &Ok(cfg.clone()),
-        c,
-        Stage::Edit,
+    pipeline::decide(
+        &Policy::valid(cfg.clone()),
+        Case::new(c.clone(), Stage::Edit),
         HostChoice::File(&host(profile)),
     )
 }

@@ -31,6 +31,7 @@ mod libraries_loader;
 mod libraries_scan;
 mod memlock;
 mod minor_version;
+mod pipeline_paths;
 mod scan_budget;
 mod scan_cli;
 mod scan_cuobjdump;

@@ -7,8 +7,8 @@
 //!   and the prestart hook against fake hosts, integration/gpu-check.sh;
 //! - lowered image budgets (GPU_GUARD_IMAGE_MAX_BYTES/_SECS): `check --image`;
 //! - a private marker directory (GPU_GUARD_MARKER_DIR): the runtime wrapper
-//!   end to end in spec_parity (without it, markers go to the real
-//!   /run/gpu-guard).
+//!   end to end in spec_parity and wrapper_policy (without it, markers go
+//!   to the real /run/gpu-guard).
 //!
 //! Cargo builds this binary only with the feature (`required-features` in
 //! Cargo.toml), so plain `cargo test` leaves it out instead of failing.
@@ -37,3 +37,4 @@ mod probe_e2e_check;
 mod probe_e2e_hook;
 mod probe_gpu_check_script;
 mod spec_parity;
+mod wrapper_policy;

@@ -1,0 +1,207 @@
+//! The decision pipeline: the one way from what an entry point knows to a
+//! [`Decision`]. Every entry point (the runtime wrapper, both hooks,
+//! `check` with `--bundle`, `--spec`, `--env` or `--image`, fleets of
+//! hosts) goes through it, and it is the one place outside the core that
+//! builds [`core::decide::Inputs`](crate::core::decide::Inputs).
+//!
+//! ```text
+//! entry point ─> Case: container view, stage, chained runtime, scans made
+//!             ─> Judge: classified once (detect, the chained runtime)
+//!             ─> per host (probe | facts file | a host in hand):
+//!                  the scans it needs (read once) ─> core::decide ─> Decision
+//! ```
+//!
+//! The entry point carries out the decision's effects (patch, refuse,
+//! exec the real runtime, print). Under a [`Policy`] whose config is
+//! invalid, GPU containers are refused naming the error, and nothing is
+//! probed or read.
+
+pub mod policy;
+pub mod runtime;
+pub mod scans;
+
+pub use policy::Policy;
+pub use scans::Scans;
+
+use crate::config::ConfigError;
+use crate::core::container::Container;
+use crate::core::decide::{self, Inputs};
+use crate::core::decision::Decision;
+use crate::core::detect::{self, Detection};
+use crate::core::facts::{HostReport, HostSource};
+use crate::core::policy::{Config, DetectConfig, Mode};
+use crate::core::requirement::Requirement;
+use crate::core::security::Stage;
+use crate::host::facts_file::FactsFile;
+use std::path::{Path, PathBuf};
+
+/// What an entry point knows about the container it decides for.
+pub struct Case {
+    /// The container as its spec (or env, or image) describes it.
+    pub container: Container,
+    pub stage: Stage,
+    /// The OCI runtime the wrapper execs for it: the one it found, or for
+    /// `check --stage runtime` the one it would find. None under a hook.
+    pub runtime: Option<PathBuf>,
+    /// Scans already made; by default each is read from the container's
+    /// rootfs when a host needs it.
+    pub scans: Scans,
+}
+
+impl Case {
+    /// A container at `stage`, with no chained runtime and nothing scanned.
+    pub fn new(container: Container, stage: Stage) -> Case {
+        Case {
+            container,
+            stage,
+            runtime: None,
+            scans: Scans::default(),
+        }
+    }
+
+    pub fn with_runtime(mut self, runtime: Option<PathBuf>) -> Case {
+        self.runtime = runtime;
+        self
+    }
+
+    pub fn with_scans(mut self, scans: Scans) -> Case {
+        self.scans = scans;
+        self
+    }
+}
+
+/// Where one host's facts come from.
+pub enum HostChoice<'a> {
+    /// `check --host FILE`.
+    File(&'a Path),
+    /// Config `host.facts_file`, else the probe (cache, NVML, /proc).
+    FromConfig,
+}
+
+impl HostChoice<'_> {
+    fn report(&self, cfg: &Config) -> HostReport {
+        match self {
+            HostChoice::File(p) => FactsFile(p.to_path_buf()).report(),
+            // The probe reads host.facts_file itself when it is set.
+            HostChoice::FromConfig => crate::host::probe(&cfg.host),
+        }
+    }
+}
+
+/// The container as the runtime behind it will run it, classified: the
+/// one place the chained runtime joins the container view (NVIDIA's
+/// runtime there acts on the env's GPU requests, core::detect).
+pub fn classify(
+    mut container: Container,
+    runtime: Option<&Path>,
+    detect_cfg: &DetectConfig,
+) -> (Container, Detection) {
+    if let Some(r) = runtime {
+        container.chained_runtime = Some(r.to_string_lossy().into_owned());
+    }
+    let detection = detect::classify_with(&container, detect_cfg);
+    (container, detection)
+}
+
+/// Decides for one container on one host: the hooks, the wrapper, `check`.
+/// Host facts are gathered only for a GPU container under a mode that
+/// judges, so a non-GPU container never waits for NVML.
+pub fn decide(policy: &Policy, case: Case, host: HostChoice) -> Decision {
+    let cfg = match policy.config() {
+        Ok(c) => c,
+        Err(e) => return refused_for_config(e, policy.detect(), case),
+    };
+    let judge = Judge::new(cfg, case);
+    let report = judge.needs_host().then(|| host.report(cfg));
+    judge.on_host(report.as_ref())
+}
+
+/// The decision under a config that cannot be used.
+fn refused_for_config(e: &ConfigError, detect_cfg: &DetectConfig, case: Case) -> Decision {
+    let runtime = case.runtime.as_deref();
+    let (container, detection) = classify(case.container, runtime, detect_cfg);
+    decide::config_error(&e.to_string(), &e.path, &container, detection.gpu)
+}
+
+/// One container, judged on as many hosts as asked: classified and its
+/// scans read once, then one pure `core::decide` call per host (fleets:
+/// integration/bench-fleet.sh holds a host under 1 ms).
+pub struct Judge<'c> {
+    config: &'c Config,
+    container: Container,
+    stage: Stage,
+    detection: Detection,
+    scans: Scans,
+}
+
+impl<'c> Judge<'c> {
+    pub fn new(config: &'c Config, case: Case) -> Judge<'c> {
+        let runtime = case.runtime.as_deref();
+        let (container, detection) = classify(case.container, runtime, &config.detect);
+        Judge {
+            config,
+            container,
+            stage: case.stage,
+            detection,
+            scans: case.scans,
+        }
+    }
+
+    pub fn container(&self) -> &Container {
+        &self.container
+    }
+
+    pub fn config(&self) -> &Config {
+        self.config
+    }
+
+    pub fn detection(&self) -> &Detection {
+        &self.detection
+    }
+
+    pub fn scans(&self) -> &Scans {
+        &self.scans
+    }
+
+    /// True when host facts matter: a GPU container under a mode that judges.
+    pub fn needs_host(&self) -> bool {
+        self.detection.gpu && self.config.mode != Mode::Off
+    }
+
+    /// The requirements that are checked (none under an honoured
+    /// `NVIDIA_DISABLE_REQUIRE`).
+    pub fn requirements(&self) -> Vec<Requirement> {
+        decide::checked_requirements(&self.container, self.config)
+    }
+
+    /// True when the image's GPU code is (or will be) scanned.
+    pub fn reads_gpu_code(&self) -> bool {
+        let rootfs = self.container.rootfs.as_deref();
+        self.scans.reads_gpu_code(rootfs, self.config)
+    }
+
+    /// Decides on one host (None: its facts were not gathered). A report
+    /// given for a container that needs none is not used.
+    pub fn on_host(&self, host: Option<&HostReport>) -> Decision {
+        let host = host.filter(|_| self.needs_host());
+        let facts = host.and_then(|r| r.facts.as_ref());
+        let found = facts.map(|f| {
+            self.scans
+                .on_host(&self.container, &self.detection, f, self.config)
+        });
+        let (kernel_image, scanned, compat) = match found {
+            Some(s) => (s.kernel_image, s.scanned, s.compat),
+            None => (Vec::new(), None, None),
+        };
+        decide::decide(&Inputs {
+            container: &self.container,
+            detection: &self.detection,
+            host,
+            config: self.config,
+            stage: self.stage,
+            kernel_image,
+            scanned,
+            compat,
+        })
+    }
+}
