@@ -146,6 +146,36 @@ fn limits() -> Limits {
     l
 }
 
+/// What the image's libraries need (`[libraries]`), read from its layers,
+/// for the container the image runs as: with GPUs, its env and working dir.
+fn library_scan(
+    img: &Image,
+    container: &Container,
+    cfg: &crate::core::policy::Config,
+) -> Result<Option<crate::core::libraries::LibraryScan>, crate::image::ImageError> {
+    if cfg.libraries.severity == Enforcement::Off {
+        return Ok(None);
+    }
+    let mut inputs = crate::scan::ldso::resolve::Inputs::from_env(
+        &container.env,
+        container.cwd.as_deref(),
+        true,
+    );
+    inputs.machine = img_machine(img);
+    Ok(Some(
+        crate::image::libraries::scan(img, &inputs, false)?.scan,
+    ))
+}
+
+/// The ELF machine of the image's platform (its config's architecture).
+fn img_machine(img: &Image) -> Option<u16> {
+    match img.info().platform.split('/').nth(1) {
+        Some("arm64") => Some(crate::scan::elf_dynamic::EM_AARCH64),
+        Some("amd64") => Some(crate::scan::elf_dynamic::EM_X86_64),
+        _ => None,
+    }
+}
+
 pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
     let Some(path) = &args.image else {
         return usage("--image PATH is missing");
@@ -176,7 +206,14 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
         Ok(i) => i,
         Err(e) => return usage(e),
     };
-    let container = container_for(&img.env(), &env);
+    let mut container = container_for(&img.env(), &env);
+    // The image's WorkingDir is the process's cwd (image-spec config.md).
+    container.cwd = img
+        .config()
+        .config()
+        .as_ref()
+        .and_then(|c| c.working_dir().clone())
+        .filter(|w| w.starts_with('/'));
     let scan = if cfg.kernel_image.severity == Enforcement::Off {
         None
     } else {
@@ -187,10 +224,15 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
     };
     let image = report(&img, &container, scan.as_ref());
     let notes = scan.as_ref().map(|s| s.notes.clone()).unwrap_or_default();
+    let libraries = match library_scan(&img, &container, &cfg) {
+        Ok(l) => l,
+        Err(e) => return usage(e),
+    };
     let scans = match scan {
         Some(s) => Scans::made(Some(s.scanned), Some(s.compat)),
         None => Scans::made(None, None),
-    };
+    }
+    .with_libraries(libraries);
     // Judged as `docker run --gpus all` starts it: GPUs attached whatever
     // runtime is chained, so no chained runtime is asked for.
     let case = Case::new(container, args.stage.stage()).with_scans(scans);

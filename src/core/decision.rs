@@ -177,6 +177,10 @@ pub struct Decision {
     /// Extension: where host facts came from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_source: Option<String>,
+    /// What the container's libraries need, when its rootfs was read
+    /// (core::libraries; docs/interfaces.md "Container content").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub libraries: Option<crate::core::libraries::LibraryScan>,
     /// The edits a refused container would have had (`edits` is empty when
     /// refused). Not part of the JSON; podman's precreate hook applies them
     /// when it leaves the refusal to the prestart hook.
@@ -194,6 +198,7 @@ impl Decision {
             container_id: None,
             visible_gpus: None,
             host_source: None,
+            libraries: None,
             withheld_edits: Edits::default(),
         }
     }
