@@ -606,3 +606,203 @@ fn an_image_of_the_wheels_reads_as_its_rootfs_does() {
         std::fs::remove_dir_all(d).unwrap();
     }
 }
+
+/// A host facts file: one H100 on this driver and CUDA.
+fn facts_file(dir: &Path, driver: &str, cuda: &str) -> PathBuf {
+    let p = dir.join(format!("host-{cuda}.json"));
+    let v = serde_json::json!({
+        "driver_version": driver, "cuda_driver_version": cuda,
+        "gpus": [ { "index": 0, "uuid": "GPU-1", "name": "NVIDIA H100 80GB HBM3", "brand": "tesla",
+                    "compute_capability": "9.0", "memory_mib": 81920, "pci_bus_id": "00000000:01:00.0" } ]
+    });
+    std::fs::write(&p, v.to_string()).unwrap();
+    p
+}
+
+/// A config for `check`: no probe, no logs, no caches; `[libraries]` as given.
+fn check_config(dir: &Path, severity: &str) -> PathBuf {
+    let p = dir.join(format!("config-{severity}.toml"));
+    std::fs::write(
+        &p,
+        format!(
+            "[host]\ncache_file = \"\"\n[kernel_image]\ncache_dir = \"\"\n[libraries]\nseverity = \"{severity}\"\ncache_dir = \"\"\n[log]\nsyslog = false\n"
+        ),
+    )
+    .unwrap();
+    p
+}
+
+/// The env of an image whose base declares CUDA 12.8 while its wheels are
+/// CUDA 13.
+fn understated_env() -> Vec<String> {
+    [
+        "NVIDIA_VISIBLE_DEVICES=all",
+        "NVIDIA_DRIVER_CAPABILITIES=compute,utility",
+        "NVIDIA_REQUIRE_CUDA=cuda>=12.8",
+        "CUDA_VERSION=12.8.0",
+        "PATH=/usr/local/bin:/usr/bin:/bin",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+fn check(config: &Path, target: &[&str], host: &Path, json: bool) -> (i32, String) {
+    let mut cmd = std::process::Command::new(crate::scan_support::gpu_guard());
+    cmd.arg("--config")
+        .arg(config)
+        .arg("check")
+        .args(target)
+        .arg("--host")
+        .arg(host);
+    if json {
+        cmd.arg("--json");
+    }
+    let o = cmd.env_remove("GPU_GUARD_CONFIG").output().unwrap();
+    (
+        o.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ),
+    )
+}
+
+#[test]
+fn check_bundle_refuses_the_understated_image_on_cuda_12_8_and_allows_it_on_cuda_13() {
+    let Some(r) = wheel_rootfs("libs-bundle", true) else {
+        return;
+    };
+    let d = tempdir("libs-bundle-run");
+    let bundle = crate::compat_support::bundle(&d, &r, &understated_env(), None);
+    let b = bundle.to_str().unwrap();
+    let rt = scan(&r, None).scan.cuda_runtimes[0].version.clone();
+    let h128 = facts_file(&d, "570.86.15", "12.8");
+    let h13 = facts_file(&d, "610.43.02", &rt);
+    let enforce = check_config(&d, "enforce");
+    let (code, out) = check(&enforce, &["--bundle", b], &h128, true);
+    assert_eq!(code, 1, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(v["verdict"], "refuse");
+    let f: Vec<&serde_json::Value> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["check"] == "cuda-runtime")
+        .collect();
+    assert_eq!(f.len(), 1, "{v}");
+    assert_eq!(f[0]["severity"], "error");
+    assert_eq!(
+        v["libraries"]["cuda_runtimes"][0]["min_driver"], "580.65.06",
+        "{v}"
+    );
+    assert!(
+        v["libraries"]["missing"].as_array().unwrap().is_empty(),
+        "{v}"
+    );
+    // NVIDIA's own check passes: the requirement holds on 12.8.
+    assert!(
+        v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|f| f["check"] != "requirement" || f["severity"] != "error"),
+        "{v}"
+    );
+    let (code, out) = check(&enforce, &["--bundle", b], &h13, true);
+    assert_eq!(code, 0, "{out}");
+    // For people: the library, where it came from, the fix.
+    let (code, out) = check(&enforce, &["--bundle", b], &h128, false);
+    assert_eq!(code, 1);
+    assert!(
+        out.contains("[cuda-runtime]") && out.contains("pip nvidia-cuda-runtime"),
+        "{out}"
+    );
+    assert!(
+        out.contains("fix: install NVIDIA driver 580.65.06 or newer"),
+        "{out}"
+    );
+    // Under the default (warn) it starts, with the warning.
+    let warn = check_config(&d, "warn");
+    let (code, out) = check(&warn, &["--bundle", b], &h128, false);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("[cuda-runtime]"), "{out}");
+    std::fs::remove_dir_all(&r).unwrap();
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn check_names_a_missing_runtime_with_its_chain() {
+    let Some(r) = wheel_rootfs("libs-bundle-nort", false) else {
+        return;
+    };
+    let d = tempdir("libs-bundle-nort-run");
+    let bundle = crate::compat_support::bundle(&d, &r, &understated_env(), None);
+    let h = facts_file(&d, "610.43.02", "13.5");
+    let (code, out) = check(
+        &check_config(&d, "enforce"),
+        &["--bundle", bundle.to_str().unwrap()],
+        &h,
+        false,
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(
+            "nvidia/cu13/lib/libcurand.so.10 → libcudart.so.13: cannot open shared object file"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("fix: pip install nvidia-cuda-runtime"),
+        "{out}"
+    );
+    std::fs::remove_dir_all(&r).unwrap();
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn check_image_of_the_wheels_decides_as_check_bundle() {
+    let Some(r) = wheel_rootfs("libs-image-check", true) else {
+        return;
+    };
+    let d = tempdir("libs-image-check-run");
+    let mut all = Vec::new();
+    for top in ["etc", "lib", "lib64", "usr"] {
+        all.push((
+            top.to_string(),
+            None,
+            std::fs::read_link(r.join(top))
+                .ok()
+                .map(|t| t.to_string_lossy().into_owned()),
+        ));
+        if !r.join(top).is_symlink() {
+            entries_of(&r, top, &mut all);
+        }
+    }
+    let layout = crate::image_support::oci_layout(
+        "libs-image-check-oci",
+        &understated_env(),
+        &[layer(&all)],
+    );
+    let rt = scan(&r, None).scan.cuda_runtimes[0].version.clone();
+    let enforce = check_config(&d, "enforce");
+    let img = layout.to_str().unwrap();
+    let (code, out) = check(
+        &enforce,
+        &["--image", img],
+        &facts_file(&d, "570.86.15", "12.8"),
+        true,
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("\"check\": \"cuda-runtime\""), "{out}");
+    let (code, out) = check(
+        &enforce,
+        &["--image", img],
+        &facts_file(&d, "610.43.02", &rt),
+        true,
+    );
+    assert_eq!(code, 0, "{out}");
+    for p in [&r, &d, &layout] {
+        std::fs::remove_dir_all(p).unwrap();
+    }
+}
