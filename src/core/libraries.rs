@@ -142,7 +142,7 @@ pub fn assess(
         );
         return out;
     }
-    out.extend(missing_findings(&scan.missing, enforce));
+    out.extend(missing_findings(&scan.missing, enforce, image_cuda(scan)));
     if let Some(h) = host {
         for rt in &scan.cuda_runtimes {
             out.extend(runtime_finding(rt, h, enforce, minor));
@@ -162,9 +162,31 @@ fn severity(enforce: bool, m: &Missing) -> Severity {
     }
 }
 
+/// The image's CUDA major, for the fixes: its CUDA runtime's, else the one
+/// its missing CUDA runtime or cuBLAS names.
+fn image_cuda(scan: &LibraryScan) -> Option<u64> {
+    let from_runtime = scan
+        .cuda_runtimes
+        .iter()
+        .filter_map(|r| r.version.split('.').next()?.parse().ok())
+        .max();
+    from_runtime.or_else(|| {
+        scan.missing
+            .iter()
+            .filter_map(|m| {
+                let v = m
+                    .name
+                    .strip_prefix("libcudart.so.")
+                    .or_else(|| m.name.strip_prefix("libcublas.so."))?;
+                v.split('.').next()?.parse().ok()
+            })
+            .max()
+    })
+}
+
 /// One finding per missing name and kind (not found / refused), the
 /// objects that need it in the details.
-fn missing_findings(missing: &[Missing], enforce: bool) -> Vec<Finding> {
+fn missing_findings(missing: &[Missing], enforce: bool, cuda: Option<u64>) -> Vec<Finding> {
     let mut groups: BTreeMap<(Severity, &str, Option<&str>), Vec<&Missing>> = BTreeMap::new();
     for m in missing {
         let sev = severity(enforce, m);
@@ -180,7 +202,7 @@ fn missing_findings(missing: &[Missing], enforce: bool) -> Vec<Finding> {
     let mut out: Vec<Finding> = ordered
         .into_iter()
         .take(MAX_MISSING_FINDINGS)
-        .map(|((sev, _, _), ms)| missing_finding(sev, &ms))
+        .map(|((sev, _, _), ms)| missing_finding(sev, &ms, cuda))
         .collect();
     if total > MAX_MISSING_FINDINGS {
         out.push(Finding::warning(
@@ -203,7 +225,7 @@ fn chain_text(m: &Missing) -> String {
     parts.join(" → ")
 }
 
-fn missing_finding(sev: Severity, ms: &[&Missing]) -> Finding {
+fn missing_finding(sev: Severity, ms: &[&Missing], cuda: Option<u64>) -> Finding {
     let m = ms[0];
     let what = match &m.error {
         Some(e) => esc(e),
@@ -241,13 +263,13 @@ fn missing_finding(sev: Severity, ms: &[&Missing]) -> Finding {
             .with_headline(headline)
             .with_details(details);
     }
-    match fix_text(m) {
+    match fix_text(m, cuda) {
         Some(fix) => f.with_fix(fix),
         None => f,
     }
 }
 
-fn fix_text(m: &Missing) -> Option<String> {
+fn fix_text(m: &Missing, cuda: Option<u64>) -> Option<String> {
     if let Some(cap) = &m.capability {
         return Some(format!(
             "add {cap} to the container's NVIDIA_DRIVER_CAPABILITIES (e.g. NVIDIA_DRIVER_CAPABILITIES=compute,utility, or all)"
@@ -267,7 +289,7 @@ fn fix_text(m: &Missing) -> Option<String> {
             esc(&m.name)
         ));
     }
-    library_fixes::fix_for(&m.name, None)
+    library_fixes::fix_for(&m.name, cuda)
         .and_then(|f| f.text())
         .or_else(|| Some(format!("install the package that ships {}", esc(&m.name))))
 }

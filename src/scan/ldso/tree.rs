@@ -18,7 +18,7 @@ pub fn tree_of(s: &Session, _snap: &Snapshot) -> Tree {
         .map(|r| s.objs[r].realname.clone())
         .unwrap_or_default();
     let mut t = Tree {
-        root: root.trim_start_matches('/').to_string(),
+        root,
         lines: Vec::new(),
     };
     let Some(r) = s.root else {
