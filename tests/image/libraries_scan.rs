@@ -806,3 +806,124 @@ fn check_image_of_the_wheels_decides_as_check_bundle() {
         std::fs::remove_dir_all(p).unwrap();
     }
 }
+
+/// An H100 node labelled by GPU Feature Discovery with this driver and CUDA.
+fn node(name: &str, driver: &str, cuda: &str) -> serde_json::Value {
+    let d: Vec<&str> = driver.split('.').collect();
+    let c: Vec<&str> = cuda.split('.').collect();
+    serde_json::json!({ "apiVersion": "v1", "kind": "Node", "status": {},
+        "metadata": { "name": name, "labels": {
+            "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+            "nvidia.com/cuda.driver-version.major": d[0], "nvidia.com/cuda.driver-version.minor": d[1],
+            "nvidia.com/cuda.driver-version.revision": d[2], "nvidia.com/cuda.driver-version.full": driver,
+            "nvidia.com/cuda.runtime-version.major": c[0], "nvidia.com/cuda.runtime-version.minor": c[1],
+            "nvidia.com/cuda.runtime-version.full": cuda,
+            "nvidia.com/gpu.compute.major": "9", "nvidia.com/gpu.compute.minor": "0",
+            "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "8",
+            "nvidia.com/gpu.present": "true", "gpu-guard.io/brand": "tesla",
+            "gpu-guard.io/brand.tesla": "true", "gpu-guard.io/driver.branch": d[0],
+            "gpu-guard.io/compute.min": "9.0", "gpu-guard.io/compute.min.major": "9",
+            "gpu-guard.io/compute.min.minor": "0" } } })
+}
+
+/// Does a node selector expression hold on these labels (Kubernetes'
+/// rules: NotIn and DoesNotExist hold on a missing label)?
+fn holds(e: &serde_json::Value, labels: &serde_json::Value) -> bool {
+    let v = labels[e["key"].as_str().unwrap()].as_str();
+    let vals: Vec<&str> = e["values"]
+        .as_array()
+        .map(|a| a.iter().map(|x| x.as_str().unwrap()).collect())
+        .unwrap_or_default();
+    let int = |s: &str| s.parse::<i64>().ok();
+    match e["operator"].as_str().unwrap() {
+        "In" => v.is_some_and(|v| vals.contains(&v)),
+        "NotIn" => !v.is_some_and(|v| vals.contains(&v)),
+        "Exists" => v.is_some(),
+        "DoesNotExist" => v.is_none(),
+        "Gt" => matches!((v.and_then(int), int(vals[0])), (Some(a), Some(b)) if a > b),
+        "Lt" => matches!((v.and_then(int), int(vals[0])), (Some(a), Some(b)) if a < b),
+        op => panic!("operator {op}"),
+    }
+}
+
+fn admits(affinity: &serde_json::Value, labels: &serde_json::Value) -> bool {
+    affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|t| {
+            t["matchExpressions"]
+                .as_array()
+                .map(|a| a.iter().all(|e| holds(e, labels)))
+                .unwrap_or(true)
+        })
+}
+
+#[test]
+fn fleets_and_label_affinities_see_a_shipped_cuda_13_runtime_as_a_driver_bound() {
+    let Some(r) = wheel_rootfs("libs-fleet", true) else {
+        return;
+    };
+    let d = tempdir("libs-fleet-run");
+    let bundle = crate::compat_support::bundle(&d, &r, &understated_env(), None);
+    let rt = scan(&r, None).scan.cuda_runtimes[0].version.clone();
+    let nodes = serde_json::json!({ "apiVersion": "v1", "kind": "List", "items": [
+        node("h100-570", "570.86.15", "12.8"),
+        node("h100-580", "580.65.06", "13.0"),
+        node("h100-new", "610.43.02", &rt),
+    ] });
+    let nodes_file = d.join("nodes.json");
+    std::fs::write(&nodes_file, nodes.to_string()).unwrap();
+    let cfg = check_config(&d, "enforce");
+    let run = |extra: &[&str]| {
+        let o = std::process::Command::new(crate::scan_support::gpu_guard())
+            .arg("--config")
+            .arg(&cfg)
+            .args(["check", "--bundle"])
+            .arg(&bundle)
+            .args(extra)
+            .arg("--json")
+            .env_remove("GPU_GUARD_CONFIG")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&o.stdout).to_string();
+        serde_json::from_str::<serde_json::Value>(&text)
+            .unwrap_or_else(|e| panic!("{e}: {text}{}", String::from_utf8_lossy(&o.stderr)))
+    };
+    let fleet = run(&["--nodes", nodes_file.to_str().unwrap()]);
+    let verdicts: Vec<(&str, &str)> = fleet["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["host"].as_str().unwrap(),
+                r["decision"]["verdict"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    // CUDA 12.8 cannot run the runtime; 13.0 only through minor-version
+    // compatibility, off by default; the runtime's own CUDA can.
+    assert_eq!(
+        verdicts,
+        [
+            ("h100-570", "refuse"),
+            ("h100-580", "refuse"),
+            ("h100-new", "allow")
+        ],
+        "{fleet:#}"
+    );
+    // The label-only affinity (no node list) admits exactly those nodes.
+    let aff = run(&["--affinity"]);
+    for n in nodes["items"].as_array().unwrap() {
+        let name = n["metadata"]["name"].as_str().unwrap();
+        let allowed = verdicts.iter().any(|(h, v)| *h == name && *v == "allow");
+        assert_eq!(
+            admits(&aff, &n["metadata"]["labels"]),
+            allowed,
+            "{name}: {aff:#}"
+        );
+    }
+    std::fs::remove_dir_all(&r).unwrap();
+    std::fs::remove_dir_all(&d).unwrap();
+}
