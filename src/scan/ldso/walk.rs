@@ -21,7 +21,6 @@ use nix::fcntl::{self, AtFlags, OFlag};
 use nix::sys::stat::{self, Mode, SFlag};
 use sha2::{Digest, Sha256};
 use std::ffi::{CStr, CString};
-use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::time::Instant;
 
@@ -134,15 +133,9 @@ impl Walker<'_> {
     }
 
     /// Lists one directory: whole, or an error.
-    fn list(&self, fd: &OwnedFd) -> nix::Result<Vec<(CString, Option<Type>, u64)>> {
-        let dir = Dir::openat(
-            fd,
-            ".",
-            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        )?;
+    fn list(&self, dir: &mut Dir) -> nix::Result<Vec<(CString, Option<Type>, u64)>> {
         let mut out = Vec::new();
-        for e in dir {
+        for e in dir.iter() {
             let e = e?;
             let name = e.file_name();
             if name.to_bytes() == b"." || name.to_bytes() == b".." {
@@ -157,7 +150,9 @@ impl Walker<'_> {
         Ok(out)
     }
 
-    fn walk_dir(&mut self, fd: &OwnedFd, idx: Idx, depth: usize) {
+    /// Walks one directory, open for reading (its fd also serves the *at
+    /// calls on its entries: one open per directory).
+    fn walk_dir(&mut self, fd: &mut Dir, idx: Idx, depth: usize) {
         if let Some(why) = self.over_budget() {
             let p = self.snap.path_of(idx);
             self.unwalk(p, Some(why));
@@ -192,9 +187,9 @@ impl Walker<'_> {
             }
         }
         for (name, child) in subdirs {
-            let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-            match fcntl::openat(fd, name.as_c_str(), flags, Mode::empty()) {
-                Ok(cfd) => self.walk_dir(&cfd, child, depth + 1),
+            let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+            match Dir::openat(&*fd, name.as_c_str(), flags, Mode::empty()) {
+                Ok(mut cfd) => self.walk_dir(&mut cfd, child, depth + 1),
                 Err(e) => {
                     let p = self.snap.path_of(child);
                     self.unwalk(format!("{p} (cannot open it: {e})"), None);
@@ -207,7 +202,7 @@ impl Walker<'_> {
     #[allow(clippy::too_many_arguments)]
     fn add_entry(
         &mut self,
-        fd: &OwnedFd,
+        fd: &Dir,
         parent: Idx,
         cname: &CStr,
         name: &str,
@@ -270,9 +265,9 @@ impl Walker<'_> {
 /// Walks the rootfs at `rootfs` (a host path the caller trusts: it comes
 /// from the bundle or the command line).
 pub fn walk(rootfs: &Path, limits: &WalkLimits) -> Result<Walked, WalkError> {
-    let fd = fcntl::open(
+    let mut fd = Dir::open(
         rootfs,
-        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
         Mode::empty(),
     )
     .map_err(|source| WalkError::Open {
@@ -289,7 +284,7 @@ pub fn walk(rootfs: &Path, limits: &WalkLimits) -> Result<Walked, WalkError> {
         dirs: 0,
         entries: 0,
     };
-    w.walk_dir(&fd, ROOT, 0);
+    w.walk_dir(&mut fd, ROOT, 0);
     w.snap.finish();
     let digest = w.hash.finalize();
     Ok(Walked {
