@@ -33,7 +33,10 @@ use std::time::{Duration, Instant};
 /// Entries (all kinds) one rootfs walk may read.
 const MAX_ENTRIES: u64 = 4_000_000;
 
-/// The cache key's inputs besides the walk.
+/// The cache key's inputs besides the walk. The CPU's glibc-hwcaps levels
+/// (platform::cpu_hwcaps) are not among them: a cache directory belongs to
+/// one host, whose CPU does not change, and asking the CPU costs a fresh
+/// process more than the whole warm path.
 fn key_inputs(inputs: &Inputs, cfg: &LibrariesConfig) -> Vec<String> {
     let machine = inputs.machine.map(|m| m.to_string()).unwrap_or_default();
     vec![
@@ -49,12 +52,6 @@ fn key_inputs(inputs: &Inputs, cfg: &LibrariesConfig) -> Vec<String> {
             .unwrap_or_else(|| "\0unset".into()),
         inputs.driver_version.clone().unwrap_or_default(),
         machine,
-        platform::cpu_hwcaps(
-            inputs
-                .machine
-                .unwrap_or(crate::scan::elf_dynamic::EM_X86_64),
-        )
-        .join(":"),
         format!(
             "{} {} {} {} {}",
             cfg.max_dirs, cfg.max_files, cfg.max_bytes, cfg.max_file_bytes, cfg.time_budget_ms

@@ -3,9 +3,10 @@
 //! the warm path is the rootfs walk (names, inode numbers, sizes and times,
 //! super::walk) plus one small file read.
 //!
-//! The key is a SHA-256 of the walk's digest and of every other input (the
-//! container's loader environment, the CPU's hwcaps levels, the model's
-//! version and the budgets). One JSON file per key in `libraries.cache_dir`,
+//! The key is a 128-bit fingerprint ([`Fingerprint`]) of the walk's and of
+//! every other input (the container's loader environment, the model's
+//! version and the budgets; the CPU's hwcaps levels are the host's,
+//! constant for its cache). One JSON file per key in `libraries.cache_dir`,
 //! written 0600 through a unique temporary name and a rename
 //! (crate::sys::fsutil::write_with_mode), in a directory only its owner
 //! can write (as the kernel-image cache, scan::cache); an entry that does
@@ -14,7 +15,7 @@
 
 use crate::core::libraries::LibraryScan;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
+use std::hash::{DefaultHasher, Hasher};
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
@@ -35,16 +36,54 @@ pub struct ResultCache {
     dir: PathBuf,
 }
 
+/// A 128-bit fingerprint of a byte stream: two SipHash streams (std's
+/// `DefaultHasher`, fixed keys), the second told apart by a leading byte.
+/// Not SHA-256: its first use asks the CPU for its features, which in a
+/// virtual machine costs a fresh hook process more than the whole warm
+/// scan. What it fingerprints (names, inode numbers, nanosecond times of
+/// one host's files) cannot be chosen by an image to collide with
+/// another's; an accidental collision among n entries has odds about
+/// n²/2¹²⁹. Its values may change with the Rust release: then the cache
+/// only misses.
+pub struct Fingerprint {
+    a: DefaultHasher,
+    b: DefaultHasher,
+}
+
+impl Default for Fingerprint {
+    fn default() -> Fingerprint {
+        let mut b = DefaultHasher::new();
+        b.write_u8(0xa5);
+        Fingerprint {
+            a: DefaultHasher::new(),
+            b,
+        }
+    }
+}
+
+impl Fingerprint {
+    pub fn update(&mut self, bytes: impl AsRef<[u8]>) {
+        let bytes = bytes.as_ref();
+        self.a.write(bytes);
+        self.b.write(bytes);
+    }
+
+    /// 32 hex digits.
+    pub fn hex(&self) -> String {
+        format!("{:016x}{:016x}", self.a.finish(), self.b.finish())
+    }
+}
+
 /// The key of one scan: the walk's digest and the other inputs.
 pub fn key(walk_digest: &str, inputs: &[&str]) -> String {
-    let mut h = Sha256::new();
+    let mut h = Fingerprint::default();
     h.update(MODEL_VERSION.to_le_bytes());
     h.update(walk_digest.as_bytes());
     for i in inputs {
         h.update((i.len() as u64).to_le_bytes());
         h.update(i.as_bytes());
     }
-    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    h.hex()
 }
 
 impl ResultCache {

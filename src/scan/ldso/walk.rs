@@ -15,11 +15,11 @@
 //! its own device number but keeps the lower layers' inode numbers, so the
 //! same image digests the same in every container.
 
+use super::result_cache::Fingerprint;
 use super::snapshot::{FileMeta, Idx, Kind, Snapshot, PATH_MAX, ROOT};
 use nix::dir::{Dir, Type};
 use nix::fcntl::{self, AtFlags, OFlag};
 use nix::sys::stat::{self, Mode, SFlag};
-use sha2::{Digest, Sha256};
 use std::ffi::{CStr, CString};
 use std::path::Path;
 use std::time::Instant;
@@ -53,8 +53,8 @@ pub struct WalkLimits {
 #[derive(Debug)]
 pub struct Walked {
     pub snap: Snapshot,
-    /// SHA-256 (hex) of every name, type, inode, size, time and link
-    /// target read.
+    /// The fingerprint (hex) of every name, type, inode, size, time and
+    /// link target read.
     pub digest: String,
     /// Why the walk stopped early, if it did.
     pub stopped: Option<String>,
@@ -68,7 +68,7 @@ pub struct Walked {
 struct Walker<'l> {
     limits: &'l WalkLimits,
     snap: Snapshot,
-    hash: Sha256,
+    hash: Fingerprint,
     stopped: Option<String>,
     unwalked: Vec<String>,
     unwalked_total: u64,
@@ -277,7 +277,7 @@ pub fn walk(rootfs: &Path, limits: &WalkLimits) -> Result<Walked, WalkError> {
     let mut w = Walker {
         limits,
         snap: Snapshot::new(),
-        hash: Sha256::new(),
+        hash: Fingerprint::default(),
         stopped: None,
         unwalked: Vec::new(),
         unwalked_total: 0,
@@ -286,10 +286,10 @@ pub fn walk(rootfs: &Path, limits: &WalkLimits) -> Result<Walked, WalkError> {
     };
     w.walk_dir(&mut fd, ROOT, 0);
     w.snap.finish();
-    let digest = w.hash.finalize();
+    let digest = w.hash.hex();
     Ok(Walked {
         snap: w.snap,
-        digest: digest.iter().map(|b| format!("{b:02x}")).collect(),
+        digest,
         stopped: w.stopped,
         unwalked: w.unwalked,
         unwalked_total: w.unwalked_total,
