@@ -156,7 +156,7 @@ fn library_scan(
     if cfg.libraries.severity == Enforcement::Off {
         return Ok(None);
     }
-    let mut inputs = crate::scan::ldso::resolve::Inputs::from_env(
+    let mut inputs = crate::scan::ldso::resolve::StartEnv::from_env(
         &container.env,
         container.cwd.as_deref(),
         true,

@@ -11,7 +11,7 @@ use crate::core::decision::{Finding, Severity};
 use crate::core::facts::HostFacts;
 use crate::core::policy::{Enforcement, LibrariesConfig, MinorVersionCompat};
 use crate::core::sanitize::esc;
-use crate::scan::ldso::resolve::{Inputs, Resolved, Tree};
+use crate::scan::ldso::resolve::{Resolved, StartEnv, Tree};
 use std::io::Write;
 use std::path::Path;
 
@@ -23,7 +23,7 @@ struct Setup {
     cfg: LibrariesConfig,
     minor: MinorVersionCompat,
     facts: Option<HostFacts>,
-    inputs: Inputs,
+    inputs: StartEnv,
 }
 
 fn setup(config: Option<&Path>, args: &ScanArgs) -> Result<Setup, String> {
@@ -46,7 +46,7 @@ fn setup(config: Option<&Path>, args: &ScanArgs) -> Result<Setup, String> {
         env.set(k, v);
     }
     // Judged as started with GPUs, as `check --image` judges an image.
-    let mut inputs = Inputs::from_env(&env, None, true);
+    let mut inputs = StartEnv::from_env(&env, None, true);
     inputs.driver_version = facts.as_ref().and_then(|f| f.driver_version.clone());
     Ok(Setup {
         cfg: lib,

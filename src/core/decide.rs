@@ -37,7 +37,7 @@ pub struct Inputs<'a> {
     /// The `library` and `cuda-runtime` findings on this host
     /// (core::libraries::assess), and the scan they come from.
     pub libraries: Vec<Finding>,
-    pub library_scan: Option<&'a crate::core::libraries::LibraryScan>,
+    pub library_scan: Option<&'a crate::core::library_scan::LibraryScan>,
 }
 
 fn device_findings(det: &Detection, facts: &HostFacts, out: &mut Vec<Finding>) -> Vec<usize> {

@@ -180,7 +180,7 @@ pub struct Decision {
     /// What the container's libraries need, when its rootfs was read
     /// (core::libraries; docs/interfaces.md "Container content").
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub libraries: Option<crate::core::libraries::LibraryScan>,
+    pub libraries: Option<crate::core::library_scan::LibraryScan>,
     /// The edits a refused container would have had (`edits` is empty when
     /// refused). Not part of the JSON; podman's precreate hook applies them
     /// when it leaves the refusal to the prestart hook.

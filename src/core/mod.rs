@@ -21,6 +21,7 @@ pub mod facts;
 pub mod kernel_image;
 pub mod libraries;
 pub mod library_fixes;
+pub mod library_scan;
 pub mod policy;
 pub mod policy_check;
 pub mod profiles;

@@ -16,7 +16,7 @@
 use super::{ContentRef, Image, ImageError, ImageFile, Kind as TKind, Tree};
 use crate::scan::elf_dynamic::{self, DynInfo};
 use crate::scan::ldso::content::Content;
-use crate::scan::ldso::resolve::{self, Inputs, Resolved};
+use crate::scan::ldso::resolve::{self, Resolved, StartEnv};
 use crate::scan::ldso::snapshot::{FileMeta, Idx, Kind, Snapshot};
 use crate::scan::read::ReadAt;
 use std::cell::Cell;
@@ -263,7 +263,7 @@ pub fn read(img: &Image) -> Result<(Tree, ImageContent), ImageError> {
 }
 
 /// The libraries scan of an image, for a container started with `inputs`.
-pub fn scan(img: &Image, inputs: &Inputs, trees: bool) -> Result<Resolved, ImageError> {
+pub fn scan(img: &Image, inputs: &StartEnv, trees: bool) -> Result<Resolved, ImageError> {
     let (tree, content) = read(img)?;
     let snap = snapshot(&tree);
     Ok(resolve::resolve(snap, &content, inputs, trees))

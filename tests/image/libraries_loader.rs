@@ -20,7 +20,7 @@
 //! fails under GPU_GUARD_CI=1 (support::skip_or_fail).
 
 use gpu_guard::core::driver_libs::{self, DRIVER_LIBS};
-use gpu_guard::scan::ldso::resolve::{Inputs, Trace};
+use gpu_guard::scan::ldso::resolve::{StartEnv, Trace};
 use gpu_guard::scan::ldso::trace_rootfs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -486,7 +486,7 @@ fn the_model_traces_what_the_real_loader_traces() {
                 if *found { "found" } else { "not found" }
             );
         }
-        let inputs = Inputs {
+        let inputs = StartEnv {
             ld_library_path: l.llp.map(String::from),
             cwd: l.cwd.to_string(),
             gpu: l.caps.is_some(),

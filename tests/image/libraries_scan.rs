@@ -14,7 +14,7 @@ use gpu_guard::core::decision::{Check, Finding, Severity};
 use gpu_guard::core::facts::HostFacts;
 use gpu_guard::core::libraries::{assess, Via};
 use gpu_guard::core::policy::{Enforcement, LibrariesConfig, MinorVersionCompat};
-use gpu_guard::scan::ldso::resolve::{Inputs, Resolved};
+use gpu_guard::scan::ldso::resolve::{Resolved, StartEnv};
 use gpu_guard::scan::ldso::scan_rootfs;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
@@ -126,12 +126,12 @@ fn cfg(severity: Enforcement) -> LibrariesConfig {
     }
 }
 
-fn inputs(caps: Option<&str>) -> Inputs {
-    Inputs {
+fn inputs(caps: Option<&str>) -> StartEnv {
+    StartEnv {
         cwd: "/".into(),
         gpu: true,
         capabilities: caps.map(String::from),
-        ..Inputs::default()
+        ..StartEnv::default()
     }
 }
 

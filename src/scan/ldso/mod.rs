@@ -26,7 +26,7 @@ use crate::core::libraries::LibraryScan;
 use crate::core::policy::LibrariesConfig;
 use crate::scan::rootfs::Root;
 use content::{ReadLimits, RootContent};
-use resolve::{Inputs, Resolved};
+use resolve::{Resolved, StartEnv};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -37,7 +37,7 @@ const MAX_ENTRIES: u64 = 4_000_000;
 /// (platform::cpu_hwcaps) are not among them: a cache directory belongs to
 /// one host, whose CPU does not change, and asking the CPU costs a fresh
 /// process more than the whole warm path.
-fn key_inputs(inputs: &Inputs, cfg: &LibrariesConfig) -> Vec<String> {
+fn key_inputs(inputs: &StartEnv, cfg: &LibrariesConfig) -> Vec<String> {
     let machine = inputs.machine.map(|m| m.to_string()).unwrap_or_default();
     vec![
         inputs
@@ -62,7 +62,12 @@ fn key_inputs(inputs: &Inputs, cfg: &LibrariesConfig) -> Vec<String> {
 /// Scans the rootfs at `rootfs` (a trusted host path) for what its
 /// libraries need; the result comes from the cache when every input is
 /// unchanged. `trees`: also the resolution trees (never cached).
-pub fn scan_rootfs(rootfs: &Path, inputs: &Inputs, cfg: &LibrariesConfig, trees: bool) -> Resolved {
+pub fn scan_rootfs(
+    rootfs: &Path,
+    inputs: &StartEnv,
+    cfg: &LibrariesConfig,
+    trees: bool,
+) -> Resolved {
     let deadline = Instant::now() + Duration::from_millis(cfg.time_budget_ms);
     let limits = walk::WalkLimits {
         max_dirs: cfg.max_dirs,
@@ -151,7 +156,11 @@ fn note_walk(scan: &mut LibraryScan, stopped: Option<String>, unwalked: Vec<Stri
 /// [`resolve::trace`] over a rootfs directory (generous budgets): what the
 /// model says `LD_TRACE_LOADED_OBJECTS=1 ld.so ROOT` prints in a container
 /// started with `inputs`.
-pub fn trace_rootfs(rootfs: &Path, inputs: &Inputs, root: &str) -> Result<resolve::Trace, String> {
+pub fn trace_rootfs(
+    rootfs: &Path,
+    inputs: &StartEnv,
+    root: &str,
+) -> Result<resolve::Trace, String> {
     let deadline = Instant::now() + Duration::from_secs(60);
     let limits = walk::WalkLimits {
         max_dirs: 1 << 20,

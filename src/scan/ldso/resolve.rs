@@ -31,7 +31,7 @@ const MAX_NOT_JUDGED: usize = 64;
 
 /// What the container's spec says that the loader depends on.
 #[derive(Clone, Debug, Default)]
-pub struct Inputs {
+pub struct StartEnv {
     pub ld_library_path: Option<String>,
     /// `process.cwd` (absolute; `/` when unset).
     pub cwd: String,
@@ -45,11 +45,11 @@ pub struct Inputs {
     pub machine: Option<u16>,
 }
 
-impl Inputs {
+impl StartEnv {
     /// What a container's env and working directory give the loader; `gpu`:
     /// the container is given GPUs (NVIDIA's runtime injects its libraries).
-    pub fn from_env(env: &crate::core::container::Env, cwd: Option<&str>, gpu: bool) -> Inputs {
-        Inputs {
+    pub fn from_env(env: &crate::core::container::Env, cwd: Option<&str>, gpu: bool) -> StartEnv {
+        StartEnv {
             ld_library_path: env.get("LD_LIBRARY_PATH").map(String::from),
             cwd: cwd
                 .filter(|c| c.starts_with('/'))
@@ -94,7 +94,7 @@ pub struct Resolved {
 }
 
 /// The image's machine: its loader's, else this host's.
-fn machine_of(snap: &Snapshot, inputs: &Inputs) -> u16 {
+fn machine_of(snap: &Snapshot, inputs: &StartEnv) -> u16 {
     if let Some(m) = inputs.machine {
         return m;
     }
@@ -134,7 +134,7 @@ fn injected_info(plat: &Platform, soname: String) -> Arc<DynInfo> {
 
 /// Mounts the driver libraries of the container's capabilities into the
 /// tree, as NVIDIA's runtime does before ldconfig runs.
-fn inject(snap: &mut Snapshot, plat: &Platform, inputs: &Inputs) -> Vec<String> {
+fn inject(snap: &mut Snapshot, plat: &Platform, inputs: &StartEnv) -> Vec<String> {
     if !inputs.gpu {
         return Vec::new();
     }
@@ -264,7 +264,7 @@ struct Prepared {
     caps: BTreeSet<Capability>,
 }
 
-fn prepare(snap: &mut Snapshot, content: &dyn Content, inputs: &Inputs) -> Prepared {
+fn prepare(snap: &mut Snapshot, content: &dyn Content, inputs: &StartEnv) -> Prepared {
     let machine = machine_of(snap, inputs);
     let plat = Platform::detect(snap, machine, cpu_hwcaps(machine));
     let injected = inject(snap, &plat, inputs);
@@ -294,7 +294,7 @@ fn prepare(snap: &mut Snapshot, content: &dyn Content, inputs: &Inputs) -> Prepa
 pub fn resolve(
     mut snap: Snapshot,
     content: &dyn Content,
-    inputs: &Inputs,
+    inputs: &StartEnv,
     trees: bool,
 ) -> Resolved {
     let prep = prepare(&mut snap, content, inputs);
@@ -506,7 +506,7 @@ fn collect_missing(
     s: &Session,
     snap: &Snapshot,
     by_name: &HashMap<&str, Idx>,
-    inputs: &Inputs,
+    inputs: &StartEnv,
     caps: &BTreeSet<Capability>,
     seen: &mut HashSet<(String, String)>,
     scan: &mut LibraryScan,
@@ -648,7 +648,7 @@ pub struct Trace {
 
 /// Runs the model for one root as `ld.so ROOT` runs it, in a container
 /// started with `inputs` (the differential test's side of the comparison).
-pub fn trace(mut snap: Snapshot, content: &dyn Content, inputs: &Inputs, root: &str) -> Trace {
+pub fn trace(mut snap: Snapshot, content: &dyn Content, inputs: &StartEnv, root: &str) -> Trace {
     let prep = prepare(&mut snap, content, inputs);
     let env = Env {
         snap: &snap,
