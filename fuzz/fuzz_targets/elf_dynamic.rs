@@ -5,7 +5,7 @@
 //! stream reader gets a result.
 #![no_main]
 
-use gpu_guard::image::libraries::dyn_info_from_stream;
+use gpu_guard::image::stream_elf::dyn_info_from_stream;
 use gpu_guard::scan::elf_dynamic::read;
 use libfuzzer_sys::fuzz_target;
 

@@ -146,25 +146,45 @@ fn limits() -> Limits {
     l
 }
 
-/// What the image's libraries need (`[libraries]`), read from its layers,
-/// for the container the image runs as: with GPUs, its env and working dir.
-fn library_scan(
+/// What the kernel-image and libraries scans read from the image's layers
+/// (`[kernel_image]`, `[libraries]`): one header pass serves both.
+type ImageScans = (
+    Option<crate::image::scan::ImageScan>,
+    Option<crate::core::libraries::LibraryScan>,
+);
+
+fn image_scans(
     img: &Image,
     container: &Container,
     cfg: &crate::core::policy::Config,
-) -> Result<Option<crate::core::libraries::LibraryScan>, crate::image::ImageError> {
-    if cfg.libraries.severity == Enforcement::Off {
-        return Ok(None);
-    }
-    let mut inputs = crate::scan::ldso::resolve::StartEnv::from_env(
+) -> Result<ImageScans, crate::image::ImageError> {
+    let kernel = cfg.kernel_image.severity != Enforcement::Off;
+    let libs = cfg.libraries.severity != Enforcement::Off;
+    // Judged as started with GPUs, with its env and working directory.
+    let mut start = crate::scan::ldso::resolve::StartEnv::from_env(
         &container.env,
         container.cwd.as_deref(),
         true,
     );
-    inputs.machine = img_machine(img);
-    Ok(Some(
-        crate::image::libraries::scan(img, &inputs, false)?.scan,
-    ))
+    start.machine = img_machine(img);
+    match (kernel, libs) {
+        (true, true) => {
+            let mut tap = crate::image::libraries::LibraryTap::default();
+            let (scan, tree) =
+                crate::image::scan::scan_with(img, &cfg.kernel_image, Some(&mut tap))?;
+            let l = crate::image::libraries::scan_from(img, &tree, tap, &start)?;
+            Ok((Some(scan), Some(l.scan)))
+        }
+        (true, false) => Ok((
+            Some(crate::image::scan::scan(img, &cfg.kernel_image)?),
+            None,
+        )),
+        (false, true) => Ok((
+            None,
+            Some(crate::image::libraries::scan(img, &start, false)?.scan),
+        )),
+        (false, false) => Ok((None, None)),
+    }
 }
 
 /// The ELF machine of the image's platform (its config's architecture).
@@ -214,20 +234,12 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
         .as_ref()
         .and_then(|c| c.working_dir().clone())
         .filter(|w| w.starts_with('/'));
-    let scan = if cfg.kernel_image.severity == Enforcement::Off {
-        None
-    } else {
-        match crate::image::scan::scan(&img, &cfg.kernel_image) {
-            Ok(s) => Some(s),
-            Err(e) => return usage(e),
-        }
+    let (scan, libraries) = match image_scans(&img, &container, &cfg) {
+        Ok(s) => s,
+        Err(e) => return usage(e),
     };
     let image = report(&img, &container, scan.as_ref());
     let notes = scan.as_ref().map(|s| s.notes.clone()).unwrap_or_default();
-    let libraries = match library_scan(&img, &container, &cfg) {
-        Ok(l) => l,
-        Err(e) => return usage(e),
-    };
     let scans = match scan {
         Some(s) => Scans::made(Some(s.scanned), Some(s.compat)),
         None => Scans::made(None, None),

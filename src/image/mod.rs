@@ -48,6 +48,7 @@ mod platform;
 mod readat;
 pub mod scan;
 mod source;
+pub mod stream_elf;
 mod tar_guard;
 mod tree;
 

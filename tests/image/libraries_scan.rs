@@ -760,12 +760,8 @@ fn check_names_a_missing_runtime_with_its_chain() {
     std::fs::remove_dir_all(&d).unwrap();
 }
 
-#[test]
-fn check_image_of_the_wheels_decides_as_check_bundle() {
-    let Some(r) = wheel_rootfs("libs-image-check", true) else {
-        return;
-    };
-    let d = tempdir("libs-image-check-run");
+/// A rootfs as one layer's entries, its top-level symlinks kept.
+fn one_layer(r: &Path) -> Vec<Entry> {
     let mut all = Vec::new();
     for top in ["etc", "lib", "lib64", "usr"] {
         all.push((
@@ -776,13 +772,22 @@ fn check_image_of_the_wheels_decides_as_check_bundle() {
                 .map(|t| t.to_string_lossy().into_owned()),
         ));
         if !r.join(top).is_symlink() {
-            entries_of(&r, top, &mut all);
+            entries_of(r, top, &mut all);
         }
     }
+    all
+}
+
+#[test]
+fn check_image_of_the_wheels_decides_as_check_bundle() {
+    let Some(r) = wheel_rootfs("libs-image-check", true) else {
+        return;
+    };
+    let d = tempdir("libs-image-check-run");
     let layout = crate::image_support::oci_layout(
         "libs-image-check-oci",
         &understated_env(),
-        &[layer(&all)],
+        &[layer(&one_layer(&r))],
     );
     let rt = scan(&r, None).scan.cuda_runtimes[0].version.clone();
     let enforce = check_config(&d, "enforce");
@@ -802,6 +807,67 @@ fn check_image_of_the_wheels_decides_as_check_bundle() {
         true,
     );
     assert_eq!(code, 0, "{out}");
+    for p in [&r, &d, &layout] {
+        std::fs::remove_dir_all(p).unwrap();
+    }
+}
+
+/// `check --image` reads the libraries in the kernel-image scan's pass over
+/// the layers when that scan is on, and in a pass of its own when it is
+/// off: the same `libraries` either way, here libcurand's need of the
+/// runtime its image lacks (its dynamic section is where patchelf moved it,
+/// past the string table).
+#[test]
+fn check_image_names_a_missing_runtime_with_the_kernel_image_scan_on_or_off() {
+    let Some(r) = wheel_rootfs("libs-image-nort", false) else {
+        return;
+    };
+    let d = tempdir("libs-image-nort-run");
+    let layout = crate::image_support::oci_layout(
+        "libs-image-nort-oci",
+        &understated_env(),
+        &[layer(&one_layer(&r))],
+    );
+    let host = facts_file(&d, "610.43.02", "13.5");
+    let img = layout.to_str().unwrap();
+    let on = check_config(&d, "enforce");
+    let off = d.join("config-kernel-off.toml");
+    std::fs::write(
+        &off,
+        "[host]\ncache_file = \"\"\n[kernel_image]\nseverity = \"off\"\n[libraries]\nseverity = \"enforce\"\ncache_dir = \"\"\n[log]\nsyslog = false\n",
+    )
+    .unwrap();
+    let mut seen = Vec::new();
+    for config in [&on, &off] {
+        let (code, out) = check(config, &["--image", img], &host, true);
+        assert_eq!(code, 1, "{out}");
+        let v: serde_json::Value =
+            serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+        let missing = v["libraries"]["missing"].as_array().unwrap();
+        assert!(
+            missing.iter().any(|m| m["name"] == "libcudart.so.13"
+                && m["via"] == "DT_NEEDED"
+                && m["needed_by"] == format!("{SP}/nvidia/cu13/lib/libcurand.so.10")),
+            "{v}"
+        );
+        assert!(
+            v["findings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f["check"] == "library" && f["severity"] == "error"),
+            "{v}"
+        );
+        seen.push(v["libraries"].clone());
+        let (_, human) = check(config, &["--image", img], &host, false);
+        assert!(
+            human.contains(
+                "nvidia/cu13/lib/libcurand.so.10 → libcudart.so.13: cannot open shared object file"
+            ),
+            "{human}"
+        );
+    }
+    assert_eq!(seen[0], seen[1]);
     for p in [&r, &d, &layout] {
         std::fs::remove_dir_all(p).unwrap();
     }
