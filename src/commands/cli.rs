@@ -40,6 +40,8 @@ pub enum Command {
     Install(InstallArgs),
     /// Undo `gpu-guard install`
     Uninstall(UninstallArgs),
+    /// Serve the Kubernetes mutating admission webhook (runs gpu-guard-admission)
+    Admission(AdmissionArgs),
     /// Print the gpu-guard(1) man page (roff)
     #[command(hide = true)]
     Man,
@@ -86,7 +88,13 @@ at least one); 1 it is refused (on some host; with several, also when not judged
 container there: a skip is not runs); 2 bad usage or \
 unreadable input. Nodes of --nodes without GPU Feature Discovery labels are refused (\"no GPU \
 facts\"). --affinity exits 0 when the affinity is exact and admits a node; without --nodes it is \
-over node labels only and exact for every labelled node, or stricter and exits 1.")]
+over node labels only and exact for every labelled node, or stricter and exits 1.
+
+The runtime wrapper chains per engine (runtime.engines.ENGINE.path) and tells the engines apart \
+by the runtime root they pass it; --engine decides as that engine's wrapper. Without it the \
+global runtime.path is used, and when engines chain other runtimes an info finding names them. \
+A chained runtime that does not exist is a config error: the wrapper could start no container. \
+Under mode = \"audit\" the answer is what enforce would do (exit 1 for a refusal), and says so.")]
 pub struct CheckArgs {
     /// Bundle directory; reads DIR/config.json
     #[arg(long, value_name = "DIR")]
@@ -94,9 +102,18 @@ pub struct CheckArgs {
     /// An OCI config.json
     #[arg(long, value_name = "FILE")]
     pub spec: Option<PathBuf>,
-    /// A container image to judge, read without unpacking: an OCI image layout directory, a docker-archive tar (`docker save`) or an OCI archive tar. Judged as started with all GPUs (`--gpus all`) unless --env NVIDIA_VISIBLE_DEVICES=... (or the image) says otherwise
+    /// A container image to judge, read without unpacking: an OCI image layout directory, a docker-archive tar (`docker save`), an OCI archive tar, a registry image `docker://HOST[:PORT]/REPO[:TAG|@DIGEST]` (streamed, never written to disk) or `docker-daemon:NAME[:TAG]` (the local docker's). Judged as started with all GPUs (`--gpus all`) unless --env NVIDIA_VISIBLE_DEVICES=... (or the image) says otherwise
     #[arg(long, value_name = "PATH", conflicts_with_all = ["bundle", "spec"])]
     pub image: Option<PathBuf>,
+    /// With --image docker://: push what was found as an attestation (an OCI artifact whose subject is the image), which later reads use instead of the layers
+    #[arg(long, requires = "image")]
+    pub attest: bool,
+    /// With --image docker://: the registry speaks plain HTTP
+    #[arg(long, requires = "image")]
+    pub plain_http: bool,
+    /// With --image docker://: a PEM file of CAs to trust for the registry, besides the system's
+    #[arg(long, value_name = "FILE", requires = "image")]
+    pub registry_ca: Option<PathBuf>,
     /// With --image: the platform to pick from a multi-platform index (default linux/amd64)
     #[arg(long, value_name = "OS/ARCH[/VARIANT]", requires = "image")]
     pub platform: Option<String>,
@@ -125,6 +142,31 @@ pub struct CheckArgs {
     /// Decide as this entry point would: the wrapper edits, the prestart hook only verifies
     #[arg(long, value_enum, default_value_t = CheckStage::Runtime)]
     pub stage: CheckStage,
+    /// Decide as the wrapper invoked by this engine would: it execs that engine's chain (runtime.engines.ENGINE.path, else runtime.path), and for containerd and crio the spec's CRI facts (namespace, pod, image) select security exceptions (not with --stage prestart: the hook believes none). Default: the global runtime.path, and no CRI facts believed
+    #[arg(long, value_enum, value_name = "ENGINE")]
+    pub engine: Option<Engine>,
+    /// With several hosts (--host repeated, --hosts, --nodes): the NVIDIA container toolkit config those hosts run (accept-nvidia-visible-devices-*). Default: NVIDIA's defaults; this host's file is never used for other hosts
+    #[arg(long, value_name = "FILE")]
+    pub nvidia_config: Option<PathBuf>,
+}
+
+/// `gpu-guard admission`: parsed here for the help and man page, served by
+/// gpu-guard-admission (commands/network.rs).
+#[derive(Debug, Args)]
+#[command(
+    after_help = "POST /mutate takes an admission.k8s.io/v1 AdmissionReview; GET /healthz answers ok. \
+Registry settings are the config's [admission] keys. Exit status: 2 for bad usage, config or TLS files."
+)]
+pub struct AdmissionArgs {
+    /// Address to listen on (e.g. 0.0.0.0:8443)
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen: String,
+    /// PEM certificate chain served to the API server
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: PathBuf,
+    /// PEM private key of the certificate
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: PathBuf,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

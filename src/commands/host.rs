@@ -2,7 +2,9 @@
 
 use crate::commands::cli::{HostArgs, ProbeChildArgs};
 use crate::core::facts::{HostProblem, HostProblemKind, HostReport};
+use crate::core::runtime_engines::Engine;
 use crate::host::probe;
+use crate::pipeline::runtime::RuntimeProblem;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -60,12 +62,16 @@ fn host_command_inner(config: Option<&Path>, args: &HostArgs) -> Result<i32, Hos
     let loaded = crate::config::load_detailed(config)?;
     let cfg = &loaded.config;
     let report = probe(&cfg.host);
+    let chains = chain_problems(cfg);
     let Some(facts) = &report.facts else {
         let p = report.problems.first();
         let msg = p.map(|p| p.message.as_str()).unwrap_or("the probe failed");
         match p.and_then(|p| p.fix.as_deref()) {
             Some(fix) => eprintln!("gpu-guard: {msg} (fix: {fix})"),
             None => eprintln!("gpu-guard: {msg}"),
+        }
+        for p in &chains {
+            eprintln!("gpu-guard: error: {} (fix: {})", p.message, p.fix);
         }
         return Ok(EXIT_NO_FACTS);
     };
@@ -80,6 +86,9 @@ fn host_command_inner(config: Option<&Path>, args: &HostArgs) -> Result<i32, Hos
         }
         for w in crate::commands::install::host_lines(cfg).1 {
             eprintln!("gpu-guard: warning: {w}");
+        }
+        for p in &chains {
+            eprintln!("gpu-guard: error: {} (fix: {})", p.message, p.fix);
         }
     } else {
         print!("{}", render_table(&report));
@@ -97,8 +106,37 @@ fn host_command_inner(config: Option<&Path>, args: &HostArgs) -> Result<i32, Hos
         for w in warnings {
             println!("warning: {w}");
         }
+        for p in &chains {
+            println!("error: {}\n  fix: {}", p.message, p.fix);
+        }
+    }
+    if !chains.is_empty() {
+        // No container starts through the wrapper: as bad as a lost GPU.
+        return Ok(EXIT_HOST_ERROR);
     }
     Ok(exit_status(&report))
+}
+
+/// The chained runtimes the config names (`runtime.path`, each
+/// `runtime.engines.ENGINE.path`) that cannot be run, each once.
+fn chain_problems(cfg: &crate::core::policy::Config) -> Vec<RuntimeProblem> {
+    let mut out: Vec<RuntimeProblem> = Vec::new();
+    let mut engines: Vec<Option<Engine>> = vec![None];
+    engines.extend(
+        Engine::ALL
+            .into_iter()
+            .filter(|e| cfg.runtime.engines.get(*e).path.is_some())
+            .map(Some),
+    );
+    for e in engines {
+        if e.is_none() && cfg.runtime.path.is_empty() {
+            continue;
+        }
+        if let Some(p) = crate::pipeline::runtime::chained_runtime_problem(cfg, e) {
+            out.push(p);
+        }
+    }
+    out
 }
 
 /// `--node-labels [--write [--output PATH]]`: gpu-guard's node labels,
@@ -144,6 +182,7 @@ fn exit_status(report: &HostReport) -> i32 {
 fn problem_label(kind: &HostProblemKind) -> &'static str {
     match kind {
         HostProblemKind::NoDriver | HostProblemKind::ProbeFailed => "error",
+        HostProblemKind::Untrusted => "error",
         HostProblemKind::GpuLost { .. } => "error",
         HostProblemKind::Degraded => "warning",
     }

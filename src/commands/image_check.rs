@@ -25,7 +25,8 @@ use crate::commands::output::{print_decision, usage};
 use crate::config;
 use crate::core::container::Container;
 use crate::core::decision::{Check, Finding};
-use crate::core::policy::Enforcement;
+use crate::core::libraries::LibraryScan;
+use crate::core::policy::{Config, Enforcement};
 use crate::core::sanitize::esc_bounded;
 use crate::image::scan::ImageScan;
 use crate::image::{Image, Limits, Options, Platform};
@@ -34,7 +35,7 @@ use std::path::Path;
 
 /// The container `docker run --gpus all IMAGE` with `env` (`KEY=VALUE`,
 /// applied after the image's) would be.
-fn container_for(image_env: &[String], env: &[(String, String)]) -> Container {
+pub fn container_for(image_env: &[String], env: &[(String, String)]) -> Container {
     let mut c = Container::default();
     for e in image_env {
         c.env.push_entry(e);
@@ -46,7 +47,7 @@ fn container_for(image_env: &[String], env: &[(String, String)]) -> Container {
     c
 }
 
-fn parse_env(args: &CheckArgs) -> Result<Vec<(String, String)>, String> {
+pub fn parse_env(args: &CheckArgs) -> Result<Vec<(String, String)>, String> {
     args.env
         .iter()
         .map(|raw| {
@@ -63,7 +64,7 @@ fn parse_env(args: &CheckArgs) -> Result<Vec<(String, String)>, String> {
 }
 
 /// The `image` object of the fleet JSON and a line for people.
-fn report(img: &Image, container: &Container, scan: Option<&ImageScan>) -> ImageReport {
+pub fn report(img: &Image, container: &Container, scan: Option<&ImageScan>) -> ImageReport {
     let info = img.info();
     let mut json = serde_json::Map::new();
     let digest = info
@@ -130,7 +131,7 @@ fn report(img: &Image, container: &Container, scan: Option<&ImageScan>) -> Image
 /// The image reader's budgets. TEST ONLY (feature test-hooks):
 /// GPU_GUARD_IMAGE_MAX_BYTES and GPU_GUARD_IMAGE_MAX_SECS lower them, so
 /// the hostile-input tests run in seconds.
-fn limits() -> Limits {
+pub fn limits() -> Limits {
     #[allow(unused_mut)]
     let mut l = Limits::default();
     #[cfg(feature = "test-hooks")]
@@ -146,14 +147,29 @@ fn limits() -> Limits {
     l
 }
 
+/// The container `img` runs as, with `env` added: its config's env, and
+/// its WorkingDir as the process's cwd (image-spec config.md).
+pub fn image_container(img: &Image, env: &[(String, String)]) -> Container {
+    let mut container = container_for(&img.env(), env);
+    container.cwd = img
+        .config()
+        .config()
+        .as_ref()
+        .and_then(|c| c.working_dir().clone())
+        .filter(|w| w.starts_with('/'));
+    container
+}
+
 /// What the kernel-image and libraries scans read from the image's layers
 /// (`[kernel_image]`, `[libraries]`): one header pass serves both.
-type ImageScans = (
+pub type ImageScans = (
     Option<crate::image::scan::ImageScan>,
     Option<crate::core::libraries::LibraryScan>,
 );
 
-fn image_scans(
+/// Both scans of an image (a file, a registry's or the docker daemon's),
+/// each `None` when its severity is `off`.
+pub fn image_scans(
     img: &Image,
     container: &Container,
     cfg: &crate::core::policy::Config,
@@ -226,19 +242,25 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
         Ok(i) => i,
         Err(e) => return usage(e),
     };
-    let mut container = container_for(&img.env(), &env);
-    // The image's WorkingDir is the process's cwd (image-spec config.md).
-    container.cwd = img
-        .config()
-        .config()
-        .as_ref()
-        .and_then(|c| c.working_dir().clone())
-        .filter(|w| w.starts_with('/'));
+    let container = image_container(&img, &env);
     let (scan, libraries) = match image_scans(&img, &container, &cfg) {
         Ok(s) => s,
         Err(e) => return usage(e),
     };
     let image = report(&img, &container, scan.as_ref());
+    judge(cfg, args, container, (scan, libraries), &image)
+}
+
+/// Judges an image already read (from a file here, or from a registry or
+/// the docker daemon by gpu-guard-admission) on the hosts `args` names,
+/// through the pipeline; prints, and returns the exit status.
+pub fn judge(
+    cfg: Config,
+    args: &CheckArgs,
+    container: Container,
+    (scan, libraries): (Option<ImageScan>, Option<LibraryScan>),
+    image: &ImageReport,
+) -> i32 {
     let notes = scan.as_ref().map(|s| s.notes.clone()).unwrap_or_default();
     let scans = match scan {
         Some(s) => Scans::made(Some(s.scanned), Some(s.compat)),
@@ -249,7 +271,7 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
     // runtime is chained, so no chained runtime is asked for.
     let case = Case::new(container, args.stage.stage()).with_scans(scans);
     if fleet_report::wanted(args) {
-        return fleet_report::main_with(&cfg, case, args, Some(&image));
+        return fleet_report::main_with(&cfg, case, args, Some(image));
     }
     let host = match args.host.first() {
         Some(p) => HostChoice::File(p),

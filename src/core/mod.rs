@@ -3,11 +3,13 @@
 //! [`container::Container`] and [`facts::HostFacts`], calls
 //! [`decide`], and carries out the [`decision::Decision`].
 
+pub mod admission;
 pub mod arch;
 pub mod capability;
 pub mod compat;
 pub mod compat_check;
 pub mod container;
+pub mod cri_facts;
 pub mod cuda_tables;
 pub mod decide;
 pub mod decision;

@@ -46,6 +46,7 @@ pub mod libraries;
 mod open;
 mod platform;
 mod readat;
+pub mod registry_source;
 pub mod scan;
 mod source;
 pub mod stream_elf;
@@ -57,6 +58,7 @@ pub use error::ImageError;
 pub use platform::Platform;
 pub use readat::{scan_fatbin, FatbinScan};
 pub(crate) use readat::{ReadAtBuf, MAX_READAT_BYTES};
+pub use registry_source::BlobSource;
 pub use tree::{normalize, ContentRef, Kind, Node, Tree};
 
 use budget::Budget;
@@ -133,6 +135,10 @@ pub enum Format {
     OciLayout,
     OciArchive,
     DockerArchive,
+    /// An OCI distribution registry (`docker://...`).
+    Registry,
+    /// The docker daemon's image export (`docker-daemon:...`).
+    DockerDaemon,
 }
 
 /// What was read, for the report.

@@ -514,6 +514,7 @@ impl SpecView {
             rootfs: rootfs(self.root.as_ref().map(|r| r.path.as_str()), bundle),
             cwd: (!process.cwd.is_empty()).then(|| process.cwd.clone()),
             chained_runtime: None,
+            cri_runtime: None,
             assume_attached: false,
         }
     }
