@@ -14,7 +14,9 @@
 //! ROOT` prints every object it loads, in order, with the path it found
 //! or "not found", and stops with "error while loading shared libraries"
 //! when it cannot go on. The model (`scan::ldso::trace_rootfs`) must say
-//! exactly the same, line for line.
+//! exactly the same, line for line. Where a layout's root is a GPU
+//! library or needs one, `gpu-guard scan --rootfs --libraries --json` is
+//! run on it too, and its tree must find what the loader found.
 //!
 //! Needs root (chroot), gcc and ldconfig: without them it prints SKIP, and
 //! fails under GPU_GUARD_CI=1 (support::skip_or_fail).
@@ -458,7 +460,81 @@ fn layouts() -> Vec<Layout> {
         layout("conf-comments-relative-includes", vec![dep("opt/inc/libdep.so.1"), lib("opt/last/libdep2.so.1", "libdep2.so.1", &[]), Text("etc/ld.so.conf", "include /etc/ld.so.conf.d/*.conf\n  include   extra.d/*.conf # comment\n/opt/last/   \n"), Text("etc/extra.d/b.conf", "# nothing\n\n/opt/inc//\n"), Text("etc/extra.d/.hidden.conf", "/opt/hidden\n"), lib("opt/app/lib/libroot.so", "libroot.so", &["opt/inc/libdep.so.1", "opt/last/libdep2.so.1"])], "/opt/app/lib/libroot.so").expect("libdep.so.1", true).expect("libdep2.so.1", true),
         layout("transitive-miss", vec![lib("opt/tmp/libleaf.so.1", "libleaf.so.1", &[]), lib("opt/l/libmid.so.1", "libmid.so.1", &["opt/tmp/libleaf.so.1"]), lib_rpath("opt/app/lib/libroot.so", "libroot.so", &["opt/l/libmid.so.1"], "/opt/l"), Rm("opt/tmp/libleaf.so.1")], "/opt/app/lib/libroot.so").expect("libleaf.so.1", false),
         layout("a-miss-asked-twice", vec![lib("opt/tmp/libleaf.so.1", "libleaf.so.1", &[]), lib("opt/l/libmid.so.1", "libmid.so.1", &["opt/tmp/libleaf.so.1"]), lib_rpath("opt/app/lib/libroot.so", "libroot.so", &["opt/tmp/libleaf.so.1", "opt/l/libmid.so.1"], "/opt/l"), Rm("opt/tmp/libleaf.so.1")], "/opt/app/lib/libroot.so").expect("libleaf.so.1", false),
+        // GPU names: these roots are judged by `gpu-guard scan --rootfs
+        // --libraries` too, which must agree with the loader.
+        layout("gpu-rpath-origin", vec![lib("opt/w/nvidia/lib/libcudart.so.13", "libcudart.so.13", &[]), lib_rpath("opt/w/nvidia/lib/libcurand.so.10", "libcurand.so.10", &["opt/w/nvidia/lib/libcudart.so.13"], "$ORIGIN")], "/opt/w/nvidia/lib/libcurand.so.10").expect("libcudart.so.13", true),
+        layout("gpu-runpath-not-inherited", vec![lib("opt/c/lib/libcublasLt.so.13", "libcublasLt.so.13", &[]), lib("opt/c/lib/libcublas.so.13", "libcublas.so.13", &["opt/c/lib/libcublasLt.so.13"]), lib_runpath("opt/app/lib/libapp.so", "libapp.so", &["opt/c/lib/libcublas.so.13"], "/opt/c/lib")], "/opt/app/lib/libapp.so").expect("libcublas.so.13", true).expect("libcublasLt.so.13", false),
+        layout("gpu-rpath-inherited", vec![lib("opt/c/lib/libcublasLt.so.13", "libcublasLt.so.13", &[]), lib("opt/c/lib/libcublas.so.13", "libcublas.so.13", &["opt/c/lib/libcublasLt.so.13"]), lib_rpath("opt/app/lib/libapp.so", "libapp.so", &["opt/c/lib/libcublas.so.13"], "/opt/c/lib")], "/opt/app/lib/libapp.so").expect("libcublasLt.so.13", true),
+        layout("gpu-ld-so-conf-d", vec![lib("opt/cudnn/lib/libcudnn.so.9.1.0", "libcudnn.so.9", &[]), Text("etc/ld.so.conf.d/cudnn.conf", "/opt/cudnn/lib\n"), lib("opt/app/lib/libapp.so", "libapp.so", &["opt/cudnn/lib/libcudnn.so.9.1.0"])], "/opt/app/lib/libapp.so").expect("libcudnn.so.9", true),
+        layout("gpu-not-in-the-image", vec![lib("opt/tmp/libnccl.so.2", "libnccl.so.2", &[]), lib("opt/app/lib/libapp.so", "libapp.so", &["opt/tmp/libnccl.so.2"]), Rm("opt/tmp/libnccl.so.2")], "/opt/app/lib/libapp.so").expect("libnccl.so.2", false),
+        layout("gpu-ld-library-path", vec![lib("opt/llp/libnvrtc.so.13", "libnvrtc.so.13", &[]), lib("opt/app/lib/libapp.so", "libapp.so", &["opt/llp/libnvrtc.so.13"])], "/opt/app/lib/libapp.so").llp("/opt/llp").expect("libnvrtc.so.13", true),
+        layout("gpu-libcuda-with-utility-only", vec![lib("opt/tmp/libcuda.so.1", "libcuda.so.1", &[]), lib("opt/app/lib/libapp.so", "libapp.so", &["opt/tmp/libcuda.so.1"]), Rm("opt/tmp/libcuda.so.1")], "/opt/app/lib/libapp.so").caps(Some("utility")).expect("libcuda.so.1", false),
     ]
+}
+
+/// `gpu-guard scan --rootfs ROOT --libraries --json`, started as the layout
+/// is (its LD_LIBRARY_PATH and capabilities): where it judges the layout's
+/// root, each library its tree loads through DT_NEEDED must be found, or
+/// not, as the real loader found it. Layouts the scan cannot start the
+/// same way (not a GPU container, another working directory) are not run.
+fn through_binary(lab: &Lab, r: &Path, l: &Layout, real: &Trace) -> Result<bool, String> {
+    let Some(caps) = l.caps else { return Ok(false) };
+    if l.cwd != "/" || real.fatal.is_some() || !l.name.starts_with("gpu-") {
+        return Ok(false);
+    }
+    let config = lab.work.join("scan-config.toml");
+    std::fs::write(
+        &config,
+        "[libraries]\ncache_dir = \"\"\n[log]\nsyslog = false\n",
+    )
+    .unwrap();
+    let mut cmd = Command::new(crate::scan_support::gpu_guard());
+    cmd.arg("--config")
+        .arg(&config)
+        .args(["scan", "--rootfs", "--libraries", "--json"]);
+    cmd.arg(format!("--env=NVIDIA_DRIVER_CAPABILITIES={caps}"));
+    if let Some(p) = l.llp {
+        cmd.arg(format!("--env=LD_LIBRARY_PATH={p}"));
+    }
+    let o = cmd.arg(r).env_remove("GPU_GUARD_CONFIG").output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    let name = l.name;
+    if !matches!(o.status.code(), Some(0 | 1)) {
+        return Err(format!(
+            "{name}: scan exited {:?}: {out}{err}",
+            o.status.code()
+        ));
+    }
+    let v: serde_json::Value =
+        serde_json::from_str(&out).map_err(|e| format!("{name}: {e}: {out}{err}"))?;
+    let tree = v["rootfs"][0]["trees"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|t| t["root"] == l.root)
+        .ok_or_else(|| format!("{name}: the binary judged no {}: {v}", l.root))?;
+    let mut lines = 0;
+    for line in tree["lines"].as_array().into_iter().flatten() {
+        // The oracle's lines leave the loader itself out (`oracle`).
+        if line["via"] != "DT_NEEDED" || line["name"] == "ld-linux-x86-64.so.2" {
+            continue;
+        }
+        lines += 1;
+        let lib = line["name"].as_str().unwrap_or("");
+        let found = !line["path"].is_null();
+        let oracle = real.loaded.iter().find(|(n, _)| n == lib);
+        if oracle.map(|(_, p)| p.is_some()) != Some(found) {
+            return Err(format!(
+                "{name}: the binary's tree has {lib} {} where the loader says {oracle:?}: {tree}",
+                if found { "found" } else { "not found" }
+            ));
+        }
+    }
+    if lines == 0 {
+        return Err(format!("{name}: the binary's tree is empty: {tree}"));
+    }
+    Ok(true)
 }
 
 #[test]
@@ -466,6 +542,7 @@ fn the_model_traces_what_the_real_loader_traces() {
     let Some(lab) = Lab::new() else { return };
     let all = layouts();
     let mut failures = Vec::new();
+    let mut judged_by_binary = 0;
     for (k, l) in all.iter().enumerate() {
         let r = lab.work.join(format!("root{k}"));
         std::fs::create_dir_all(&r).unwrap();
@@ -506,6 +583,17 @@ fn the_model_traces_what_the_real_loader_traces() {
                 l.name
             ));
         }
+        match through_binary(&lab, &r, l, &real) {
+            Ok(true) => judged_by_binary += 1,
+            Ok(false) => {}
+            Err(f) => failures.push(f),
+        }
+    }
+    println!(
+        "{judged_by_binary} GPU layouts judged the same by `gpu-guard scan --rootfs --libraries`"
+    );
+    if judged_by_binary == 0 {
+        failures.push("no layout's root was judged through the binary".into());
     }
     println!("{} layouts compared against the real loader", all.len());
     let _ = std::fs::remove_dir_all(&lab.work);
