@@ -993,3 +993,91 @@ fn fleets_and_label_affinities_see_a_shipped_cuda_13_runtime_as_a_driver_bound()
     std::fs::remove_dir_all(&r).unwrap();
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// `scan --rootfs --libraries --json --host` on a rootfs with a CUDA 12.8
+/// toolkit directory (its `version.json`) and a conda CUDA 11 runtime (its
+/// SONAME only): each runtime's version and where it came from; on a CUDA
+/// 12.2 host the 12.8 runtime follows `requirements.minor_version_compatibility`
+/// (refused under `off`, a warning under `allow`), the CUDA 11 one is fine.
+#[test]
+fn toolkit_and_conda_runtimes_through_scan_follow_the_minor_version_rule() {
+    let r = tempdir("libs-toolkit");
+    base(&r);
+    let lib = r.join("usr/local/cuda-12.8/targets/x86_64-linux/lib");
+    std::fs::create_dir_all(&lib).unwrap();
+    std::fs::write(lib.join("libcudart.so.12.8.90"), b"\x7fELF stand-in").unwrap();
+    symlink("libcudart.so.12.8.90", lib.join("libcudart.so.12")).unwrap();
+    std::fs::write(
+        r.join("usr/local/cuda-12.8/version.json"),
+        r#"{"cuda": {"name": "CUDA SDK", "version": "12.8.1"}, "cuda_cudart": {"name": "CUDA Runtime (cudart)", "version": "12.8.90"}}"#,
+    )
+    .unwrap();
+    std::fs::create_dir_all(r.join("opt/conda/lib")).unwrap();
+    std::fs::write(
+        r.join("opt/conda/lib/libcudart.so.11.0"),
+        b"\x7fELF stand-in",
+    )
+    .unwrap();
+    let d = tempdir("libs-toolkit-run");
+    let host = facts_file(&d, "535.104.05", "12.2");
+    let run = |minor: &str| {
+        let c = d.join(format!("config-{minor}.toml"));
+        std::fs::write(
+            &c,
+            format!("[requirements]\nminor_version_compatibility = \"{minor}\"\n[libraries]\nseverity = \"enforce\"\ncache_dir = \"\"\n[log]\nsyslog = false\n"),
+        )
+        .unwrap();
+        let o = std::process::Command::new(crate::scan_support::gpu_guard())
+            .arg("--config")
+            .arg(&c)
+            .args(["scan", "--rootfs", "--libraries", "--json", "--host"])
+            .arg(&host)
+            .arg(&r)
+            .env_remove("GPU_GUARD_CONFIG")
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).to_string();
+        let v: serde_json::Value = serde_json::from_str(&out)
+            .unwrap_or_else(|e| panic!("{e}: {out}{}", String::from_utf8_lossy(&o.stderr)));
+        (o.status.code(), v["rootfs"][0].clone())
+    };
+    let (code, v) = run("off");
+    let rts = v["libraries"]["cuda_runtimes"].as_array().unwrap();
+    let by_path = |p: &str| {
+        rts.iter()
+            .find(|x| x["path"] == p)
+            .unwrap_or_else(|| panic!("{p}: {v}"))
+    };
+    let tk = by_path("usr/local/cuda-12.8/targets/x86_64-linux/lib/libcudart.so.12.8.90");
+    assert_eq!(tk["version"], "12.8", "{tk}");
+    assert!(
+        tk["source"].as_str().unwrap().contains("version.json"),
+        "{tk}"
+    );
+    let conda = by_path("opt/conda/lib/libcudart.so.11.0");
+    assert_eq!(conda["version"], "11", "{conda}");
+    let rt_findings = |v: &serde_json::Value| -> Vec<serde_json::Value> {
+        v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["check"] == "cuda-runtime")
+            .cloned()
+            .collect()
+    };
+    let f = rt_findings(&v);
+    assert_eq!(code, Some(1), "{v}");
+    assert_eq!(f.len(), 1, "{v}");
+    assert_eq!(f[0]["severity"], "error");
+    assert!(
+        f[0]["message"].as_str().unwrap().contains("cuda-12.8"),
+        "{f:?}"
+    );
+    let (code, v) = run("allow");
+    let f = rt_findings(&v);
+    assert_eq!(code, Some(0), "{v}");
+    assert_eq!(f.len(), 1, "{v}");
+    assert_eq!(f[0]["severity"], "warning");
+    std::fs::remove_dir_all(&r).unwrap();
+    std::fs::remove_dir_all(&d).unwrap();
+}
