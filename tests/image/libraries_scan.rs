@@ -1081,3 +1081,124 @@ fn toolkit_and_conda_runtimes_through_scan_follow_the_minor_version_rule() {
     std::fs::remove_dir_all(&r).unwrap();
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// Runs `gpu-guard --config CONFIG ARGS` with `stdin`: (exit status, stderr).
+fn gg(config: &Path, args: &[&str], stdin: &[u8]) -> (Option<i32>, String) {
+    use std::io::Write;
+    let mut child = std::process::Command::new(crate::scan_support::gpu_guard())
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .env_remove("GPU_GUARD_CONFIG")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    let o = child.wait_with_output().unwrap();
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// The prestart hook and the runtime wrapper read the container's rootfs
+/// as a start would: the understated wheels are refused on a CUDA 12.8
+/// host under enforce (the wrapper never runs the real runtime) and
+/// started on CUDA 13; the first start leaves one cache entry, and a warm
+/// start answers from it, not from the files (an entry edited to say
+/// CUDA 12.8 admits the container; a corrupt one is read past).
+#[test]
+fn hooks_and_wrapper_judge_the_rootfs_and_a_warm_start_reads_the_cache() {
+    let Some(r) = wheel_rootfs("libs-hook", true) else {
+        return;
+    };
+    let d = tempdir("libs-hook-run");
+    let bundle = crate::compat_support::bundle(&d, &r, &understated_env(), None);
+    // As the wrapper would have edited it: the hook then has only the
+    // libraries to judge.
+    let spec = bundle.join("config.json");
+    let mut v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&spec).unwrap()).unwrap();
+    v["process"]["noNewPrivileges"] = true.into();
+    std::fs::write(&spec, v.to_string()).unwrap();
+    let rt = scan(&r, None).scan.cuda_runtimes[0].version.clone();
+    let record = d.join("runtime-ran");
+    let runc = d.join("fake-runc");
+    std::fs::write(
+        &runc,
+        format!("#!/bin/sh\necho \"$*\" > '{}'\n", record.display()),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&runc, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let cache = d.join("libcache");
+    let config = |host: &Path, name: &str| {
+        let p = d.join(name);
+        std::fs::write(
+            &p,
+            format!(
+                "[host]\nfacts_file = \"{}\"\ncache_file = \"\"\n[kernel_image]\ncache_dir = \"\"\n[libraries]\nseverity = \"enforce\"\ncache_dir = \"{}\"\n[runtime]\npath = \"{}\"\n[log]\nsyslog = false\n",
+                host.display(),
+                cache.display(),
+                runc.display()
+            ),
+        )
+        .unwrap();
+        p
+    };
+    let c128 = config(&facts_file(&d, "570.86.15", "12.8"), "c128.toml");
+    let c13 = config(&facts_file(&d, "610.43.02", &rt), "c13.toml");
+    let state = format!(
+        r#"{{"ociVersion":"1.0.2","id":"libs1","status":"creating","pid":4242,"bundle":"{}"}}"#,
+        bundle.display()
+    );
+    let hook = ["hook", "prestart"];
+    let (code, err) = gg(&c128, &hook, state.as_bytes());
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("CUDA driver version is insufficient for CUDA runtime version"),
+        "{err}"
+    );
+    let entries = || -> Vec<PathBuf> {
+        std::fs::read_dir(&cache)
+            .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+            .unwrap_or_default()
+    };
+    assert_eq!(entries().len(), 1, "one cache entry for the rootfs");
+    let (code, err) = gg(&c13, &hook, state.as_bytes());
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(entries().len(), 1, "the same rootfs, the same entry");
+    // The wrapper: refused before the real runtime runs; then started.
+    let b = bundle.to_str().unwrap();
+    let create = ["runtime", "create", "--bundle", b, "libs1"];
+    let (code, err) = gg(&c128, &create, b"");
+    assert_ne!(code, Some(0), "{err}");
+    assert!(!record.exists(), "a refused container reached the runtime");
+    let (code, err) = gg(&c13, &create, b"");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(std::fs::read_to_string(&record).unwrap().contains("create"));
+    // Warm: the entry answers. Edited to say the runtime is CUDA 12.8's,
+    // it admits the container on the 12.8 host; nothing else changed.
+    let e = entries().remove(0);
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&e).unwrap()).unwrap();
+    for x in v["scan"]["cuda_runtimes"].as_array_mut().unwrap() {
+        x["version"] = "12.8".into();
+        x["min_driver"] = "525.60.13".into();
+        x["toolkit_driver"] = "570.26".into();
+    }
+    std::fs::write(&e, v.to_string()).unwrap();
+    let (code, err) = gg(&c128, &hook, state.as_bytes());
+    assert_eq!(
+        code,
+        Some(0),
+        "the warm start read the files, not the cache: {err}"
+    );
+    // A corrupt entry is read past: the files again, refused again.
+    std::fs::write(&e, b"\0garbage").unwrap();
+    let (code, err) = gg(&c128, &hook, state.as_bytes());
+    assert_eq!(code, Some(1), "{err}");
+    std::fs::remove_dir_all(&r).unwrap();
+    std::fs::remove_dir_all(&d).unwrap();
+}
