@@ -478,6 +478,50 @@ fn hostile_rootfs_trees_stay_bounded_and_inside() {
             );
         }
     }
+    // The same through the binary: bounded, inside, the unfinished part
+    // named in a finding.
+    let c = outside.join("config.toml");
+    std::fs::write(
+        &c,
+        "[libraries]\nseverity = \"enforce\"\ncache_dir = \"\"\n[log]\nsyslog = false\n",
+    )
+    .unwrap();
+    let started = Instant::now();
+    let o = std::process::Command::new(crate::scan_support::gpu_guard())
+        .arg("--config")
+        .arg(&c)
+        .args(["scan", "--rootfs", "--libraries", "--json"])
+        .arg(&r)
+        .env_remove("GPU_GUARD_CONFIG")
+        .output()
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "took {:?}",
+        started.elapsed()
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(!out.contains(&out_path), "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let v = &v["rootfs"][0];
+    assert!(v["libraries"]["incomplete"].is_string(), "{v}");
+    assert!(
+        v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("libcuhostile.so.1")),
+        "{v}"
+    );
     std::fs::remove_dir_all(&r).unwrap();
     std::fs::remove_dir_all(&outside).unwrap();
 }
@@ -1119,8 +1163,7 @@ fn hooks_and_wrapper_judge_the_rootfs_and_a_warm_start_reads_the_cache() {
     // As the wrapper would have edited it: the hook then has only the
     // libraries to judge.
     let spec = bundle.join("config.json");
-    let mut v: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&spec).unwrap()).unwrap();
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&spec).unwrap()).unwrap();
     v["process"]["noNewPrivileges"] = true.into();
     std::fs::write(&spec, v.to_string()).unwrap();
     let rt = scan(&r, None).scan.cuda_runtimes[0].version.clone();
