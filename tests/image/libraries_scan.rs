@@ -1245,3 +1245,75 @@ fn hooks_and_wrapper_judge_the_rootfs_and_a_warm_start_reads_the_cache() {
     std::fs::remove_dir_all(&r).unwrap();
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// `scan --rootfs --libraries` for people: the resolution tree like
+/// lddtree (absolute paths, `dlopen` marked, NVIDIA's injected libraries
+/// marked), the CUDA runtime with where it came from, and a missing
+/// runtime as `=> not found` with the chain and the fix.
+#[test]
+fn scan_prints_the_resolution_tree_marking_injected_libraries() {
+    let Some(with) = wheel_rootfs("libs-tree", true) else {
+        return;
+    };
+    let without = wheel_rootfs("libs-tree-nort", false).unwrap();
+    let d = tempdir("libs-tree-run");
+    let c = d.join("config.toml");
+    std::fs::write(&c, "[libraries]\ncache_dir = \"\"\n[log]\nsyslog = false\n").unwrap();
+    let run = |r: &Path| {
+        let o = std::process::Command::new(crate::scan_support::gpu_guard())
+            .arg("--config")
+            .arg(&c)
+            .args(["scan", "--rootfs", "--libraries"])
+            .arg(r)
+            .env_remove("GPU_GUARD_CONFIG")
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+        )
+    };
+    let lib = format!("/{SP}/nvidia/cu13/lib");
+    let (code, out) = run(&with);
+    assert_eq!(code, Some(0), "{out}");
+    let lines: Vec<&str> = out.lines().map(str::trim).collect();
+    assert!(
+        lines.contains(&format!("{lib}/libcurand.so.10").as_str()),
+        "{out}"
+    );
+    assert!(
+        lines.contains(&format!("libcudart.so.13 => {lib}/libcudart.so.13").as_str()),
+        "{out}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("libcuda.so.1 [dlopen] => /usr/lib/")
+                && l.ends_with("[injected by NVIDIA's runtime]")),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "CUDA runtime: {SP}/nvidia/cu13/lib/libcudart.so.13 (CUDA 13."
+        )) && out.contains("from pip nvidia-cuda-runtime 13.")
+            && out.contains("needs NVIDIA driver 580.65.06 or newer"),
+        "{out}"
+    );
+    // Without the runtime: not found, with the chain and the fix (a
+    // warning under the default severity: exit 0).
+    let (code, out) = run(&without);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.trim() == "libcudart.so.13 => not found"),
+        "{out}"
+    );
+    assert!(
+        out.contains("libcurand.so.10 → libcudart.so.13: cannot open shared object file")
+            && out.contains("fix: pip install nvidia-cuda-runtime"),
+        "{out}"
+    );
+    for p in [&with, &without, &d] {
+        std::fs::remove_dir_all(p).unwrap();
+    }
+}
