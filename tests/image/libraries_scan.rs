@@ -1317,3 +1317,67 @@ fn scan_prints_the_resolution_tree_marking_injected_libraries() {
         std::fs::remove_dir_all(p).unwrap();
     }
 }
+
+/// An image's own `/etc/ld.so.cache` that lies (a count of 4 billion
+/// entries, string offsets past its end, an entry naming the missing
+/// runtime at a path outside the rootfs) changes nothing: NVIDIA's stack
+/// rebuilds the cache at start, so the scan never reads it.
+#[test]
+fn a_lying_shipped_loader_cache_is_not_read() {
+    let Some(r) = wheel_rootfs("libs-lying-cache", false) else {
+        return;
+    };
+    let clean = scan(&r, None).scan;
+    let mut cache = b"glibc-ld.so.cache1.1".to_vec();
+    cache.extend_from_slice(&u32::MAX.to_le_bytes()); // nlibs
+    cache.extend_from_slice(&u32::MAX.to_le_bytes()); // len_strings
+    cache.extend_from_slice(&[0u8; 24]); // flags, padding, extension offset, unused
+    for _ in 0..64 {
+        // flags, key, value (offsets far past the end), osversion, hwcap
+        cache.extend_from_slice(&0x0303i32.to_le_bytes());
+        cache.extend_from_slice(&0xFFFF_FFF0u32.to_le_bytes());
+        cache.extend_from_slice(&0x7FFF_FFF0u32.to_le_bytes());
+        cache.extend_from_slice(&0u32.to_le_bytes());
+        cache.extend_from_slice(&0u64.to_le_bytes());
+    }
+    cache.extend_from_slice(b"libcudart.so.13\0/outside/libcudart.so.13\0");
+    std::fs::write(r.join("etc/ld.so.cache"), &cache).unwrap();
+    let started = Instant::now();
+    let lying = scan(&r, None).scan;
+    assert!(started.elapsed() < Duration::from_secs(30));
+    assert_eq!(lying.missing, clean.missing);
+    assert!(
+        lying.missing.iter().any(|m| m.name == "libcudart.so.13"),
+        "{lying:?}"
+    );
+    // And through the binary.
+    let d = tempdir("libs-lying-cache-run");
+    let c = d.join("config.toml");
+    std::fs::write(
+        &c,
+        "[libraries]\nseverity = \"enforce\"\ncache_dir = \"\"\n[log]\nsyslog = false\n",
+    )
+    .unwrap();
+    let o = std::process::Command::new(crate::scan_support::gpu_guard())
+        .arg("--config")
+        .arg(&c)
+        .args(["scan", "--rootfs", "--libraries", "--json"])
+        .arg(&r)
+        .env_remove("GPU_GUARD_CONFIG")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(!out.contains("/outside/"), "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        v["rootfs"][0]["libraries"]["missing"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["name"] == "libcudart.so.13"),
+        "{v}"
+    );
+    std::fs::remove_dir_all(&r).unwrap();
+    std::fs::remove_dir_all(&d).unwrap();
+}
