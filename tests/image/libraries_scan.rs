@@ -646,7 +646,36 @@ fn an_image_of_the_wheels_reads_as_its_rootfs_does() {
         "{s:?}"
     );
     assert!(s.cuda_runtimes.is_empty(), "{s:?}");
-    for d in [&r, &layout, &layout2] {
+    // The same through `check --image`: the three layers with the
+    // cross-layer symlink give the runtime; the whiteout removes it.
+    let d = tempdir("libs-image-run");
+    let host = facts_file(&d, "610.43.02", "13.5");
+    let config = check_config(&d, "enforce");
+    let (code, out) = check(&config, &["--image", layout.to_str().unwrap()], &host, true);
+    assert_eq!(code, 0, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(
+        serde_json::to_value(&from_image.missing).unwrap(),
+        v["libraries"]["missing"],
+        "{v}"
+    );
+    assert_eq!(
+        v["libraries"]["cuda_runtimes"].as_array().unwrap().len(),
+        1,
+        "{v}"
+    );
+    let (code, out) = check(
+        &config,
+        &["--image", layout2.to_str().unwrap()],
+        &host,
+        true,
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("libcudart.so.13: cannot open shared object file"),
+        "{out}"
+    );
+    for d in [&r, &layout, &layout2, &d] {
         std::fs::remove_dir_all(d).unwrap();
     }
 }
