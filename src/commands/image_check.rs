@@ -176,13 +176,7 @@ pub fn image_scans(
 ) -> Result<ImageScans, crate::image::ImageError> {
     let kernel = cfg.kernel_image.severity != Enforcement::Off;
     let libs = cfg.libraries.severity != Enforcement::Off;
-    // Judged as started with GPUs, with its env and working directory.
-    let mut start = crate::scan::ldso::resolve::StartEnv::from_env(
-        &container.env,
-        container.cwd.as_deref(),
-        true,
-    );
-    start.machine = img_machine(img);
+    let start = start_env(img, container);
     match (kernel, libs) {
         (true, true) => {
             let mut tap = crate::image::libraries::LibraryTap::default();
@@ -201,6 +195,18 @@ pub fn image_scans(
         )),
         (false, false) => Ok((None, None)),
     }
+}
+
+/// How `container` starts from `img` for the libraries scan: with GPUs,
+/// its env and working directory, on the image's machine.
+pub fn start_env(img: &Image, container: &Container) -> crate::scan::ldso::resolve::StartEnv {
+    let mut start = crate::scan::ldso::resolve::StartEnv::from_env(
+        &container.env,
+        container.cwd.as_deref(),
+        true,
+    );
+    start.machine = img_machine(img);
+    start
 }
 
 /// The ELF machine of the image's platform (its config's architecture).

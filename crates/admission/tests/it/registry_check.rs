@@ -647,6 +647,33 @@ fn a_shipped_cuda_13_runtime_is_judged_from_the_registry_and_its_attestation() {
         a.extend_from_slice(&["--host", host.to_str().unwrap(), "--json"]);
         check(cfg, &a, &[])
     };
+    // The webhook places it on CUDA 13 nodes only.
+    let placed_on_cuda_13_only = || {
+        let mut c: gpu_guard::core::policy::Config =
+            gpu_guard::config::load(Some(&enforce)).unwrap();
+        c.admission.plain_http_registries = vec![reg.host.clone()];
+        let j = gpu_guard_admission::webhook::RegistryJudge::new(c).unwrap();
+        use gpu_guard_admission::judge::ImageJudge;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let (_, res) = j
+            .resolve(&format!("{}/team/wheels:cu13", reg.host), deadline)
+            .unwrap();
+        match j.judge(res, deadline).unwrap() {
+            gpu_guard_admission::judge::Placement::Terms { terms, .. } => {
+                let t = serde_json::to_value(&terms).unwrap();
+                assert!(k8s_rules::validate(&t).is_empty(), "{t}");
+                assert!(
+                    k8s_rules::admits(&t, "n13", &gfd_labels("580.65.06", "13.0")),
+                    "{t}"
+                );
+                assert!(
+                    !k8s_rules::admits(&t, "n124", &gfd_labels("550.54.15", "12.4")),
+                    "{t}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    };
     let local = check(
         &enforce,
         &[
@@ -673,6 +700,8 @@ fn a_shipped_cuda_13_runtime_is_judged_from_the_registry_and_its_attestation() {
     let o = run(&enforce, &[]);
     assert_eq!(o.status.code(), Some(1));
     assert_eq!(results(&decision(&o)), results(&lv));
+    // The webhook, from the layers (no attestation yet).
+    placed_on_cuda_13_only();
     // An attestation written with the libraries scan off: not used here.
     let a = run(&off, &["--attest"]);
     assert_eq!(
@@ -704,28 +733,6 @@ fn a_shipped_cuda_13_runtime_is_judged_from_the_registry_and_its_attestation() {
     assert_eq!(o.status.code(), Some(1));
     assert_eq!(results(&decision(&o)), results(&lv));
     assert_eq!(gets(), before, "the attested read fetched the layer");
-    // The webhook places it on CUDA 13 nodes only.
-    let mut c: gpu_guard::core::policy::Config = gpu_guard::config::load(Some(&enforce)).unwrap();
-    c.admission.plain_http_registries = vec![reg.host.clone()];
-    let j = gpu_guard_admission::webhook::RegistryJudge::new(c).unwrap();
-    use gpu_guard_admission::judge::ImageJudge;
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let (_, res) = j
-        .resolve(&format!("{}/team/wheels:cu13", reg.host), deadline)
-        .unwrap();
-    match j.judge(res, deadline).unwrap() {
-        gpu_guard_admission::judge::Placement::Terms { terms, .. } => {
-            let t = serde_json::to_value(&terms).unwrap();
-            assert!(k8s_rules::validate(&t).is_empty(), "{t}");
-            assert!(
-                k8s_rules::admits(&t, "n13", &gfd_labels("580.65.06", "13.0")),
-                "{t}"
-            );
-            assert!(
-                !k8s_rules::admits(&t, "n124", &gfd_labels("550.54.15", "12.4")),
-                "{t}"
-            );
-        }
-        other => panic!("{other:?}"),
-    }
+    // Placed by the webhook from the attestation too.
+    placed_on_cuda_13_only();
 }
