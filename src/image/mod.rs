@@ -42,12 +42,14 @@ mod decoder;
 mod digest;
 mod error;
 mod layer;
+pub mod libraries;
 mod open;
 mod platform;
 mod readat;
 pub mod registry_source;
 pub mod scan;
 mod source;
+pub mod stream_elf;
 mod tar_guard;
 mod tree;
 

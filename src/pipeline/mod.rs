@@ -228,8 +228,9 @@ impl<'c> Judge<'c> {
     /// [`Judge::kernel_image_findings`] are left out. `core::decide` adds
     /// those to the others and nothing else reads them, so `on_host` refuses
     /// exactly when this refuses or, under a mode that refuses
-    /// (`Mode::refuses`), one of them is an error (decide.rs `finish`). The label affinity judges the two
-    /// parts on grids of their own (crate::fleet::label_grid_apart).
+    /// (`Mode::refuses`), one of them is an error (decide.rs `finish`).
+    /// The label affinity judges the two parts on grids of their own
+    /// (crate::fleet::label_grid_apart).
     pub fn on_host_without_kernel_image(&self, host: Option<&HostReport>) -> Decision {
         self.decide_on(host, HostLocal::default(), false)
     }
@@ -261,9 +262,15 @@ impl<'c> Judge<'c> {
         let host = host.filter(|_| self.needs_host());
         let facts = host.and_then(|r| r.facts.as_ref());
         let found = facts.map(|f| self.scans_on(f));
-        let (kernel_image, scanned, compat) = match found {
-            Some(s) => (s.kernel_image, s.scanned, s.compat),
-            None => (Vec::new(), None, None),
+        let (kernel_image, scanned, compat, libraries, library_scan) = match found {
+            Some(s) => (
+                s.kernel_image,
+                s.scanned,
+                s.compat,
+                s.libraries,
+                s.library_scan,
+            ),
+            None => (Vec::new(), None, None, Vec::new(), None),
         };
         decide::decide(&Inputs {
             container: &self.container,
@@ -279,6 +286,8 @@ impl<'c> Judge<'c> {
             },
             scanned,
             compat,
+            libraries,
+            library_scan,
             local,
         })
     }

@@ -28,6 +28,8 @@ mod image_bounds;
 mod image_check_stream;
 mod image_compat;
 mod image_reader;
+mod libraries_loader;
+mod libraries_scan;
 mod memlock;
 mod minor_version;
 mod pipeline_paths;
