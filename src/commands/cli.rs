@@ -94,8 +94,8 @@ pub struct CheckArgs {
     /// An OCI config.json
     #[arg(long, value_name = "FILE")]
     pub spec: Option<PathBuf>,
-    /// A container image to judge, read without unpacking: an OCI image layout directory, a docker-archive tar (`docker save`) or an OCI archive tar. Judged as started with all GPUs (`--gpus all`) unless --env NVIDIA_VISIBLE_DEVICES=... (or the image) says otherwise
-    #[arg(long, value_name = "PATH", conflicts_with_all = ["bundle", "spec"])]
+    /// A container image to judge, read without unpacking: an OCI image layout directory, a docker-archive tar (`docker save`) or an OCI archive tar, as a path or in skopeo's spelling (`oci:DIR[:REF]`, `oci-archive:FILE[:REF]`, `docker-archive:FILE[:REPO:TAG|:@N]`; `./oci:x` is the file `oci:x`). Judged as started with all GPUs (`--gpus all`) unless --env NVIDIA_VISIBLE_DEVICES=... (or the image) says otherwise
+    #[arg(long, value_name = "IMAGE", conflicts_with_all = ["bundle", "spec"])]
     pub image: Option<PathBuf>,
     /// With --image: the platform to pick from a multi-platform index (default linux/amd64)
     #[arg(long, value_name = "OS/ARCH[/VARIANT]", requires = "image")]

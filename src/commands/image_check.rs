@@ -147,8 +147,12 @@ fn limits() -> Limits {
 }
 
 pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
-    let Some(path) = &args.image else {
+    let Some(arg) = &args.image else {
         return usage("--image PATH is missing");
+    };
+    let image_ref = match crate::image::reference::parse(arg.as_os_str()) {
+        Ok(r) => r,
+        Err(e) => return usage(format!("--image: {e}")),
     };
     let platform = match args.platform.as_deref().map(Platform::parse).transpose() {
         Ok(p) => p.unwrap_or_default(),
@@ -167,12 +171,15 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
         Ok(c) => c,
         Err(e) => return usage(e),
     };
+    let (reference, source_index) = image_ref.selection();
     let opts = Options {
         platform,
-        reference: None,
+        reference,
+        source_index,
+        format: image_ref.format(),
         limits: limits(),
     };
-    let img = match Image::open(path, &opts) {
+    let img = match Image::open(image_ref.path(), &opts) {
         Ok(i) => i,
         Err(e) => return usage(e),
     };

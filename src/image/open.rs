@@ -8,6 +8,7 @@
 use super::budget::Budget;
 use super::digest::{self, Digest};
 use super::layer::LayerRef;
+use super::reference::normalize_docker;
 use super::source::Source;
 use super::tree::normalize;
 use super::{Format, ImageError, ImageInfo, Options};
@@ -50,6 +51,13 @@ pub(super) fn open(path: &Path, opts: &Options, budget: &Budget) -> Result<Parts
             (s, Format::DockerArchive)
         }
     };
+    let recognised = match format {
+        Format::DockerArchive => source.has("manifest.json"),
+        _ => source.has("index.json") && source.has("oci-layout"),
+    };
+    if let Some(wanted) = opts.format.filter(|w| *w != format && recognised) {
+        return Err(wrong_format(shown, wanted, format));
+    }
     match format {
         Format::DockerArchive if source.has("manifest.json") => open_docker(source, shown, opts),
         Format::DockerArchive => Err(ImageError::NotAnImage(shown)),
@@ -143,12 +151,30 @@ fn open_docker(source: Source, shown: String, opts: &Options) -> Result<Parts, I
     let list: Vec<DockerManifest> =
         parse_json("manifest.json", &source.read_small("manifest.json", max)?)?;
     let tags = |m: &DockerManifest| m.repo_tags.clone().unwrap_or_default();
-    let chosen: Vec<&DockerManifest> = match &opts.reference {
-        Some(r) => list
-            .iter()
-            .filter(|m| tags(m).iter().any(|t| t == r))
-            .collect(),
-        None => list.iter().collect(),
+    // A tag is compared as docker normalizes both (`busybox` is
+    // `docker.io/library/busybox:latest`), as containers/image's
+    // docker-archive reader does.
+    let chosen: Vec<&DockerManifest> = match (&opts.reference, opts.source_index) {
+        (_, Some(index)) => match list.get(index) {
+            Some(m) => vec![m],
+            None => {
+                return Err(ImageError::NoSuchIndex {
+                    index,
+                    count: list.len(),
+                })
+            }
+        },
+        (Some(r), None) => {
+            let want = normalize_docker(r);
+            list.iter()
+                .filter(|m| {
+                    tags(m)
+                        .iter()
+                        .any(|t| t == r || normalize_docker(t) == want)
+                })
+                .collect()
+        }
+        (None, None) => list.iter().collect(),
     };
     let m = match chosen.as_slice() {
         [] if opts.reference.is_some() => {
@@ -310,6 +336,26 @@ fn parse_json<T: for<'de> Deserialize<'de>>(what: &str, b: &[u8]) -> Result<T, I
         what: what.to_string(),
         msg: e.to_string(),
     })
+}
+
+/// The transport named one format, the content is another.
+fn wrong_format(path: String, wanted: Format, found: Format) -> ImageError {
+    let name = |f: Format| match f {
+        Format::OciLayout => "an OCI image layout directory",
+        Format::OciArchive => "an OCI archive",
+        Format::DockerArchive => "a docker-archive",
+    };
+    let hint = match found {
+        Format::OciLayout => "oci:PATH",
+        Format::OciArchive => "oci-archive:PATH",
+        Format::DockerArchive => "docker-archive:PATH",
+    };
+    ImageError::WrongFormat {
+        path,
+        wanted: name(wanted),
+        found: name(found),
+        hint,
+    }
 }
 
 /// A normalized layout path, or the error naming who pointed outside.

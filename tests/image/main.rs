@@ -27,6 +27,7 @@ mod image_bounds;
 mod image_check_stream;
 mod image_compat;
 mod image_reader;
+mod image_transports;
 mod memlock;
 mod minor_version;
 mod pipeline_paths;
