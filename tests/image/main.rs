@@ -22,6 +22,7 @@ mod scan_support;
 mod compat_bounds;
 mod compat_check;
 mod compat_lib;
+mod compat_unread;
 mod fleet_affinity_exact;
 mod image_bounds;
 mod image_check_stream;
