@@ -4,7 +4,7 @@
 
 use crate::commands::cli::CheckArgs;
 use crate::commands::fleet_report;
-use crate::commands::output::{print_decision, usage};
+use crate::commands::output::{print_decision, usage, EXIT_USAGE};
 use crate::config;
 use crate::core::container::Container;
 use crate::core::decision::{Decision, Verdict};
@@ -67,7 +67,15 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
             decision.findings.push(f);
         }
     }
-    print_decision(&decision, args.json)
+    let code = print_decision(&decision, args.json);
+    // The decision shows what the hook and wrapper would do under this
+    // config (refuse GPU containers, start the rest); the exit status is
+    // the one every subcommand gives an invalid config (README, "Output
+    // and exit status").
+    if loaded.is_err() {
+        return EXIT_USAGE;
+    }
+    code
 }
 
 /// The container `--spec`, `--bundle` and `--env` describe; Err is the exit

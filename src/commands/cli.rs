@@ -8,7 +8,8 @@ use std::path::PathBuf;
 #[derive(Debug, Parser)]
 #[command(
     name = "gpu-guard",
-    version,
+    // `0.1.0 (commit 1ea0b3b5c2d1, built 2026-12-01)`, from build.rs.
+    version = env!("GPU_GUARD_VERSION_LINE"),
     about = "Refuses GPU containers that cannot work on this host; starts the rest tuned and locked down",
     long_about = "gpu-guard runs beside the NVIDIA container toolkit as an OCI hook and as an OCI \
 runtime wrapper. It detects GPU containers, checks what the image declares \

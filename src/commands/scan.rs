@@ -38,6 +38,12 @@ pub fn main(config: Option<&Path>, args: &ScanArgs) -> i32 {
     if args.rootfs {
         return rootfs_command(config, args);
     }
+    // A plain scan uses no policy, but an invalid config gets exit 2 from
+    // every subcommand (README, "Output and exit status").
+    if let Err(e) = crate::config::load(config) {
+        eprintln!("gpu-guard: {e}");
+        return EXIT_BAD_INPUT;
+    }
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut status = EXIT_OK;

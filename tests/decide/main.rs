@@ -21,6 +21,7 @@ mod fleet_affinity;
 mod fleet_cli;
 mod fleet_inputs;
 mod nvidia_settings;
+mod output_style;
 mod precreate_handoff;
 mod profiles;
 mod spec_go_decoder;
