@@ -35,7 +35,7 @@ fi
 
 packaging/build-packages.sh
 deb=$(ls target/debian/gpu-guard_*.deb)
-rpmfile=$(ls target/generate-rpm/gpu-guard-*.rpm)
+rpmfile=$(ls target/generate-rpm/gpu-guard-0*.rpm)
 
 work=$(mktemp -d)
 daemon_json=/etc/docker/daemon.json

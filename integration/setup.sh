@@ -15,6 +15,14 @@ need ctr containerd
 need jq jq
 need rpm rpm
 need hyperfine hyperfine
+# Registry images (issue 19): a private distribution 2.8 registry on
+# 127.0.0.1 for the tests and benchmarks (its packaged service is not used:
+# tests start their own, with their own config), skopeo to push images,
+# htpasswd for the registry's basic auth, openssl for test certificates.
+need docker-registry docker-registry
+need skopeo skopeo
+need htpasswd apache2-utils
+need openssl openssl
 need python3 python3
 # Go's own encoding/json, the reference tests/spec_go_decoder.rs compares the
 # spec reader with (a small program built at test time).
@@ -35,6 +43,12 @@ if [ ${#want_apt[@]} -gt 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${want_apt[@]}" >/dev/null
+fi
+
+# Debian's docker-registry package starts its own registry on :5000, all
+# interfaces, where systemd runs: the tests never use it, so it stays off.
+if printf '%s\n' "${want_apt[@]:-}" | grep -qx docker-registry && command -v systemctl >/dev/null 2>&1; then
+    systemctl disable --now docker-registry >/dev/null 2>&1 || true
 fi
 
 if [ "${1:-}" = --demo ]; then

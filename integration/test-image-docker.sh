@@ -9,7 +9,8 @@
 # (NVIDIA_VISIBLE_DEVICES=all unless the image sets it, and NVIDIA's hook, as
 # `check --image` assumes). Then, on each host profile, the verdicts and the
 # findings (check, severity, message with library paths reduced to their file
-# names) must be equal.
+# names) must be equal; and `--image docker-daemon:` of the loaded image,
+# streamed from that dockerd's socket, must give the file's findings.
 . "$(dirname "$0")/lib.sh"
 
 need_root
@@ -106,5 +107,11 @@ for h in a100 h100x8 geforce-545 t4-a10 tesla-535 l4x2-minor; do
     check_eq "$h: exit status --image vs --bundle" "$RI" "$RB"
     [ "$h" = t4-a10 ] && check_contains "t4-a10: kernel-image findings present" "$IMG" "kernel-image"
     check_eq "$h: findings --image vs --bundle" "$(printf '%s' "$IMG" | norm)" "$(printf '%s' "$BUN" | norm)"
+    # The same image streamed from this dockerd's API socket (docker-daemon:,
+    # run by gpu-guard-admission beside $GG), never stored.
+    DMN=$(DOCKER_HOST="unix://$SOCK" "$GG" --config "$T/cfg.toml" check --image docker-daemon:gg-imgcheck:1 --host "$HOSTS_DIR/$h.json" --json 2>&1)
+    RD=$?
+    check_eq "$h: exit status docker-daemon: vs file" "$RD" "$RI"
+    check_eq "$h: findings docker-daemon: vs file" "$(printf '%s' "$DMN" | norm)" "$(printf '%s' "$IMG" | norm)"
 done
 finish

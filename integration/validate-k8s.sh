@@ -40,6 +40,72 @@ for m in "${manifests[@]}"; do
         failed=$((failed + 1))
     fi
 done
+# The webhook: what issue-level rules fix beyond the schema, the
+# cert-manager resources (custom resources: shape only), and the fallback
+# certificate script run offline.
+tmpd=$(mktemp -d)
+trap 'rm -f "$bad"; rm -rf "$tmpd"' EXIT
+if packaging/kubernetes/webhook-certs.sh --offline --dir "$tmpd" > "$tmpd/commands" 2>/dev/null; then
+    echo "validate-k8s: ok: webhook-certs.sh --offline"
+else
+    echo "validate-k8s: FAIL: webhook-certs.sh --offline" >&2
+    failed=$((failed + 1))
+fi
+if out=$(python3 - "$tmpd" <<'PY' 2>&1
+import subprocess, sys, yaml
+tmp = sys.argv[1]
+docs = list(yaml.safe_load_all(open("packaging/kubernetes/webhook.yaml")))
+by = {d["kind"]: d for d in docs}
+errs = []
+def need(cond, msg):
+    if not cond:
+        errs.append(msg)
+dep, svc, mwc = by["Deployment"], by["Service"], by["MutatingWebhookConfiguration"]
+need(dep["spec"]["replicas"] == 2, "Deployment: 2 replicas")
+w = mwc["webhooks"][0]
+need(w["failurePolicy"] == "Ignore", "failurePolicy Ignore")
+need(w["sideEffects"] == "None", "sideEffects None")
+need(w["admissionReviewVersions"] == ["v1"], "admissionReviewVersions [v1]")
+toml_text = by["ConfigMap"]["data"]["config.toml"]
+read_ms = int([l.split("=")[1] for l in toml_text.splitlines() if l.startswith("read_timeout_ms")][0])
+need(read_ms < w["timeoutSeconds"] * 1000, "read_timeout_ms below timeoutSeconds")
+ns = {e["key"]: e for e in w["namespaceSelector"]["matchExpressions"]}
+sel = ns.get("kubernetes.io/metadata.name", {})
+need(sel.get("operator") == "NotIn" and {"kube-system", "gpu-guard"} <= set(sel.get("values", [])), "namespaceSelector leaves kube-system and gpu-guard alone")
+cc = w["clientConfig"]["service"]
+need(cc["name"] == svc["metadata"]["name"] and cc["namespace"] == svc["metadata"]["namespace"] and cc["path"] == "/mutate", "clientConfig names the Service and /mutate")
+need(w["rules"][0]["resources"] == ["pods"] and w["rules"][0]["operations"] == ["CREATE"], "rules: pods CREATE")
+c = dep["spec"]["template"]["spec"]["containers"][0]
+need(c["command"][:1] == ["/usr/bin/gpu-guard"] and "admission" in c["command"], "the Deployment runs gpu-guard admission")
+secret = [v["secret"]["secretName"] for v in dep["spec"]["template"]["spec"]["volumes"] if "secret" in v][0]
+cm_docs = list(yaml.safe_load_all(open("packaging/kubernetes/cert-manager/webhook-certificate.yaml")))
+for d in cm_docs:
+    need(d["apiVersion"] == "cert-manager.io/v1" and d["kind"] in ("Issuer", "Certificate"), "cert-manager resources only")
+cert = [d for d in cm_docs if d["kind"] == "Certificate" and not d["spec"].get("isCA")][0]
+inject = mwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+need(inject == f'{cert["metadata"]["namespace"]}/{cert["metadata"]["name"]}', "inject-ca-from names the serving Certificate")
+need(cert["spec"]["secretName"] == secret, "the Certificate writes the Deployment's Secret")
+host = f'{svc["metadata"]["name"]}.{svc["metadata"]["namespace"]}.svc'
+need(host in cert["spec"]["dnsNames"], "the Certificate names the Service")
+issuers = {d["metadata"]["name"] for d in cm_docs if d["kind"] == "Issuer"}
+need(all(d["spec"]["issuerRef"]["name"] in issuers for d in cm_docs if d["kind"] == "Certificate"), "issuerRefs resolve")
+# The fallback script's certificate: signed by its CA, for the Service's name.
+v = subprocess.run(["openssl", "verify", "-CAfile", f"{tmp}/ca.crt", f"{tmp}/tls.crt"], capture_output=True, text=True)
+need(v.returncode == 0, "webhook-certs.sh: tls.crt verifies against ca.crt")
+t = subprocess.run(["openssl", "x509", "-noout", "-ext", "subjectAltName", "-in", f"{tmp}/tls.crt"], capture_output=True, text=True).stdout
+need(f"DNS:{host}" in t, "webhook-certs.sh: SAN names the Service")
+cmds = open(f"{tmp}/commands").read()
+need("/webhooks/0/clientConfig/caBundle" in cmds and mwc["metadata"]["name"] in cmds and secret in cmds, "webhook-certs.sh patches caBundle and writes the Secret")
+for e in errs:
+    print("webhook:", e)
+sys.exit(1 if errs else 0)
+PY
+); then
+    echo "validate-k8s: ok: webhook rules, cert-manager resources"
+else
+    echo "validate-k8s: FAIL: webhook rules: $out" >&2
+    failed=$((failed + 1))
+fi
 echo "validate-k8s: ${#manifests[@]} manifests, $failed failed"
 
 # The affinities `gpu-guard check --affinity` prints, in a Pod: the

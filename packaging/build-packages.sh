@@ -16,7 +16,7 @@ done
 if [ -z "${SOURCE_DATE_EPOCH:-}" ] && epoch=$(git log -1 --format=%ct 2>/dev/null); then
     export SOURCE_DATE_EPOCH="$epoch"
 fi
-cargo build --release --locked --bin gpu-guard
+cargo build --release --locked -p gpu-guard -p gpu-guard-admission
 # gpu-guard(1), a page per subcommand and the bash, zsh and fish
 # completions, from the same command-line definition (crates/assets).
 rm -rf target/assets
@@ -25,12 +25,18 @@ cargo run --release --locked -q -p gpu-guard-assets -- target/assets >/dev/null
 gzip -9 -n -f target/assets/man/*.1
 
 rm -f target/debian/gpu-guard_*.deb target/generate-rpm/gpu-guard-*.rpm
-# --no-build: the binary above is what gets packaged.
+rm -f target/debian/gpu-guard-admission_*.deb
+# --no-build: the binaries above are what gets packaged. gpu-guard-admission
+# (registry reads, the webhook) is a package of its own.
 cargo deb --no-build --locked
+cargo deb --no-build --locked -p gpu-guard-admission
 cargo generate-rpm
+cargo generate-rpm -p crates/admission
 
 deb=$(ls target/debian/gpu-guard_*.deb)
-rpm=$(ls target/generate-rpm/gpu-guard-*.rpm)
+rpm=$(ls target/generate-rpm/gpu-guard-0*.rpm)
+net_deb=$(ls target/debian/gpu-guard-admission_*.deb)
+net_size=$(stat -c %s target/release/gpu-guard-admission)
 bin_size=$(stat -c %s target/release/gpu-guard)
 deb_size=$(stat -c %s "$deb")
 rpm_size=$(stat -c %s "$rpm")
@@ -38,5 +44,7 @@ mb() { awk -v b="$1" 'BEGIN { printf "%.2f MB", b / 1000000 }'; }
 printf 'binary  %-45s %s (target < 6 MB, %.0f%% of it)\n' target/release/gpu-guard "$(mb "$bin_size")" "$(awk -v b="$bin_size" 'BEGIN{print b/60000}')"
 printf 'deb     %-45s %s (target < 3 MB, %.0f%% of it)\n' "$deb" "$(mb "$deb_size")" "$(awk -v b="$deb_size" 'BEGIN{print b/30000}')"
 printf 'rpm     %-45s %s\n' "$rpm" "$(mb "$rpm_size")"
+printf 'binary  %-45s %s (gpu-guard-admission: registry reads, webhook)\n' target/release/gpu-guard-admission "$(mb "$net_size")"
+printf 'deb     %-45s %s\n' "$net_deb" "$(mb "$(stat -c %s "$net_deb")")"
 [ "$bin_size" -lt 6000000 ] || { echo "build-packages: release binary is over 6 MB" >&2; exit 1; }
 [ "$deb_size" -lt 3000000 ] || { echo "build-packages: .deb is over 3 MB" >&2; exit 1; }

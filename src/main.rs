@@ -3,6 +3,7 @@
 
 use clap::Parser;
 use gpu_guard::commands::cli::{Cli, Command};
+use gpu_guard::commands::network;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -24,7 +25,17 @@ fn main() -> ExitCode {
     };
     let config = cli.config.as_deref();
     let code = match &cli.command {
+        // Registry and docker-daemon images, and the webhook, run in
+        // gpu-guard-admission (commands/network.rs): this binary links no HTTP.
+        Command::Check(a) if a.image.as_deref().is_some_and(network::is_remote) => {
+            network::exec(&args[1..])
+        }
+        Command::Check(a) if a.attest || a.plain_http || a.registry_ca.is_some() => {
+            eprintln!("gpu-guard check: --attest, --plain-http and --registry-ca need --image docker://...");
+            2
+        }
         Command::Check(a) => gpu_guard::commands::check::main(config, a),
+        Command::Admission(_) => network::exec(&args[1..]),
         Command::Hook(a) => gpu_guard::commands::hook::main(config, a.stage),
         Command::Runtime(a) => gpu_guard::commands::runtime::main(config, a.args.clone()),
         Command::Host(a) => gpu_guard::commands::host::main(config, a),

@@ -384,6 +384,115 @@ fn the_inputs_rule_finds_builders() {
     }
 }
 
+/// No function is longer than this (issue 16): past it, a function is
+/// split at its natural seams; a parser may keep a table-driven loop.
+const MAX_FN_LINES: usize = 80;
+
+/// The functions of `text` (before its unit tests, as [`counted_lines`]
+/// counts) longer than `max`: (first line, name, lines). A function runs
+/// from its `fn` line to the closing brace at the `fn` line's indentation,
+/// which is how rustfmt lays every function out; a declaration without a
+/// body (`fn f();`) and a one-line function have none.
+fn long_functions(text: &str, max: usize) -> Vec<(usize, String, usize)> {
+    let lines: Vec<&str> = text.lines().take(counted_lines(text)).collect();
+    let mut found = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        let trimmed = l.trim_start();
+        let indent = &l[..l.len() - trimmed.len()];
+        let Some(name) = fn_name(trimmed) else {
+            continue;
+        };
+        let Some(open) = (i..lines.len()).find(|&j| {
+            let t = lines[j].trim_end();
+            t.ends_with('{') || t.ends_with(';') || t.ends_with('}')
+        }) else {
+            continue;
+        };
+        if !lines[open].trim_end().ends_with('{') {
+            continue;
+        }
+        let close = format!("{indent}}}");
+        if let Some(end) = (open + 1..lines.len()).find(|&j| lines[j] == close) {
+            if end - i + 1 > max {
+                found.push((i + 1, name, end - i + 1));
+            }
+        }
+    }
+    found
+}
+
+/// The name when `line` (indentation removed) starts a function item.
+fn fn_name(line: &str) -> Option<String> {
+    let mut rest = line;
+    for prefix in [
+        "pub(crate) ",
+        "pub(super) ",
+        "pub ",
+        "const ",
+        "async ",
+        "unsafe ",
+        "extern \"C\" ",
+    ] {
+        rest = rest.strip_prefix(prefix).unwrap_or(rest);
+    }
+    let after = rest.strip_prefix("fn ")?;
+    let name: String = after
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .collect();
+    (!name.is_empty()).then_some(name)
+}
+
+#[test]
+fn no_function_is_over_80_lines_tests_excluded() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    rust_files(&root.join("src"), &mut files);
+    for krate in std::fs::read_dir(root.join("crates")).unwrap() {
+        let src = krate.unwrap().path().join("src");
+        if src.is_dir() {
+            rust_files(&src, &mut files);
+        }
+    }
+    files.sort();
+    let long: Vec<String> = files
+        .iter()
+        .flat_map(|f| {
+            let text = std::fs::read_to_string(f).unwrap();
+            long_functions(&text, MAX_FN_LINES)
+                .into_iter()
+                .map(move |(line, name, n)| {
+                    format!(
+                        "{}:{line} {name} ({n} lines)",
+                        f.strip_prefix(root).unwrap().display()
+                    )
+                })
+        })
+        .collect();
+    assert!(
+        long.is_empty(),
+        "functions over {MAX_FN_LINES} lines (split at a natural seam): {long:?}"
+    );
+}
+
+#[test]
+fn the_function_rule_measures_functions() {
+    let body = "    x();\n".repeat(79);
+    let long = format!("pub fn long() {{\n{body}    y();\n}}\n");
+    let short = format!("fn short() {{\n{}}}\n", "    x();\n".repeat(78));
+    let nested = format!(
+        "impl A {{\n    pub(crate) fn m(\n        a: u8,\n    ) -> u8 {{\n{body}    }}\n}}\n"
+    );
+    assert_eq!(long_functions(&long, 80), vec![(1, "long".into(), 82)]);
+    assert_eq!(long_functions(&short, 80), vec![]);
+    assert_eq!(long_functions(&nested, 80), vec![(2, "m".into(), 83)]);
+    // Declarations and one-line functions have no body to measure.
+    assert_eq!(long_functions("fn f();\nfn g() {}\n", 0), vec![]);
+    // Unit tests at the end of a file do not count.
+    let tests = format!("#[cfg(test)]\nmod tests {{\n{long}}}\n");
+    assert_eq!(long_functions(&tests, 80), vec![]);
+}
+
 // The rest of the `module_graph` test binary: the other checks that read the
 // repository's sources rather than run gpu-guard (`unsafe` only at the
 // audited place; the test layout). It does not link the gpu-guard library,

@@ -3,6 +3,9 @@
 #   FROM scratch
 #   /usr/bin/gpu-guard                 the release binary (and the libraries
 #                                      ldd names, so it runs in the image)
+#   /usr/bin/gpu-guard-admission       the webhook and registry reads
+#                                      (webhook.yaml's Deployment runs
+#                                      `gpu-guard admission`, which execs it)
 #   /etc/gpu-guard/config.toml         the default config (config/config.toml)
 #   /usr/bin/gpu-guard-node-install    the init container's script (node-install.sh)
 #   /bin/busybox + applets             sh, nsenter, cp, ... (busybox-static)
@@ -13,7 +16,7 @@
 #   --engine  the builder (default: docker when its daemon answers, else podman)
 #   --save    also write the image as a docker-archive tar (`ctr images import`,
 #             `podman load`, `docker load`, or `skopeo copy docker-archive:...`)
-# NO_BUILD=1 uses target/release/gpu-guard as it is.
+# NO_BUILD=1 uses target/release/gpu-guard{,-admission} as they are.
 # Prints the image reference on its last line.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -39,9 +42,12 @@ fi
     { echo "build-image: needs a static /bin/busybox (apt-get install busybox-static)" >&2; exit 1; }
 /bin/busybox --list | grep -qx nsenter || { echo "build-image: this busybox has no nsenter applet" >&2; exit 1; }
 
-[ "${NO_BUILD:-0}" = 1 ] || cargo build --release --locked --bin gpu-guard >&2
+[ "${NO_BUILD:-0}" = 1 ] || cargo build --release --locked -p gpu-guard -p gpu-guard-admission >&2
 BIN=target/release/gpu-guard
-[ -x "$BIN" ] || { echo "build-image: $BIN not built" >&2; exit 1; }
+NET=target/release/gpu-guard-admission
+for b in "$BIN" "$NET"; do
+    [ -x "$b" ] || { echo "build-image: $b not built" >&2; exit 1; }
+done
 
 CTX=$(mktemp -d "${TMPDIR:-/tmp}/gpu-guard-image.XXXXXX")
 trap 'rm -rf "$CTX"' EXIT
@@ -53,10 +59,11 @@ for a in sh nsenter cp cmp chmod mv ln mkdir readlink grep cat echo test [ ls sl
     ln -s busybox "$R/bin/$a"
 done
 install -m 0755 "$BIN" "$R/usr/bin/gpu-guard"
+install -m 0755 "$NET" "$R/usr/bin/gpu-guard-admission"
 install -m 0755 packaging/kubernetes/node-install.sh "$R/usr/bin/gpu-guard-node-install"
 install -m 0644 config/config.toml "$R/etc/gpu-guard/config.toml"
 # Exactly the libraries the binary is linked against, at the paths ldd gives.
-ldd "$BIN" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' | while read -r lib; do
+ldd "$BIN" "$NET" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' | while read -r lib; do
     [ -e "$lib" ] || continue
     mkdir -p "$R$(dirname "$lib")"
     cp -L "$lib" "$R$lib"
@@ -69,7 +76,7 @@ COPY rootfs/ /
 ENV PATH=/usr/bin:/bin
 LABEL org.opencontainers.image.title="gpu-guard" \\
       org.opencontainers.image.version="$VERSION" \\
-      org.opencontainers.image.description="gpu-guard node installer (DaemonSet init container)"
+      org.opencontainers.image.description="gpu-guard node installer (DaemonSet init container) and admission webhook"
 CMD ["/usr/bin/gpu-guard-node-install"]
 EOF
 cp "$CTX/Containerfile" "$CTX/Dockerfile"

@@ -41,6 +41,8 @@ pub enum Command {
     Install(InstallArgs),
     /// Undo `gpu-guard install`
     Uninstall(UninstallArgs),
+    /// Serve the Kubernetes mutating admission webhook (runs gpu-guard-admission)
+    Admission(AdmissionArgs),
     /// Print the gpu-guard(1) man page (roff)
     #[command(hide = true)]
     Man,
@@ -95,9 +97,18 @@ pub struct CheckArgs {
     /// An OCI config.json
     #[arg(long, value_name = "FILE")]
     pub spec: Option<PathBuf>,
-    /// A container image to judge, read without unpacking: an OCI image layout directory, a docker-archive tar (`docker save`) or an OCI archive tar, as a path or in skopeo's spelling (`oci:DIR[:REF]`, `oci-archive:FILE[:REF]`, `docker-archive:FILE[:REPO:TAG|:@N]`; `./oci:x` is the file `oci:x`). Judged as started with all GPUs (`--gpus all`) unless --env NVIDIA_VISIBLE_DEVICES=... (or the image) says otherwise
+    /// A container image to judge, read without unpacking: an OCI image layout directory, a docker-archive tar (`docker save`) or an OCI archive tar, as a path or in skopeo's spelling (`oci:DIR[:REF]`, `oci-archive:FILE[:REF]`, `docker-archive:FILE[:REPO:TAG|:@N]`; `./oci:x` is the file `oci:x`); a registry image `docker://HOST[:PORT]/REPO[:TAG|@DIGEST]` (streamed, never written to disk) or `docker-daemon:NAME[:TAG]` (the local docker's). Judged as started with all GPUs (`--gpus all`) unless --env NVIDIA_VISIBLE_DEVICES=... (or the image) says otherwise
     #[arg(long, value_name = "IMAGE", conflicts_with_all = ["bundle", "spec"])]
     pub image: Option<PathBuf>,
+    /// With --image docker://: push what was found as an attestation (an OCI artifact whose subject is the image), which later reads use instead of the layers
+    #[arg(long, requires = "image")]
+    pub attest: bool,
+    /// With --image docker://: the registry speaks plain HTTP
+    #[arg(long, requires = "image")]
+    pub plain_http: bool,
+    /// With --image docker://: a PEM file of CAs to trust for the registry, besides the system's
+    #[arg(long, value_name = "FILE", requires = "image")]
+    pub registry_ca: Option<PathBuf>,
     /// With --image: the platform to pick from a multi-platform index (default linux/amd64)
     #[arg(long, value_name = "OS/ARCH[/VARIANT]", requires = "image")]
     pub platform: Option<String>,
@@ -126,6 +137,25 @@ pub struct CheckArgs {
     /// Decide as this entry point would: the wrapper edits, the prestart hook only verifies
     #[arg(long, value_enum, default_value_t = CheckStage::Runtime)]
     pub stage: CheckStage,
+}
+
+/// `gpu-guard admission`: parsed here for the help and man page, served by
+/// gpu-guard-admission (commands/network.rs).
+#[derive(Debug, Args)]
+#[command(
+    after_help = "POST /mutate takes an admission.k8s.io/v1 AdmissionReview; GET /healthz answers ok. \
+Registry settings are the config's [admission] keys. Exit status: 2 for bad usage, config or TLS files."
+)]
+pub struct AdmissionArgs {
+    /// Address to listen on (e.g. 0.0.0.0:8443)
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen: String,
+    /// PEM certificate chain served to the API server
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: PathBuf,
+    /// PEM private key of the certificate
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: PathBuf,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -25,7 +25,7 @@ use crate::commands::output::{print_decision, usage};
 use crate::config;
 use crate::core::container::Container;
 use crate::core::decision::{Check, Finding};
-use crate::core::policy::Enforcement;
+use crate::core::policy::{Config, Enforcement};
 use crate::core::sanitize::esc_bounded;
 use crate::image::scan::ImageScan;
 use crate::image::{Image, Limits, Options, Platform};
@@ -34,7 +34,7 @@ use std::path::Path;
 
 /// The container `docker run --gpus all IMAGE` with `env` (`KEY=VALUE`,
 /// applied after the image's) would be.
-fn container_for(image_env: &[String], env: &[(String, String)]) -> Container {
+pub fn container_for(image_env: &[String], env: &[(String, String)]) -> Container {
     let mut c = Container::default();
     for e in image_env {
         c.env.push_entry(e);
@@ -46,7 +46,7 @@ fn container_for(image_env: &[String], env: &[(String, String)]) -> Container {
     c
 }
 
-fn parse_env(args: &CheckArgs) -> Result<Vec<(String, String)>, String> {
+pub fn parse_env(args: &CheckArgs) -> Result<Vec<(String, String)>, String> {
     args.env
         .iter()
         .map(|raw| {
@@ -63,7 +63,7 @@ fn parse_env(args: &CheckArgs) -> Result<Vec<(String, String)>, String> {
 }
 
 /// The `image` object of the fleet JSON and a line for people.
-fn report(img: &Image, container: &Container, scan: Option<&ImageScan>) -> ImageReport {
+pub fn report(img: &Image, container: &Container, scan: Option<&ImageScan>) -> ImageReport {
     let info = img.info();
     let mut json = serde_json::Map::new();
     let digest = info
@@ -130,7 +130,7 @@ fn report(img: &Image, container: &Container, scan: Option<&ImageScan>) -> Image
 /// The image reader's budgets. TEST ONLY (feature test-hooks):
 /// GPU_GUARD_IMAGE_MAX_BYTES and GPU_GUARD_IMAGE_MAX_SECS lower them, so
 /// the hostile-input tests run in seconds.
-fn limits() -> Limits {
+pub fn limits() -> Limits {
     #[allow(unused_mut)]
     let mut l = Limits::default();
     #[cfg(feature = "test-hooks")]
@@ -153,6 +153,10 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
     let image_ref = match crate::image::reference::parse(arg.as_os_str()) {
         Ok(r) => r,
         Err(e) => return usage(format!("--image: {e}")),
+    };
+    let Some(file) = image_ref.path() else {
+        // main hands these to gpu-guard-admission before they get here.
+        return usage("--image: registry and docker-daemon images are read by gpu-guard-admission, installed beside gpu-guard");
     };
     let platform = match args.platform.as_deref().map(Platform::parse).transpose() {
         Ok(p) => p.unwrap_or_default(),
@@ -179,7 +183,7 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
         format: image_ref.format(),
         limits: limits(),
     };
-    let img = match Image::open(image_ref.path(), &opts) {
+    let img = match Image::open(file, &opts) {
         Ok(i) => i,
         Err(e) => return usage(e),
     };
@@ -193,6 +197,19 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
         }
     };
     let image = report(&img, &container, scan.as_ref());
+    judge(cfg, args, container, scan, &image)
+}
+
+/// Judges an image already read (from a file here, or from a registry or
+/// the docker daemon by gpu-guard-admission) on the hosts `args` names,
+/// through the pipeline; prints, and returns the exit status.
+pub fn judge(
+    cfg: Config,
+    args: &CheckArgs,
+    container: Container,
+    scan: Option<ImageScan>,
+    image: &ImageReport,
+) -> i32 {
     let notes = scan.as_ref().map(|s| s.notes.clone()).unwrap_or_default();
     let scans = match scan {
         Some(s) => Scans::made(Some(s.scanned), Some(s.compat)),
@@ -202,7 +219,7 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
     // runtime is chained, so no chained runtime is asked for.
     let case = Case::new(container, args.stage.stage()).with_scans(scans);
     if fleet_report::wanted(args) {
-        return fleet_report::main_with(&cfg, case, args, Some(&image));
+        return fleet_report::main_with(&cfg, case, args, Some(image));
     }
     let host = match args.host.first() {
         Some(p) => HostChoice::File(p),

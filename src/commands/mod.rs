@@ -9,6 +9,7 @@ pub mod hook;
 pub mod host;
 pub mod image_check;
 pub mod install;
+pub mod network;
 pub mod output;
 pub mod runtime;
 pub mod scan;

@@ -73,6 +73,15 @@ pub fn min_driver_for_cuda(cuda: &Version) -> Option<&'static str> {
         .map(|(_, d)| *d)
 }
 
+/// The newest toolkit the table knows and its minimum driver: the best
+/// case a node could have (the admission webhook's "no node could run it").
+pub fn newest_toolkit() -> (&'static str, &'static str) {
+    TOOLKIT_MIN_DRIVER
+        .last()
+        .copied()
+        .unwrap_or(("13.0", "580.65.06"))
+}
+
 /// The newest CUDA a driver branch runs, from the same table: the newest
 /// toolkit whose minimum driver is not above `driver`.
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! [`container::Container`] and [`facts::HostFacts`], calls
 //! [`decide`], and carries out the [`decision::Decision`].
 
+pub mod admission;
 pub mod arch;
 pub mod capability;
 pub mod compat;

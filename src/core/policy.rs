@@ -124,6 +124,7 @@ pub struct Config {
     pub kernel_image: KernelImageConfig,
     pub compat: CompatConfig,
     pub log: LogConfig,
+    pub admission: super::admission::AdmissionConfig,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -441,6 +442,7 @@ impl Default for Config {
             kernel_image: KernelImageConfig::default(),
             compat: CompatConfig::default(),
             log: LogConfig::default(),
+            admission: super::admission::AdmissionConfig::default(),
         }
     }
 }

@@ -72,6 +72,35 @@ pub fn refuse_unknown(
     if d.verdict == Verdict::Skip {
         return;
     }
+    let gpus = visible_gpus(request, facts);
+    let mut refused = false;
+    for req in reqs {
+        let Some((term, why, key)) = first_unknown_term(req, &gpus, facts) else {
+            continue;
+        };
+        let label = deciding_label(key);
+        reword_warning(d, &req.source, label);
+        d.findings.push(
+            Finding::error(
+                Check::Requirement,
+                format!(
+                    "{} {NOT_SHOWN}: no alternative holds, and `{}` cannot be judged ({why}); an alternative whose facts are unknown does not hold",
+                    esc(&req.source),
+                    esc(&term)
+                ),
+            )
+            .with_fix(format!("label {label} on the node: {LABEL_FIX}")),
+        );
+        refused = true;
+    }
+    if refused && d.verdict != Verdict::Refuse {
+        refuse_by_mode(d, mode);
+    }
+}
+
+/// The GPUs the request makes visible on this host (one `None` when there
+/// are none, so a requirement is still judged on the driver alone).
+fn visible_gpus<'a>(request: &Request, facts: &'a HostFacts) -> Vec<Option<&'a Gpu>> {
     let (idx, _) = detect::resolve(request, facts);
     let mut gpus: Vec<Option<&Gpu>> = idx
         .iter()
@@ -81,6 +110,16 @@ pub fn refuse_unknown(
     if gpus.is_empty() {
         gpus.push(None);
     }
+    gpus
+}
+
+/// The first term of `req` that cannot be judged on a visible GPU, when
+/// the requirement as a whole cannot be judged: (term, why, its key).
+fn first_unknown_term(
+    req: &Requirement,
+    gpus: &[Option<&Gpu>],
+    facts: &HostFacts,
+) -> Option<(String, String, Option<Key>)> {
     let driver = facts
         .driver_version
         .as_deref()
@@ -89,49 +128,24 @@ pub fn refuse_unknown(
         .cuda_driver_version
         .as_deref()
         .and_then(|v| Version::parse(v).ok());
-    let mut refused = false;
-    for req in reqs {
-        let unknown = gpus.iter().find_map(|gpu| {
-            let j = req.judge(&Context {
-                driver: driver.as_ref(),
-                driver_text: facts.driver_version.as_deref(),
-                cuda: cuda.as_ref(),
-                gpu: *gpu,
-            });
-            (j.outcome == RequirementOutcome::CannotJudge).then_some(j)
+    let j = gpus.iter().find_map(|gpu| {
+        let j = req.judge(&Context {
+            driver: driver.as_ref(),
+            driver_text: facts.driver_version.as_deref(),
+            cuda: cuda.as_ref(),
+            gpu: *gpu,
         });
-        let Some(j) = unknown else {
-            continue;
-        };
-        let Some(t) = j
-            .terms
-            .iter()
-            .find(|t| matches!(t.outcome, Outcome::Unknown(_)))
-        else {
-            continue;
-        };
-        let why = match &t.outcome {
-            Outcome::Unknown(w) => w.clone(),
-            _ => String::new(),
-        };
-        let label = deciding_label(t.key);
-        reword_warning(d, &req.source, label);
-        d.findings.push(
-            Finding::error(
-                Check::Requirement,
-                format!(
-                    "{} {NOT_SHOWN}: no alternative holds, and `{}` cannot be judged ({why}); an alternative whose facts are unknown does not hold",
-                    esc(&req.source),
-                    esc(&t.term)
-                ),
-            )
-            .with_fix(format!("label {label} on the node: {LABEL_FIX}")),
-        );
-        refused = true;
-    }
-    if !refused || d.verdict == Verdict::Refuse {
-        return;
-    }
+        (j.outcome == RequirementOutcome::CannotJudge).then_some(j)
+    })?;
+    j.terms.iter().find_map(|t| match &t.outcome {
+        Outcome::Unknown(why) => Some((t.term.clone(), why.clone(), t.key)),
+        _ => None,
+    })
+}
+
+/// Refuses as the core does with its own errors: in enforce mode the
+/// verdict and the withheld edits, in warn mode a note that it starts anyway.
+fn refuse_by_mode(d: &mut Decision, mode: Mode) {
     if mode == Mode::Enforce {
         d.verdict = Verdict::Refuse;
         d.withheld_edits = std::mem::take(&mut d.edits);

@@ -46,6 +46,7 @@ mod open;
 mod platform;
 mod readat;
 pub mod reference;
+pub mod registry_source;
 pub mod scan;
 mod source;
 mod tar_guard;
@@ -56,6 +57,7 @@ pub use error::ImageError;
 pub use platform::Platform;
 pub use readat::{scan_fatbin, FatbinScan};
 pub(crate) use readat::{ReadAtBuf, MAX_READAT_BYTES};
+pub use registry_source::BlobSource;
 pub use tree::{normalize, ContentRef, Kind, Node, Tree};
 
 use budget::Budget;
@@ -138,6 +140,10 @@ pub enum Format {
     OciLayout,
     OciArchive,
     DockerArchive,
+    /// An OCI distribution registry (`docker://...`).
+    Registry,
+    /// The docker daemon's image export (`docker-daemon:...`).
+    DockerDaemon,
 }
 
 /// What was read, for the report.

@@ -113,6 +113,32 @@ fn open_oci(
             _ => break (m, d),
         }
     };
+    from_manifest(
+        source,
+        shown,
+        format,
+        reference,
+        manifest,
+        manifest_digest,
+        opts,
+        by_platform,
+    )
+}
+
+/// The config and layers of a chosen image manifest (an OCI layout's, or
+/// one a registry served: `registry_source`).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn from_manifest(
+    source: Source,
+    shown: String,
+    format: Format,
+    reference: Option<String>,
+    manifest: Manifestish,
+    manifest_digest: Digest,
+    opts: &Options,
+    by_platform: bool,
+) -> Result<Parts, ImageError> {
+    let max = opts.limits.max_json_bytes;
     let mwhat = format!("manifest {manifest_digest}");
     let cdesc = manifest.config.ok_or_else(|| ImageError::BadJson {
         what: mwhat.clone(),
@@ -277,17 +303,17 @@ fn finish(f: Found, opts: &Options, by_platform: bool) -> Result<Parts, ImageErr
 // fields). Own types rather than oci-spec's, so a bad digest gets our
 // error, naming the referrer, before it becomes a path.
 #[derive(Deserialize)]
-struct Manifestish {
+pub(super) struct Manifestish {
     #[serde(default)]
-    manifests: Option<Vec<Desc>>,
+    pub manifests: Option<Vec<Desc>>,
     #[serde(default)]
-    config: Option<Desc>,
+    pub config: Option<Desc>,
     #[serde(default)]
     layers: Option<Vec<Desc>>,
 }
 
 #[derive(Clone, Deserialize)]
-struct Desc {
+pub(super) struct Desc {
     #[serde(rename = "mediaType", default)]
     media_type: String,
     digest: String,
@@ -341,7 +367,10 @@ struct DockerManifest {
     layers: Vec<String>,
 }
 
-fn parse_json<T: for<'de> Deserialize<'de>>(what: &str, b: &[u8]) -> Result<T, ImageError> {
+pub(super) fn parse_json<T: for<'de> Deserialize<'de>>(
+    what: &str,
+    b: &[u8],
+) -> Result<T, ImageError> {
     serde_json::from_slice(b).map_err(|e| ImageError::BadJson {
         what: what.to_string(),
         msg: e.to_string(),
@@ -354,11 +383,15 @@ fn wrong_format(path: String, wanted: Format, found: Format) -> ImageError {
         Format::OciLayout => "an OCI image layout directory",
         Format::OciArchive => "an OCI archive",
         Format::DockerArchive => "a docker-archive",
+        Format::Registry => "a registry image",
+        Format::DockerDaemon => "a docker daemon's image",
     };
     let hint = match found {
         Format::OciLayout => "oci:PATH",
         Format::OciArchive => "oci-archive:PATH",
         Format::DockerArchive => "docker-archive:PATH",
+        Format::Registry => "docker://NAME",
+        Format::DockerDaemon => "docker-daemon:NAME",
     };
     ImageError::WrongFormat {
         path,

@@ -1,8 +1,8 @@
 //! What `check --image` names: a path, or an image in the spelling of
 //! skopeo and containers-transports(5), `TRANSPORT:DETAILS`. One parse
 //! for every reader: the file readers here, and the network transports
-//! (`docker://`, `docker-daemon:`), which are added as variants of
-//! [`ImageRef`].
+//! (`docker://`, `docker-daemon:`), read by gpu-guard-admission
+//! ([`ImageRef::is_remote`]).
 //!
 //! The split follows containers/image: `oci:PATH[:REFERENCE]` and
 //! `oci-archive:PATH[:REFERENCE]` cut at the first `:` after the transport
@@ -47,6 +47,12 @@ pub enum ImageRef {
         path: PathBuf,
         select: Option<ArchiveSelect>,
     },
+    /// `docker://HOST[:PORT]/REPO[:TAG|@DIGEST]`: a registry image (what
+    /// follows `docker://`), read by gpu-guard-admission.
+    Docker(String),
+    /// `docker-daemon:NAME[:TAG]`: the local docker's image store, read by
+    /// gpu-guard-admission.
+    DockerDaemon(String),
 }
 
 /// Which image of a docker-archive holding several.
@@ -91,6 +97,17 @@ pub fn parse(arg: &OsStr) -> Result<ImageRef, ReferenceError> {
     }
     let rest = || std::str::from_utf8(&bytes[colon + 1..]).map_err(|_| ReferenceError::NotUtf8);
     match transport {
+        b"docker" if bytes[colon + 1..].starts_with(b"//") => {
+            let name = rest()?.trim_start_matches('/');
+            match name.is_empty() {
+                true => Err(ReferenceError::NoPath("docker")),
+                false => Ok(ImageRef::Docker(name.to_string())),
+            }
+        }
+        b"docker-daemon" => match rest()? {
+            "" => Err(ReferenceError::NoPath("docker-daemon")),
+            name => Ok(ImageRef::DockerDaemon(name.to_string())),
+        },
         b"oci" => {
             let (path, reference) = split(rest()?, "oci")?;
             Ok(ImageRef::Oci { path, reference })
@@ -178,20 +195,29 @@ pub fn normalize_docker(reference: &str) -> String {
 }
 
 impl ImageRef {
-    /// The file or directory the image is read from.
-    pub fn path(&self) -> &std::path::Path {
+    /// The file or directory the image is read from; None for an image
+    /// read over the network.
+    pub fn path(&self) -> Option<&std::path::Path> {
         match self {
             ImageRef::Path(p)
             | ImageRef::Oci { path: p, .. }
             | ImageRef::OciArchive { path: p, .. }
-            | ImageRef::DockerArchive { path: p, .. } => p,
+            | ImageRef::DockerArchive { path: p, .. } => Some(p),
+            ImageRef::Docker(_) | ImageRef::DockerDaemon(_) => None,
         }
+    }
+
+    /// Read over the network (a registry, the docker daemon's socket): by
+    /// gpu-guard-admission, never by the binary that serves container
+    /// starts (commands/network.rs).
+    pub fn is_remote(&self) -> bool {
+        self.path().is_none()
     }
 
     /// The format the transport names (None: told from the content).
     pub fn format(&self) -> Option<Format> {
         match self {
-            ImageRef::Path(_) => None,
+            ImageRef::Path(_) | ImageRef::Docker(_) | ImageRef::DockerDaemon(_) => None,
             ImageRef::Oci { .. } => Some(Format::OciLayout),
             ImageRef::OciArchive { .. } => Some(Format::OciArchive),
             ImageRef::DockerArchive { .. } => Some(Format::DockerArchive),
@@ -201,7 +227,7 @@ impl ImageRef {
     /// The image chosen inside, as [`super::Options`] takes it.
     pub fn selection(&self) -> (Option<String>, Option<usize>) {
         match self {
-            ImageRef::Path(_) => (None, None),
+            ImageRef::Path(_) | ImageRef::Docker(_) | ImageRef::DockerDaemon(_) => (None, None),
             ImageRef::Oci { reference, .. } | ImageRef::OciArchive { reference, .. } => {
                 (reference.clone(), None)
             }
@@ -261,6 +287,19 @@ mod tests {
         assert!(p("docker-archive:a.tar:@x").is_err());
         assert!(p("docker-archive:a.tar:b@sha256:00").is_err());
         assert!(matches!(p("dir:/x"), Err(ReferenceError::Unsupported(_))));
+        assert_eq!(
+            p("docker://localhost:5000/a/b:1").unwrap(),
+            ImageRef::Docker("localhost:5000/a/b:1".into())
+        );
+        assert_eq!(
+            p("docker-daemon:busybox:1").unwrap(),
+            ImageRef::DockerDaemon("busybox:1".into())
+        );
+        assert!(p("docker-daemon:x").unwrap().is_remote());
+        assert!(!p("oci:x").unwrap().is_remote());
+        // `docker:` without `//` is no transport spelling: a file name.
+        assert_eq!(p("docker:x").unwrap(), ImageRef::Path("docker:x".into()));
+        assert!(p("docker://").is_err());
     }
 
     #[test]

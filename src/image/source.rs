@@ -31,6 +31,8 @@ pub(crate) enum Entry {
 
 pub(crate) enum Source {
     Dir(PathBuf),
+    /// Blobs fetched by digest (`blobs/sha256/<hex>` paths only).
+    Remote(Box<dyn super::registry_source::BlobSource>),
     Archive {
         file: Arc<File>,
         entries: HashMap<String, Entry>,
@@ -194,6 +196,7 @@ impl Source {
         match self {
             Source::Dir(d) => d.join(rel).symlink_metadata().is_ok(),
             Source::Archive { entries, .. } => entries.contains_key(rel),
+            Source::Remote(_) => false,
         }
     }
 
@@ -203,6 +206,17 @@ impl Source {
     /// (legacy `docker save` links duplicate layers) but never out of it.
     pub fn open(&self, rel: &str) -> Result<Opened, ImageError> {
         match self {
+            Source::Remote(blobs) => {
+                let d = super::Digest::from_path(rel)
+                    .filter(|_| rel.starts_with("blobs/sha256/"))
+                    .ok_or_else(|| ImageError::Missing(format!("file {rel}")))?;
+                let reader = blobs.open_blob(&d).map_err(|e| ImageError::Io {
+                    what: format!("{} blob {d}", blobs.describe()),
+                    source: e,
+                })?;
+                // The size is unknown until the stream ends; read_small bounds it by reading.
+                Ok(Opened { reader, size: 0 })
+            }
             Source::Dir(root) => {
                 let mut at = root.clone();
                 let parts: Vec<&str> = rel.split('/').collect();

@@ -1,0 +1,112 @@
+//! Which containers of a Pod will get GPUs, and the images to read.
+//!
+//! A container gets GPUs when it asks for a `nvidia.com/*` extended
+//! resource (limits or requests, non-zero: the NVIDIA device plugin's
+//! `nvidia.com/gpu`, MIG profiles `nvidia.com/mig-1g.5gb`, shared GPUs), or
+//! when its own env sets `NVIDIA_VISIBLE_DEVICES` to devices (NVIDIA's
+//! runtime reads it; `void`, `none` and empty attach none:
+//! nvidia-container-toolkit `internal/config/image/cuda_image.go`). Init
+//! containers count; the image env is not read for this (only GPU
+//! containers' images are read at all).
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use std::collections::BTreeMap;
+
+/// One container that will get GPUs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GpuContainer {
+    pub name: String,
+    pub image: String,
+    pub init: bool,
+    /// Why it counts (`nvidia.com/gpu: 1`, `NVIDIA_VISIBLE_DEVICES=all`).
+    pub reason: String,
+}
+
+fn nonzero(q: &Quantity) -> bool {
+    let s = q.0.trim();
+    !s.is_empty()
+        && s.trim_start_matches(['0', '.', '+'])
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_digit())
+}
+
+fn gpu_resource(c: &Container) -> Option<String> {
+    let r = c.resources.as_ref()?;
+    let maps: [&Option<BTreeMap<String, Quantity>>; 2] = [&r.limits, &r.requests];
+    for m in maps.into_iter().flatten() {
+        for (k, v) in m {
+            if k.starts_with("nvidia.com/") && nonzero(v) {
+                return Some(format!("{k}: {}", v.0));
+            }
+        }
+    }
+    None
+}
+
+fn env_request(c: &Container) -> Option<String> {
+    let v = c
+        .env
+        .iter()
+        .flatten()
+        .rev()
+        .find(|e| e.name == "NVIDIA_VISIBLE_DEVICES")?;
+    let val = v.value.as_deref().unwrap_or("").trim();
+    if val.is_empty() || val == "void" || val == "none" {
+        return None;
+    }
+    Some(format!("NVIDIA_VISIBLE_DEVICES={val}"))
+}
+
+/// The containers (init containers first, as they start) that will get GPUs.
+pub fn gpu_containers(pod: &Pod) -> Vec<GpuContainer> {
+    let Some(spec) = &pod.spec else {
+        return Vec::new();
+    };
+    let init = spec.init_containers.iter().flatten().map(|c| (c, true));
+    let main = spec.containers.iter().map(|c| (c, false));
+    init.chain(main)
+        .filter_map(|(c, init)| {
+            let reason = gpu_resource(c).or_else(|| env_request(c))?;
+            Some(GpuContainer {
+                name: c.name.clone(),
+                image: c.image.clone().unwrap_or_default(),
+                init,
+                reason,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(v: serde_json::Value) -> Pod {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn detects_gpu_containers() {
+        let p = pod(serde_json::json!({"spec": {
+        "initContainers": [{"name": "i", "image": "init:1", "resources": {"limits": {"nvidia.com/mig-1g.5gb": "1"}}}],
+        "containers": [
+            {"name": "a", "image": "a:1", "resources": {"limits": {"nvidia.com/gpu": "2", "cpu": "1"}}},
+            {"name": "b", "image": "b:1", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]},
+            {"name": "c", "image": "c:1", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]},
+            {"name": "d", "image": "d:1", "resources": {"limits": {"nvidia.com/gpu": "0"}}},
+            {"name": "e", "image": "e:1", "resources": {"limits": {"cpu": "1"}}}
+        ]}}));
+        let g = gpu_containers(&p);
+        let names: Vec<&str> = g.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["i", "a", "b"]);
+        assert!(g[0].init && !g[1].init);
+        assert_eq!(g[1].reason, "nvidia.com/gpu: 2");
+        assert!(gpu_containers(&pod(
+            serde_json::json!({"spec": {"containers": [{"name": "x", "image": "x"}]}})
+        ))
+        .is_empty());
+        assert!(gpu_containers(&pod(serde_json::json!({}))).is_empty());
+    }
+}

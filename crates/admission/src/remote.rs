@@ -1,0 +1,191 @@
+//! Reading what a registry image needs: its attestation when the registry
+//! has one for exactly that manifest digest (no layer read), else the
+//! config and layers, streamed through gpu-guard's image reader
+//! ([`gpu_guard::image::Image::open_manifest`]) and never written to disk.
+
+use crate::needs::{self, Needs};
+use gpu_guard::core::policy::Config;
+use gpu_guard::image::{BlobSource, Digest, Image, Limits, Options};
+use gpu_guard_registry::{Client, Options as ClientOptions, Platform, Reference, Resolved};
+use std::io::{self, Read};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How to reach registries.
+#[derive(Clone, Debug, Default)]
+pub struct Access {
+    /// `HOST[:PORT]` read over plain HTTP.
+    pub plain_http: Vec<String>,
+    /// Every registry over plain HTTP (`check --plain-http`).
+    pub all_plain_http: bool,
+    pub ca_files: Vec<PathBuf>,
+    /// Credentials files searched in order.
+    pub cred_files: Vec<PathBuf>,
+}
+
+impl Access {
+    /// A client for the reference's registry, bounded by `deadline`.
+    pub fn client(
+        &self,
+        r: &Reference,
+        deadline: Option<Instant>,
+    ) -> Result<Client, gpu_guard_registry::RegistryError> {
+        let timeout = deadline.map(|d| {
+            d.saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(1))
+        });
+        let opts = ClientOptions {
+            plain_http: self.all_plain_http || self.plain_http.iter().any(|h| h == &r.registry),
+            ca_files: self.ca_files.clone(),
+            timeout,
+            // A stalled body must not outlive the deadline either.
+            call_timeout: timeout,
+            ..ClientOptions::default()
+        };
+        gpu_guard_registry::client_for(r, opts, &self.cred_files)
+    }
+}
+
+/// Layers and config of one repository, unverified here: the image reader
+/// checks every digest and size as it reads.
+struct RegistryBlobs {
+    client: Arc<Client>,
+    repo: String,
+    /// The reader's own deadline also bounds a stalled registry.
+    deadline: Option<Instant>,
+}
+
+impl BlobSource for RegistryBlobs {
+    fn open_blob(&self, digest: &Digest) -> io::Result<Box<dyn Read + Send>> {
+        if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the deadline passed",
+            ));
+        }
+        self.client
+            .blob(&self.repo, &digest.to_string(), None, false)
+            .map_err(|e| io::Error::other(e.to_string()))
+    }
+
+    fn describe(&self) -> String {
+        format!("registry {}", self.client.name())
+    }
+}
+
+/// Where the needs came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// The attestation at this artifact manifest digest.
+    Attestation(String),
+    /// The config and layers, read now.
+    Layers,
+}
+
+/// Opens the resolved image for reading its config and layers.
+pub fn open_image(
+    client: &Arc<Client>,
+    r: &Reference,
+    res: &Resolved,
+    platform: &str,
+    limits: Limits,
+    deadline: Option<Instant>,
+) -> Result<Image, String> {
+    let blobs = RegistryBlobs {
+        client: client.clone(),
+        repo: r.repository.clone(),
+        deadline,
+    };
+    let opts = Options {
+        platform: gpu_guard::image::Platform::parse(platform).map_err(|e| e.to_string())?,
+        reference: None,
+        limits,
+        ..Default::default()
+    };
+    let by_platform = res.top_digest != res.manifest.digest;
+    Image::open_manifest(
+        Box::new(blobs),
+        gpu_guard::image::Format::Registry,
+        format!("docker://{r}"),
+        Some(r.to_string()),
+        &res.manifest.bytes,
+        &res.manifest.digest,
+        by_platform,
+        &opts,
+    )
+    .map_err(|e| e.to_string())
+}
+
+/// The image's needs from its layers (the scan `check --image` runs).
+pub fn needs_from_image(img: &Image, cfg: &Config) -> Result<Needs, String> {
+    let scan = gpu_guard::image::scan::scan(img, &cfg.kernel_image).map_err(|e| e.to_string())?;
+    let info = img.info();
+    Ok(Needs::from_scan(
+        info.manifest_digest.as_deref().unwrap_or(""),
+        &info.config_digest,
+        &info.platform,
+        img.env(),
+        &scan.scanned,
+        &scan.compat,
+        &scan.notes,
+    ))
+}
+
+/// The attestation of exactly `res`'s manifest, when there is a usable one.
+/// A broken attestation is not an error: the layers are read instead.
+pub fn attested(
+    client: &Client,
+    r: &Reference,
+    res: &Resolved,
+) -> Result<Option<(Needs, String)>, String> {
+    let found = client
+        .find_artifact(
+            &r.repository,
+            &res.manifest.digest,
+            needs::MEDIA_TYPE,
+            needs::MAX_BYTES,
+        )
+        .map_err(|e| e.to_string())?;
+    Ok(found.and_then(|a| {
+        Needs::parse(&a.layer, &res.manifest.digest)
+            .ok()
+            .map(|n| (n, a.manifest_digest))
+    }))
+}
+
+/// Attestation first, then the layers.
+pub fn read_needs(
+    client: &Arc<Client>,
+    r: &Reference,
+    res: &Resolved,
+    cfg: &Config,
+    platform: &str,
+    limits: Limits,
+    deadline: Option<Instant>,
+) -> Result<(Needs, Origin), String> {
+    if let Some((n, at)) = attested(client, r, res)? {
+        return Ok((n, Origin::Attestation(at)));
+    }
+    let img = open_image(client, r, res, platform, limits, deadline)?;
+    Ok((needs_from_image(&img, cfg)?, Origin::Layers))
+}
+
+pub fn parse_platform(p: &str) -> Result<Platform, String> {
+    let parts: Vec<&str> = p.split('/').collect();
+    match parts.as_slice() {
+        [os, arch] if !os.is_empty() && !arch.is_empty() => Ok(Platform {
+            os: os.to_string(),
+            architecture: arch.to_string(),
+            variant: None,
+        }),
+        [os, arch, v] if !os.is_empty() && !arch.is_empty() && !v.is_empty() => Ok(Platform {
+            os: os.to_string(),
+            architecture: arch.to_string(),
+            variant: Some(v.to_string()),
+        }),
+        _ => Err(format!(
+            "invalid platform {p:?} (expected os/arch[/variant])"
+        )),
+    }
+}

@@ -1,0 +1,563 @@
+//! `check --image docker://...` against a real registry (distribution 2.8 on
+//! 127.0.0.1, images pushed with skopeo): the same decision as the image's
+//! OCI layout, by tag and by digest; one-line exit 2 for wrong credentials,
+//! an unknown tag, an untrusted certificate and a digest mismatch; the
+//! attestation round trip, after which a read fetches no layer blob (the
+//! registry's access log counts them); the webhook's judge on the same image.
+
+use crate::k8s_rules;
+use crate::support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use support::Registry;
+
+const NET: &str = env!("CARGO_BIN_EXE_gpu-guard-admission");
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn data(p: &str) -> PathBuf {
+    repo_root().join("tests/data").join(p)
+}
+
+fn env_of(name: &str) -> Vec<String> {
+    std::fs::read_to_string(data(&format!("images/{name}.env")))
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains('=') && !l.starts_with('#'))
+        .map(str::to_string)
+        .collect()
+}
+
+/// An image with GPU code in a default-glob library and its requirement env.
+fn gpu_image(dir: &Path) -> (String, Vec<Vec<u8>>) {
+    let lib = std::fs::read(data("fatbin/multi-arch.so")).unwrap();
+    let l1 = support::layer(&[
+        ("usr/local/cuda-12.4/lib64/libcublas.so.12.4.5", &lib),
+        ("etc/os-release", b"ID=test"),
+    ]);
+    let l2 = support::layer(&[("usr/share/doc/x", b"doc")]);
+    let env = env_of("cuda-12.4.1-base-ubuntu2204");
+    let env: Vec<&str> = env.iter().map(String::as_str).collect();
+    let layers = vec![l1, l2];
+    (support::oci_layout(dir, &env, &layers), layers)
+}
+
+fn config(dir: &Path) -> PathBuf {
+    // The shipped config, without the host probe's cache paths mattering.
+    let p = dir.join("config.toml");
+    std::fs::copy(repo_root().join("config/config.toml"), &p).unwrap();
+    p
+}
+
+fn check(cfg: &Path, args: &[&str], envs: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(NET);
+    c.arg("--config").arg(cfg).arg("check").args(args);
+    c.env("HOME", "/nonexistent")
+        .env_remove("DOCKER_CONFIG")
+        .env_remove("REGISTRY_AUTH_FILE");
+    for (k, v) in envs {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+fn decision(o: &Output) -> serde_json::Value {
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    });
+    v
+}
+
+/// The per-host results without the `image` object (which names the source).
+fn results(v: &serde_json::Value) -> serde_json::Value {
+    let mut v = v.clone();
+    if let Some(m) = v.as_object_mut() {
+        m.remove("image");
+    }
+    v
+}
+
+fn one_line_exit_2(o: &Output, needles: &[&str]) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    for n in needles {
+        assert!(err.contains(n), "{n:?} not in {err}");
+    }
+}
+
+#[test]
+fn same_decision_as_the_layout_by_tag_and_digest_then_attested() {
+    let Some(reg) = Registry::start(false, false) else {
+        return;
+    };
+    let dir = support::tempdir("chk");
+    let layout = dir.join("layout");
+    let (digest, layers) = gpu_image(&layout);
+    reg.push(&layout, "team/cuda", "12.4");
+    let cfg = config(&dir);
+    let nodes = data("nodes/fleet.json");
+    let host = data("hosts/h100x8.json");
+    let local = check(
+        &cfg,
+        &[
+            "--image",
+            layout.to_str().unwrap(),
+            "--nodes",
+            nodes.to_str().unwrap(),
+            "--json",
+        ],
+        &[],
+    );
+    assert!(
+        local.status.code().is_some_and(|c| c < 2),
+        "{}",
+        String::from_utf8_lossy(&local.stderr)
+    );
+    let by_tag_ref = format!("docker://{}/team/cuda:12.4", reg.host);
+    let by_digest_ref = format!("docker://{}/team/cuda@{digest}", reg.host);
+    for r in [&by_tag_ref, &by_digest_ref] {
+        let o = check(
+            &cfg,
+            &[
+                "--image",
+                r,
+                "--plain-http",
+                "--nodes",
+                nodes.to_str().unwrap(),
+                "--json",
+            ],
+            &[],
+        );
+        assert_eq!(
+            o.status.code(),
+            local.status.code(),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert_eq!(results(&decision(&o)), results(&decision(&local)));
+        assert_eq!(decision(&o)["image"]["manifest_digest"], digest);
+    }
+    // `gpu-guard check` hands docker:// images to gpu-guard-admission beside it.
+    let main_bin = Path::new(NET).with_file_name("gpu-guard");
+    if main_bin.exists() {
+        let o = Command::new(&main_bin)
+            .arg("--config")
+            .arg(&cfg)
+            .args([
+                "check",
+                "--image",
+                &by_tag_ref,
+                "--plain-http",
+                "--nodes",
+                nodes.to_str().unwrap(),
+                "--json",
+            ])
+            .env("HOME", "/nonexistent")
+            .output()
+            .unwrap();
+        assert_eq!(results(&decision(&o)), results(&decision(&local)));
+        let o = Command::new(&main_bin)
+            .arg("--config")
+            .arg(&cfg)
+            .args(["check", "--image", layout.to_str().unwrap(), "--attest"])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "--attest on a file is bad usage");
+    } else {
+        assert!(
+            std::env::var("GPU_GUARD_CI").as_deref() != Ok("1"),
+            "{} is not built",
+            main_bin.display()
+        );
+        eprintln!(
+            "SKIP (part): {} is not built (cargo build --bin gpu-guard)",
+            main_bin.display()
+        );
+    }
+    // One host: the same Decision.
+    let l1 = check(
+        &cfg,
+        &[
+            "--image",
+            layout.to_str().unwrap(),
+            "--host",
+            host.to_str().unwrap(),
+            "--json",
+        ],
+        &[],
+    );
+    let r1 = check(
+        &cfg,
+        &[
+            "--image",
+            &by_tag_ref,
+            "--plain-http",
+            "--host",
+            host.to_str().unwrap(),
+            "--json",
+        ],
+        &[],
+    );
+    assert_eq!(
+        (decision(&r1), r1.status.code()),
+        (decision(&l1), l1.status.code())
+    );
+
+    // Layer blobs fetched so far, from the registry's access log.
+    let layer_gets = |reg: &Registry| {
+        layers
+            .iter()
+            .map(|l| reg.log_lines(&format!("GET /v2/team/cuda/blobs/{}", support::sha256(l))))
+            .sum::<usize>()
+    };
+    let before = layer_gets(&reg);
+    assert!(
+        before >= 2,
+        "the layers were read from the registry ({before} GETs)"
+    );
+    // Attest, then read again: the attestation is used and no layer is fetched.
+    let a = check(
+        &cfg,
+        &[
+            "--image",
+            &by_tag_ref,
+            "--plain-http",
+            "--attest",
+            "--nodes",
+            nodes.to_str().unwrap(),
+            "--json",
+        ],
+        &[],
+    );
+    assert!(
+        String::from_utf8_lossy(&a.stderr).contains("tag schema"),
+        "{}",
+        String::from_utf8_lossy(&a.stderr)
+    );
+    let after_attest = layer_gets(&reg);
+    let o = check(
+        &cfg,
+        &[
+            "--image",
+            &by_tag_ref,
+            "--plain-http",
+            "--nodes",
+            nodes.to_str().unwrap(),
+            "--json",
+        ],
+        &[],
+    );
+    let v = decision(&o);
+    assert!(
+        v["image"]["attestation"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("sha256:")),
+        "{v}"
+    );
+    assert_eq!(results(&v), results(&decision(&local)));
+    assert_eq!(
+        layer_gets(&reg),
+        after_attest,
+        "the attested read fetched layer blobs"
+    );
+    let o = check(
+        &cfg,
+        &[
+            "--image",
+            &by_tag_ref,
+            "--plain-http",
+            "--host",
+            host.to_str().unwrap(),
+            "--json",
+        ],
+        &[],
+    );
+    assert_eq!(decision(&o), decision(&l1));
+
+    // The webhook's judge: the attested image, no layer read either.
+    let mut c: gpu_guard::core::policy::Config = gpu_guard::config::load(Some(&cfg)).unwrap();
+    c.admission.plain_http_registries = vec![reg.host.clone()];
+    let j = gpu_guard_admission::webhook::RegistryJudge::new(c).unwrap();
+    use gpu_guard_admission::judge::ImageJudge;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let (d, res) = j
+        .resolve(&format!("{}/team/cuda:12.4", reg.host), deadline)
+        .unwrap();
+    assert_eq!(d, digest);
+    let p = j.judge(res, deadline).unwrap();
+    assert_eq!(layer_gets(&reg), after_attest);
+    match p {
+        gpu_guard_admission::judge::Placement::Terms { terms, summary, .. } => {
+            assert!(summary.contains("attested"), "{summary}");
+            assert!(!terms.is_empty());
+            let t = serde_json::to_value(&terms).unwrap();
+            assert!(
+                k8s_rules::validate(&t).is_empty(),
+                "{:?}",
+                k8s_rules::validate(&t)
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn unreadable_images_are_one_line_exit_2() {
+    let Some(reg) = Registry::start(true, true) else {
+        return;
+    };
+    let dir = support::tempdir("bad");
+    let layout = dir.join("layout");
+    let (digest, layers) = gpu_image(&layout);
+    reg.push(&layout, "sec/cuda", "v1");
+    let cfg = config(&dir);
+    let host = data("hosts/h100x8.json");
+    let ca = reg.tls.as_ref().unwrap().ca.clone();
+    let img = format!("docker://{}/sec/cuda:v1", reg.host);
+    let auth = dir.join("auth.json");
+    let b64 = |s: &str| base64_encode(s.as_bytes());
+    std::fs::write(
+        &auth,
+        format!(
+            r#"{{"auths":{{"{}":{{"auth":"{}"}}}}}}"#,
+            reg.host,
+            b64(&format!("{}:{}", support::USER, support::PASS))
+        ),
+    )
+    .unwrap();
+    let ok = check(
+        &cfg,
+        &[
+            "--image",
+            &img,
+            "--registry-ca",
+            ca.to_str().unwrap(),
+            "--host",
+            host.to_str().unwrap(),
+            "--json",
+        ],
+        &[("REGISTRY_AUTH_FILE", auth.to_str().unwrap())],
+    );
+    assert!(
+        ok.status.code().is_some_and(|c| c < 2),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    // Credentials from $DOCKER_CONFIG/config.json work the same.
+    let dc = dir.join("dockercfg");
+    std::fs::create_dir_all(&dc).unwrap();
+    std::fs::copy(&auth, dc.join("config.json")).unwrap();
+    let o = check(
+        &cfg,
+        &[
+            "--image",
+            &img,
+            "--registry-ca",
+            ca.to_str().unwrap(),
+            "--host",
+            host.to_str().unwrap(),
+            "--json",
+        ],
+        &[("DOCKER_CONFIG", dc.to_str().unwrap())],
+    );
+    assert_eq!(
+        o.status.code(),
+        ok.status.code(),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // Wrong credentials.
+    let wrong = dir.join("wrong.json");
+    std::fs::write(
+        &wrong,
+        format!(
+            r#"{{"auths":{{"{}":{{"auth":"{}"}}}}}}"#,
+            reg.host,
+            b64("gguser:nope")
+        ),
+    )
+    .unwrap();
+    let o = check(
+        &cfg,
+        &[
+            "--image",
+            &img,
+            "--registry-ca",
+            ca.to_str().unwrap(),
+            "--host",
+            host.to_str().unwrap(),
+        ],
+        &[("REGISTRY_AUTH_FILE", wrong.to_str().unwrap())],
+    );
+    one_line_exit_2(&o, &[&reg.host, "authentication failed", "wrong.json"]);
+    // An unknown tag.
+    let o = check(
+        &cfg,
+        &[
+            "--image",
+            &format!("docker://{}/sec/cuda:nope", reg.host),
+            "--registry-ca",
+            ca.to_str().unwrap(),
+            "--host",
+            host.to_str().unwrap(),
+        ],
+        &[("REGISTRY_AUTH_FILE", auth.to_str().unwrap())],
+    );
+    one_line_exit_2(&o, &[&reg.host, "not found"]);
+    // An untrusted certificate (no --registry-ca).
+    let o = check(
+        &cfg,
+        &["--image", &img, "--host", host.to_str().unwrap()],
+        &[("REGISTRY_AUTH_FILE", auth.to_str().unwrap())],
+    );
+    one_line_exit_2(&o, &[&reg.host, "TLS"]);
+    // A digest mismatch: the layer's bytes changed in the registry's storage
+    // (the gzip header's MTIME, which decoders ignore: only the digest tells).
+    let l = &layers[0];
+    let mut bad = l.clone();
+    bad[4] ^= 0x55;
+    std::fs::write(reg.blob_data(&support::sha256(l)), &bad).unwrap();
+    let o = check(
+        &cfg,
+        &[
+            "--image",
+            &format!("docker://{}/sec/cuda@{digest}", reg.host),
+            "--registry-ca",
+            ca.to_str().unwrap(),
+            "--host",
+            host.to_str().unwrap(),
+        ],
+        &[("REGISTRY_AUTH_FILE", auth.to_str().unwrap())],
+    );
+    one_line_exit_2(&o, &[&reg.host, "digest mismatch"]);
+}
+
+fn base64_encode(b: &[u8]) -> String {
+    const T: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for c in b.chunks(3) {
+        let n = (c[0] as u32) << 16
+            | (*c.get(1).unwrap_or(&0) as u32) << 8
+            | *c.get(2).unwrap_or(&0) as u32;
+        for i in 0..4 {
+            if i <= c.len() {
+                out.push(T[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// The webhook's terms, on every labelled node of `--nodes`, admit exactly
+/// the nodes `check --nodes` allows (nodes without GFD driver labels cannot
+/// be placed by labels and are left out), for the official CUDA images'
+/// requirements (the label-only affinity of issue 21 A4, `fleet::affinity::label_terms`).
+#[test]
+fn webhook_terms_admit_exactly_what_check_nodes_allows() {
+    let Some(reg) = Registry::start(false, false) else {
+        return;
+    };
+    let dir = support::tempdir("exact");
+    let cfg = config(&dir);
+    let nodes_file = data("nodes/fleet.json");
+    let nodes: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&nodes_file).unwrap()).unwrap();
+    let mut c: gpu_guard::core::policy::Config = gpu_guard::config::load(Some(&cfg)).unwrap();
+    c.admission.plain_http_registries = vec![reg.host.clone()];
+    let j = gpu_guard_admission::webhook::RegistryJudge::new(c).unwrap();
+    use gpu_guard_admission::judge::ImageJudge;
+    for (i, name) in [
+        "cuda-11.8.0-base-ubuntu2204",
+        "cuda-12.2.2-base-ubuntu2204",
+        "cuda-12.4.1-base-ubuntu2204",
+        "cuda-12.8.0-base-ubuntu2404",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let layout = dir.join(name);
+        let env = env_of(name);
+        let env: Vec<&str> = env.iter().map(String::as_str).collect();
+        support::oci_layout(&layout, &env, &[support::layer(&[("etc/x", b"y")])]);
+        reg.push(&layout, "official/cuda", &format!("t{i}"));
+        let o = check(
+            &cfg,
+            &[
+                "--image",
+                layout.to_str().unwrap(),
+                "--nodes",
+                nodes_file.to_str().unwrap(),
+                "--json",
+            ],
+            &[],
+        );
+        let v = decision(&o);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let (_, res) = j
+            .resolve(&format!("{}/official/cuda:t{i}", reg.host), deadline)
+            .unwrap();
+        let terms = match j.judge(res, deadline).unwrap() {
+            gpu_guard_admission::judge::Placement::Terms { terms, .. } => {
+                serde_json::to_value(terms).unwrap()
+            }
+            other => panic!("{name}: {other:?}"),
+        };
+        assert!(
+            k8s_rules::validate(&terms).is_empty(),
+            "{name}: {:?}",
+            k8s_rules::validate(&terms)
+        );
+        for n in nodes["items"].as_array().unwrap() {
+            let node = n["metadata"]["name"].as_str().unwrap();
+            let labels: k8s_rules::Labels = n["metadata"]["labels"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
+                .collect();
+            if !labels.contains_key("nvidia.com/cuda.driver-version.major") {
+                continue;
+            }
+            let allowed = v["results"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["host"] == node)
+                .map(|r| r["decision"]["verdict"] == "allow")
+                .unwrap();
+            assert_eq!(
+                k8s_rules::admits(&terms, node, &labels),
+                allowed,
+                "{name} on {node}: terms {terms}"
+            );
+        }
+    }
+    // A CUDA newer than any driver: no node could run it, denied with the diagnosis.
+    let layout = dir.join("future");
+    support::oci_layout(
+        &layout,
+        &["NVIDIA_REQUIRE_CUDA=cuda>=99.0"],
+        &[support::layer(&[("etc/x", b"y")])],
+    );
+    reg.push(&layout, "official/cuda", "future");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let (_, res) = j
+        .resolve(&format!("{}/official/cuda:future", reg.host), deadline)
+        .unwrap();
+    match j.judge(res, deadline).unwrap() {
+        gpu_guard_admission::judge::Placement::Nowhere { diagnosis } => {
+            assert!(diagnosis.contains("99.0"), "{diagnosis}")
+        }
+        other => panic!("cuda>=99.0: {other:?}"),
+    }
+}
