@@ -42,6 +42,7 @@ fn main() -> ExitCode {
         Command::Scan(a) => gpu_guard::commands::scan::main(config, a),
         Command::Install(a) => gpu_guard::commands::install::command(config, a),
         Command::Uninstall(a) => gpu_guard::commands::install::uninstall(config, a),
+        Command::Doctor(a) => gpu_guard::commands::doctor::main(config, a),
         Command::Probe(a) => gpu_guard::commands::host::probe_child(a),
         Command::Man => match gpu_guard::commands::cli::man_page() {
             Ok(page) => {

@@ -171,3 +171,10 @@ pub fn installed(opts: &Options) -> Vec<Engine> {
         })
         .collect()
 }
+
+/// What install recorded for the engine of `opts` (its state file under
+/// the state directory), or None: for `doctor`, which checks the files and
+/// the chain that install recorded.
+pub fn recorded(opts: &Options) -> Result<Option<EngineState>, InstallError> {
+    state::load(opts)
+}

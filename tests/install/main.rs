@@ -11,6 +11,8 @@ mod support;
 
 mod install_support;
 
+mod doctor;
+
 mod install_chain;
 mod install_containerd;
 mod install_containerd_merge;
