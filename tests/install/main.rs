@@ -20,4 +20,5 @@ mod install_conventions;
 mod install_crio;
 mod install_docker;
 mod install_drift;
+mod install_k3s;
 mod install_podman;

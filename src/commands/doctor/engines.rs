@@ -24,6 +24,9 @@ fn markers(engine: Engine) -> &'static [&'static str] {
             "/usr/sbin/containerd",
             "/usr/local/bin/containerd",
             "/etc/containerd/config.toml",
+            // k3s's and RKE2's embedded containerd.
+            "/var/lib/rancher/k3s/agent/etc/containerd/config.toml",
+            "/var/lib/rancher/rke2/agent/etc/containerd/config.toml",
         ],
         Engine::Crio => &[
             "/usr/bin/crio",

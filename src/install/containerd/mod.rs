@@ -28,6 +28,7 @@ mod annotations;
 mod effective;
 pub mod merge;
 mod plan;
+pub mod template;
 
 use annotations::pass_through_annotations;
 pub use annotations::{untrusted_pattern, CDI_ANNOTATIONS};
