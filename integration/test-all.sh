@@ -41,6 +41,7 @@ step "runc spec parity" integration/test-spec-parity.sh
 step "podman" integration/test-podman.sh
 step "docker" integration/test-docker.sh
 step "containerd CRI" integration/test-cri.sh
+step "failure modes" integration/test-failure-modes.sh
 step "kubernetes image" integration/test-k8s-image.sh
 step "check --image vs docker export" integration/test-image-docker.sh
 step "kubernetes manifests" integration/validate-k8s.sh

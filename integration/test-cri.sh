@@ -144,6 +144,7 @@ pause_pod_checks() {
     echo "NOTE v$v containerd's wrapper argv: $line"
     check_contains "v$v a: the wrapper gets --root <options.Root>/<namespace>" "$line" "--root $CTD_ROOT/k8s.io "
     check_contains "v$v a: then --log, --log-format json, create --bundle" "$line" "--log-format json create --bundle "
+    check_eq "v$v a: docker's chain never ran for containerd's pods" "$(cat "$DOCKER_CHAIN_LOG" 2>/dev/null | wc -l)" 0
     local pcfg="$CUR/state/io.containerd.runtime.v2.task/k8s.io/$sid/config.json"
     check_eq "v$v a: pause config.json has no tuning env" \
         "$(jq -r '[.process.env[] | select(startswith("CUDA_"))] | length' "$pcfg" 2>/dev/null)" 0
@@ -155,7 +156,13 @@ pause_pod_checks() {
 # the gpu-guard config; private to this test (the default is under /run).
 mkdir -p "$T/config.d"
 CTD_ROOT="$T/ctd-root"
-printf '[runtime.engines.containerd]\nroot = "%s"\n' "$CTD_ROOT" > "$T/config.d/40-engine-roots.toml"
+# docker's chain is another runtime (issue 17 A2): containerd's pods must
+# never reach it, only the global chain (the stand-in NVIDIA runtime).
+DOCKER_CHAIN_LOG="$T/docker-chain.argv"
+printf '#!/bin/sh\necho "$*" >> %s\nexec runc "$@"\n' "$DOCKER_CHAIN_LOG" > "$T/bin/runc-docker-only"
+chmod +x "$T/bin/runc-docker-only"
+printf '[runtime.engines.containerd]\nroot = "%s"\n[runtime.engines.docker]\npath = "%s"\n' "$CTD_ROOT" "$T/bin/runc-docker-only" \
+    > "$T/config.d/40-engine-roots.toml"
 
 # ---- config version 1: install + handler loaded + (a)
 start_instance 1

@@ -40,7 +40,16 @@ else
     ARGV_LOG="$T/runtime.argv"
     printf '#!/bin/sh\necho "$*" >> %s\nexec runc "$@"\n' "$ARGV_LOG" > "$T/bin/runc-argv"
     chmod +x "$T/bin/runc-argv"
+    # docker's own chain (runtime.engines.docker.path), told from the
+    # global one by the runtime root dockerd passes, which is under this
+    # test's exec-root; and the exception a forged annotation would claim.
+    DOCKER_ARGV_LOG="$T/runtime-docker.argv"
+    printf '#!/bin/sh\necho "$*" >> %s\nexec runc "$@"\n' "$DOCKER_ARGV_LOG" > "$T/bin/runc-docker"
+    chmod +x "$T/bin/runc-docker"
     GG_RUNTIME_PATH="$T/bin/runc-argv" gg_config "$T/cfg.toml" geforce-545
+    mkdir -p "$T/config.d"
+    printf '[runtime.engines.docker]\nroot = "%s"\npath = "%s"\n[[security.exceptions]]\nnamespace = "gpu-operator"\nprofile = "docker-default"\nallow_privileged = true\n' \
+        "$DROOT/exec/runtime-runc" "$T/bin/runc-docker" > "$T/config.d/40-docker.toml"
     ln -sf "$GG" "$T/bin/gpu-guard-runtime"
     DAEMON_JSON="$T/daemon.json"
     jq -n --arg p "$T/bin/gpu-guard-runtime" '{runtimes: {"gpu-guard": {path: $p}}, "default-runtime": "gpu-guard"}' > "$DAEMON_JSON"
@@ -130,12 +139,31 @@ check_caps_not "docker: non-GPU capabilities untouched" "$OUT" CapEff
 # invoked it: runtime.engines.docker.root): <exec-root>/runtime-runc/<namespace
 # moby>, for every runtime of daemon.json (moby daemon/runtime_unix.go).
 if [ -n "${ARGV_LOG:-}" ]; then
-    CREATE=$(grep -m1 -E '(^| )create ' "$ARGV_LOG")
+    # The chain that ran is docker's own (runtime.engines.docker.path).
+    CREATE=$(grep -m1 -E '(^| )create ' "$DOCKER_ARGV_LOG")
     echo "NOTE docker's wrapper argv: $CREATE"
     check_contains "docker: the wrapper gets --root <exec-root>/runtime-runc/moby" \
         "$CREATE" "--root $DROOT/exec/runtime-runc/moby "
     check_contains "docker: then --log, --log-format json, create --bundle" "$CREATE" \
         "--log-format json create --bundle "
+    check_eq "docker: the wrapper execs docker's own chain, not the global one" \
+        "$(grep -c -E '(^| )create ' "$ARGV_LOG" 2>/dev/null || true)" 0
+fi
+
+# Forged CRI annotations (issue 17 B1): under docker no exception matches,
+# whatever the spec says: the runtime root is docker's.
+if [ -n "${ARGV_LOG:-}" ]; then
+    FORGE=(--annotation io.kubernetes.cri.container-type=container --annotation io.kubernetes.cri.sandbox-namespace=gpu-operator)
+    OUT=$(timeout 120 "${D[@]}" run --rm "${FORGE[@]}" --privileged --gpus all gg-allow:1 sh -c 'echo RAN' 2>&1)
+    if printf '%s' "$OUT" | grep -qi "api version\|unknown flag"; then
+        echo "NOTE docker: this dockerd cannot set annotations ($(printf '%s' "$OUT" | head -n 1)); tests/test_hooks/wrapper_engines.rs runs the wrapper with docker's argv and forged keys instead"
+    else
+        check_not_contains "docker: forged annotations: the privileged container never ran" "$OUT" "RAN"
+        check_contains "docker: forged annotations select no exception" "$OUT" "the container is privileged"
+        OUT=$(timeout 120 "${D[@]}" run --rm "${FORGE[@]}" --cap-add NET_RAW --gpus all gg-allow:1 sh -c "$SHOW" 2>&1)
+        check_contains "docker: forged annotations: the GPU container runs" "$OUT" "RAN"
+        check_caps "docker: forged annotations: --cap-add NET_RAW does not survive" "$OUT" CapEff
+    fi
 fi
 
 finish

@@ -88,6 +88,36 @@ OUT=$(timeout 120 "${PODMAN[@]}" run "${RUNOPTS[@]}" --cap-add NET_ADMIN -e CUDA
 check_caps "podman: --cap-add does not widen the allowlist" "$OUT" CapBnd
 check_contains "podman: user -e value kept" "$OUT" "CUDA_DEVICE_ORDER=FASTEST_FIRST"
 
+# Forged CRI annotations (issue 17 B1): the hooks have no evidence of which
+# engine made the container (podman writes CRI-O's ContainerType itself),
+# so no exception matches whatever the annotations say.
+if [ "${GG_INSTALLED:-0}" != 1 ]; then
+    mkdir -p "$T/config.d"
+    printf '[[security.exceptions]]\nnamespace = "gpu-operator"\nprofile = "docker-default"\nallow_privileged = true\n' > "$T/config.d/40-exceptions.toml"
+    # containerd's keys, as in `docker run --annotation ...`; CRI-O's below.
+    FORGE=(--annotation io.kubernetes.cri.container-type=container --annotation io.kubernetes.cri.sandbox-namespace=gpu-operator)
+    FORGE_CRIO=(--annotation io.kubernetes.cri-o.ContainerType=container --annotation io.kubernetes.pod.namespace=gpu-operator)
+    OUT=$(timeout 120 "${PODMAN[@]}" run "${RUNOPTS[@]}" "${FORGE[@]}" --privileged "localhost/$TAG-allow:1" sh -c "$SHOW" 2>&1)
+    # gpu-guard calls a container privileged when its bounding set is every
+    # capability; podman gives --privileged the host's own set, which is
+    # that only on a host that has them all.
+    FULL=$(printf '%x' $(( (1 << ($(cat /proc/sys/kernel/cap_last_cap) + 1)) - 1 )))
+    if [ "$(sed -n 's/^CapBnd:[[:space:]]*0*//p' /proc/self/status)" = "$FULL" ]; then
+        check_not_contains "podman: forged annotations: the privileged container never ran" "$OUT" "RAN"
+        check_contains "podman: forged annotations select no exception" "$OUT" "the container is privileged"
+    else
+        echo "NOTE podman: this host's bounding set is not every capability, so --privileged is not privileged to gpu-guard: it must get the default profile, not the exception's"
+        check_caps "podman: forged annotations: --privileged gets the default profile" "$OUT" CapEff
+    fi
+    for keys in containerd crio; do
+        if [ $keys = containerd ]; then F=("${FORGE[@]}"); else F=("${FORGE_CRIO[@]}"); fi
+        OUT=$(timeout 120 "${PODMAN[@]}" run "${RUNOPTS[@]}" "${F[@]}" --cap-add NET_RAW "localhost/$TAG-allow:1" sh -c "$SHOW" 2>&1)
+        check_contains "podman: forged $keys annotations: the GPU container runs" "$OUT" "RAN"
+        check_caps "podman: forged $keys annotations: --cap-add NET_RAW does not survive" "$OUT" CapEff
+    done
+    rm -f "$T/config.d/40-exceptions.toml"
+fi
+
 OUT=$(timeout 120 "${PODMAN[@]}" run "${RUNOPTS[@]}" "localhost/$TAG-plain:1" sh -c "$SHOW" 2>&1)
 RC=$?
 check_eq "podman: non-GPU container runs" "$RC" 0

@@ -219,6 +219,36 @@ done
 check_eq "wrapper: 10 parallel creates, all config.json correct and created" "$OK" 10
 check_eq "wrapper: no temp files left in bundles" "$(ls -a "$T"/p*/ | grep -c 'gpu-guard.*tmp')" 0
 
+# mode = "audit" (issue 21 B2): everything decided, nothing refused or
+# changed. A container enforce refuses runs, and one enforce edits keeps
+# its capabilities and no_new_privileges; both config.json byte-identical;
+# the runtime log says what enforce would have done, at warning level.
+GG_MODE=audit gg_config "$T/audit.toml" geforce-545
+export GPU_GUARD_CONFIG="$T/audit.toml"
+for kind in refused edited; do
+    if [ $kind = refused ]; then
+        make_bundle "$T/a-$kind" "$SHOW" NVIDIA_VISIBLE_DEVICES=all "NVIDIA_REQUIRE_CUDA=$CUDA_12_4_REQUIRE"
+        WOULD="gpu-guard would refuse container gg-a-$kind"
+    else
+        make_bundle "$T/a-$kind" "$SHOW" NVIDIA_VISIBLE_DEVICES=all "NVIDIA_REQUIRE_CUDA=cuda>=12.0"
+        WOULD="gpu-guard would edit container gg-a-$kind: env+=CUDA_DEVICE_ORDER=PCI_BUS_ID"
+    fi
+    BEFORE=$(sha256sum < "$T/a-$kind/config.json")
+    OUT=$(timeout 60 "$WRAP" --root "$T/runc-root" --log "$T/a-$kind/log.json" --log-format json run -b "$T/a-$kind" "gg-a-$kind" 2>&1)
+    RC=$?
+    runc --root "$T/runc-root" delete -f "gg-a-$kind" >/dev/null 2>&1
+    check_eq "audit: the container enforce would have $kind runs" "$RC/$(printf '%s' "$OUT" | grep -c RAN)" 0/1
+    check_eq "audit: its config.json is byte-identical ($kind)" "$(sha256sum < "$T/a-$kind/config.json")" "$BEFORE"
+    check_caps_not "audit: its capabilities are untouched ($kind)" "$OUT" CapEff
+    check_contains "audit: no_new_privileges untouched ($kind)" "$OUT" "NoNewPrivs:	0"
+    check_not_contains "audit: no tuning env ($kind)" "$OUT" "CUDA_DEVICE_ORDER"
+    LAST=$(tail -n 1 "$T/a-$kind/log.json")
+    check_eq "audit: the runtime log line is a warning ($kind)" "$(printf '%s' "$LAST" | jq -r .level)" warning
+    check_contains "audit: it says what enforce would do ($kind)" "$(printf '%s' "$LAST" | jq -r .msg)" "$WOULD"
+done
+check_contains "audit: check shows what enforce would do, and says audit" \
+    "$("$GG" check --bundle "$T/a-refused" 2>&1)" 'mode = "audit": this is what enforce would do'
+
 # RLIMIT_MEMLOCK for RDMA (tuning.memlock): raised in the container the
 # wrapper starts, never lowered below what the container set. Raising a
 # hard limit past ours needs CAP_SYS_RESOURCE; without it (unprivileged VMs,

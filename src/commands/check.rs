@@ -7,7 +7,9 @@ use crate::commands::fleet_report;
 use crate::commands::output::{print_decision, usage, EXIT_USAGE};
 use crate::config;
 use crate::core::container::Container;
-use crate::core::decision::{Decision, Verdict};
+use crate::core::cri_facts::CriRuntime;
+use crate::core::decision::{Check, Decision, Finding, Verdict};
+use crate::core::runtime_engines::Engine;
 use crate::core::security::Stage;
 use crate::oci::spec_file;
 use crate::pipeline::{self, Case, HostChoice, Policy};
@@ -47,7 +49,15 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
             .map_err(Clone::clone),
     );
     let stage = args.stage.stage();
-    let case = Case::new(container, stage).with_runtime(wrapper_runtime(stage, &policy));
+    let engine: Option<Engine> = args.engine.map(Into::into);
+    // The prestart hook believes no CRI fact, whatever engine runs it.
+    let cri = engine
+        .and_then(cri_runtime_of)
+        .filter(|_| stage == Stage::Edit);
+    let cri_keys = cri.is_none() && has_cri_keys(&container);
+    let case = Case::new(container, stage)
+        .with_runtime(wrapper_runtime(stage, &policy, engine))
+        .with_cri(cri);
     if fleet_report::wanted(args) {
         return match policy.config() {
             Ok(c) => fleet_report::main(c, case, args),
@@ -60,11 +70,12 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
     };
     let mut decision = pipeline::decide(&policy, case, host);
     if let Ok(l) = &loaded {
-        chained_runtime_note(&mut decision, l);
+        chained_runtime_note(&mut decision, l, stage, engine);
         if let Some(line) = config::drop_ins_line(l) {
-            let f =
-                crate::core::decision::Finding::info(crate::core::decision::Check::Config, line);
-            decision.findings.push(f);
+            decision.findings.push(Finding::info(Check::Config, line));
+        }
+        if cri_keys && !l.config.security.exceptions.is_empty() {
+            decision.findings.push(cri_note());
         }
     }
     let code = print_decision(&decision, args.json);
@@ -76,6 +87,33 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
         return EXIT_USAGE;
     }
     code
+}
+
+/// The CRI runtime `--engine` stands for: the evidence the wrapper gets
+/// from that engine's runtime root (core::cri_facts).
+fn cri_runtime_of(e: Engine) -> Option<CriRuntime> {
+    match e {
+        Engine::Containerd => Some(CriRuntime::Containerd),
+        Engine::Crio => Some(CriRuntime::Crio),
+        Engine::Docker | Engine::Podman => None,
+    }
+}
+
+/// Whether the spec carries a CRI runtime's keys (believed only with
+/// evidence of which runtime made it: `--engine containerd|crio`).
+fn has_cri_keys(c: &Container) -> bool {
+    use crate::core::cri_facts::{CONTAINERD_CONTAINER_TYPE, CRIO_CONTAINER_TYPE};
+    c.annotations.contains_key(CONTAINERD_CONTAINER_TYPE)
+        || c.annotations.contains_key(CRIO_CONTAINER_TYPE)
+}
+
+/// Why no exception matched a spec that names a CRI runtime.
+fn cri_note() -> Finding {
+    Finding::info(
+        Check::Config,
+        "the spec carries a CRI runtime's Kubernetes keys, but they select a security exception only when containerd or CRI-O runs the container (the runtime root it passes the wrapper), never by the spec alone",
+    )
+    .with_fix("pass --engine containerd (or crio) to decide as that engine's wrapper would")
 }
 
 /// The container `--spec`, `--bundle` and `--env` describe; Err is the exit
@@ -110,33 +148,93 @@ fn described(args: &CheckArgs) -> Result<Container, i32> {
     Ok(container)
 }
 
-/// The runtime the installed wrapper would exec: `--stage runtime` decides
-/// as the wrapper, and NVIDIA's runtime chained there makes a GPU request
-/// in the env count. The prestart hook knows no runtime.
-fn wrapper_runtime(stage: Stage, policy: &Policy) -> Option<PathBuf> {
+/// The runtime the installed wrapper would exec for `engine` (None: the
+/// global chain): `--stage runtime` decides as the wrapper, and NVIDIA's
+/// runtime chained there makes a GPU request in the env count. The
+/// prestart hook knows no runtime.
+fn wrapper_runtime(stage: Stage, policy: &Policy, engine: Option<Engine>) -> Option<PathBuf> {
     if stage != Stage::Edit {
         return None;
     }
-    pipeline::runtime::find_real_runtime(policy.runtime_path()).ok()
+    pipeline::runtime::find_real_runtime(policy.chained_runtime(engine)).ok()
 }
 
-/// Which runtime the wrapper execs, when the config chains one (an info
-/// finding), and the config error when that runtime is gpu-guard itself.
-fn chained_runtime_note(decision: &mut Decision, l: &config::Loaded) {
-    use crate::core::decision::{Check, Finding};
-    let Some(line) = config::chained_runtime_line(l) else {
-        return;
+/// Which runtime the wrapper execs (an info finding), which engines chain
+/// another one when no `--engine` was given, and, for the wrapper's
+/// stage, a config error when that runtime cannot be run: the wrapper
+/// then starts no container at all.
+fn chained_runtime_note(
+    decision: &mut Decision,
+    l: &config::Loaded,
+    stage: Stage,
+    engine: Option<Engine>,
+) {
+    let cfg = &l.config;
+    let own = engine.filter(|e| cfg.runtime.engines.get(*e).path.is_some());
+    let line = match own {
+        Some(e) => Some(format!(
+            "chained runtime for {}: {} (runtime.engines.{}.path)",
+            e.name(),
+            shown(cfg.chained_runtime(Some(e))),
+            e.name()
+        )),
+        None => config::chained_runtime_line(l),
     };
-    if config::runtime_is_self(&l.config.runtime.path) {
-        decision.findings.push(
-            Finding::error(
-                Check::Config,
-                format!("{line}: that is gpu-guard itself, so the runtime wrapper fails every container"),
-            )
-            .with_fix("set runtime.path to the real runtime (runc, crun, nvidia-container-runtime), or leave it empty"),
-        );
-        decision.verdict = Verdict::Refuse;
-    } else {
-        decision.findings.push(Finding::info(Check::Config, line));
+    if engine.is_none() {
+        if let Some(f) = per_engine_note(cfg) {
+            decision.findings.push(f);
+        }
     }
+    let problem = pipeline::runtime::chained_runtime_problem(cfg, engine);
+    let configured = !cfg.chained_runtime(engine).is_empty();
+    match problem {
+        Some(p) if stage == Stage::Edit && configured => {
+            decision
+                .findings
+                .push(Finding::error(Check::Config, p.message).with_fix(p.fix));
+            decision.verdict = Verdict::Refuse;
+        }
+        Some(p) if stage == Stage::Edit => decision
+            .findings
+            .push(Finding::warning(Check::Config, p.message).with_fix(p.fix)),
+        _ => {
+            if let Some(line) = line {
+                decision.findings.push(Finding::info(Check::Config, line));
+            }
+        }
+    }
+}
+
+/// `""` as the wrapper reads it: the PATH search.
+fn shown(path: &str) -> &str {
+    if path.is_empty() {
+        "runc, then crun, on PATH"
+    } else {
+        path
+    }
+}
+
+/// When engines chain runtimes other than the global one: which, and that
+/// this decision used the global chain.
+fn per_engine_note(cfg: &crate::core::policy::Config) -> Option<Finding> {
+    let global = cfg.chained_runtime(None);
+    let own: Vec<String> = Engine::ALL
+        .into_iter()
+        .filter(|e| cfg.chained_runtime(Some(*e)) != global)
+        .map(|e| format!("{}: {}", e.name(), shown(cfg.chained_runtime(Some(e)))))
+        .collect();
+    if own.is_empty() {
+        return None;
+    }
+    Some(
+        Finding::info(
+            Check::Config,
+            format!(
+                "the runtime wrapper chains per engine ({}); this decision used runtime.path ({})",
+                own.join("; "),
+                shown(global)
+            ),
+        )
+        .with_fix("pass --engine docker|containerd|crio|podman to decide as that engine's wrapper"),
+    )
 }

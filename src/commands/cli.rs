@@ -91,7 +91,13 @@ at least one); 1 it is refused (on some host; with several, also when not judged
 container there: a skip is not runs); 2 bad usage or \
 unreadable input. Nodes of --nodes without GPU Feature Discovery labels are refused (\"no GPU \
 facts\"). --affinity exits 0 when the affinity is exact and admits a node; without --nodes it is \
-over node labels only and exact for every labelled node, or stricter and exits 1.")]
+over node labels only and exact for every labelled node, or stricter and exits 1.
+
+The runtime wrapper chains per engine (runtime.engines.ENGINE.path) and tells the engines apart \
+by the runtime root they pass it; --engine decides as that engine's wrapper. Without it the \
+global runtime.path is used, and when engines chain other runtimes an info finding names them. \
+A chained runtime that does not exist is a config error: the wrapper could start no container. \
+Under mode = \"audit\" the answer is what enforce would do (exit 1 for a refusal), and says so.")]
 pub struct CheckArgs {
     /// Bundle directory; reads DIR/config.json
     #[arg(long, value_name = "DIR")]
@@ -139,6 +145,12 @@ pub struct CheckArgs {
     /// Decide as this entry point would: the wrapper edits, the prestart hook only verifies
     #[arg(long, value_enum, default_value_t = CheckStage::Runtime)]
     pub stage: CheckStage,
+    /// Decide as the wrapper invoked by this engine would: it execs that engine's chain (runtime.engines.ENGINE.path, else runtime.path), and for containerd and crio the spec's CRI facts (namespace, pod, image) select security exceptions (not with --stage prestart: the hook believes none). Default: the global runtime.path, and no CRI facts believed
+    #[arg(long, value_enum, value_name = "ENGINE")]
+    pub engine: Option<Engine>,
+    /// With several hosts (--host repeated, --hosts, --nodes): the NVIDIA container toolkit config those hosts run (accept-nvidia-visible-devices-*). Default: NVIDIA's defaults; this host's file is never used for other hosts
+    #[arg(long, value_name = "FILE")]
+    pub nvidia_config: Option<PathBuf>,
 }
 
 /// `gpu-guard admission`: parsed here for the help and man page, served by

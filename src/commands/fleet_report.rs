@@ -80,6 +80,7 @@ pub fn main_with(cfg: &Config, case: Case, args: &CheckArgs, image: Option<&Imag
     if hosts.is_empty() && !args.affinity {
         return usage("no hosts: --hosts DIR holds no *.json file and --nodes lists no node");
     }
+    let cfg = &other_hosts(cfg, args);
     let subject = Subject::new(cfg, case);
     let results = subject.judge_all(&hosts);
     if args.affinity {
@@ -96,6 +97,20 @@ pub fn main_with(cfg: &Config, case: Case, args: &CheckArgs, image: Option<&Imag
         return print_decision(&one.decision, args.json);
     }
     print_fleet(&subject, args, &hosts, &results, image)
+}
+
+/// The policy for hosts other than this one: NVIDIA's toolkit settings
+/// (`detect.nvidia`, read from this host's file when the config was
+/// loaded) are those of `--nvidia-config FILE`, else NVIDIA's defaults,
+/// never this host's file: other hosts need not run NVIDIA's toolkit as
+/// this one does.
+fn other_hosts(cfg: &Config, args: &CheckArgs) -> Config {
+    let mut cfg = cfg.clone();
+    cfg.detect.nvidia = match &args.nvidia_config {
+        Some(p) => crate::host::nvidia_config::read(&p.to_string_lossy()),
+        None => Default::default(),
+    };
+    cfg
 }
 
 fn print_fleet(

@@ -83,12 +83,19 @@ fn prestart(config_flag: Option<&Path>) -> i32 {
         }
     };
     container.id = state.id;
-    let decision = decide(&Policy::load(config_flag), container, Stage::Verify);
-    if decision.verdict == Verdict::Refuse {
+    let policy = Policy::load(config_flag);
+    let decision = decide(&policy, container, Stage::Verify);
+    if refuses(&policy, &decision) {
         eprint!("{}", report::refusal(&decision));
         return EXIT_REFUSE;
     }
     0
+}
+
+/// Whether the hook refuses: the verdict says so, and the mode acts on it
+/// (under `mode = "audit"` the verdict is enforce's, logged, not acted on).
+fn refuses(policy: &Policy, d: &Decision) -> bool {
+    d.verdict == Verdict::Refuse && policy.mode() != Mode::Audit
 }
 
 /// A spec the hook cannot read (issue 10 B2): refused only when it names a
@@ -102,8 +109,8 @@ fn unreadable(
 ) -> i32 {
     let policy = Policy::load(config_flag);
     let decision = unreadable_spec(policy.mode(), id, error, mentions_gpu());
-    logging::record(&decision, &policy.syslog(), logging::Fallback::Stderr);
-    if decision.verdict == Verdict::Refuse {
+    log(&policy, &decision);
+    if refuses(&policy, &decision) {
         eprint!("{}", report::refusal(&decision));
         return EXIT_REFUSE;
     }
@@ -115,11 +122,24 @@ fn unreadable(
     0
 }
 
-/// Decides through the pipeline (no runtime is chained to a hook) and logs.
+/// Decides through the pipeline and logs. No runtime is chained to a
+/// hook, and a hook has no evidence of which engine runs the container
+/// (podman writes CRI-O's keys itself): its CRI facts are never believed.
 fn decide(policy: &Policy, container: Container, stage: Stage) -> Decision {
     let decision = pipeline::decide(policy, Case::new(container, stage), HostChoice::FromConfig);
-    logging::record(&decision, &policy.syslog(), logging::Fallback::Stderr);
+    log(policy, &decision);
     decision
+}
+
+/// Logs a decision; under `mode = "audit"` what enforce would refuse or
+/// edit, at warning level.
+fn log(policy: &Policy, d: &Decision) {
+    let fallback = logging::Fallback::Stderr;
+    if policy.mode() == Mode::Audit {
+        logging::record_audit(d, &policy.syslog(), fallback);
+    } else {
+        logging::record(d, &policy.syslog(), fallback);
+    }
 }
 
 fn precreate(config_flag: Option<&Path>) -> i32 {
@@ -133,6 +153,10 @@ fn precreate(config_flag: Option<&Path>) -> i32 {
     };
     let policy = Policy::load(config_flag);
     let decision = decide(&policy, spec.container.clone(), Stage::Edit);
+    if policy.mode() == Mode::Audit {
+        // Decided and logged; the config goes back byte for byte.
+        return write_stdout(&spec.bytes);
+    }
     let edits = if decision.verdict == Verdict::Refuse {
         if !has_gpu_guard_prestart(&spec.view) {
             eprint!("{}", report::refusal(&decision));

@@ -2,7 +2,9 @@
 
 use crate::commands::cli::{HostArgs, ProbeChildArgs};
 use crate::core::facts::{HostProblem, HostProblemKind, HostReport};
+use crate::core::runtime_engines::Engine;
 use crate::host::probe;
+use crate::pipeline::runtime::RuntimeProblem;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -60,11 +62,13 @@ fn host_command_inner(config: Option<&Path>, args: &HostArgs) -> Result<i32, Hos
     let loaded = crate::config::load_detailed(config)?;
     let cfg = &loaded.config;
     let report = probe(&cfg.host);
+    let chains = chain_problems(cfg);
     let Some(facts) = &report.facts else {
         if report.problems.is_empty() {
             eprintln!("gpu-guard: error: the probe failed");
         }
         print_problems(&report);
+        print_chain_problems(&chains);
         return Ok(EXIT_NO_FACTS);
     };
     if args.node_labels {
@@ -120,7 +124,41 @@ fn host_command_inner(config: Option<&Path>, args: &HostArgs) -> Result<i32, Hos
     for w in warnings {
         eprintln!("gpu-guard: warning: {w}");
     }
+    print_chain_problems(&chains);
+    if !chains.is_empty() {
+        // No container starts through the wrapper: as bad as a lost GPU.
+        return Ok(EXIT_HOST_ERROR);
+    }
     Ok(exit_status(&report))
+}
+
+/// The chained runtimes the config names (`runtime.path`, each
+/// `runtime.engines.ENGINE.path`) that cannot be run, each once.
+fn chain_problems(cfg: &crate::core::policy::Config) -> Vec<RuntimeProblem> {
+    let mut out: Vec<RuntimeProblem> = Vec::new();
+    let mut engines: Vec<Option<Engine>> = vec![None];
+    engines.extend(
+        Engine::ALL
+            .into_iter()
+            .filter(|e| cfg.runtime.engines.get(*e).path.is_some())
+            .map(Some),
+    );
+    for e in engines {
+        if e.is_none() && cfg.runtime.path.is_empty() {
+            continue;
+        }
+        if let Some(p) = crate::pipeline::runtime::chained_runtime_problem(cfg, e) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// A chained runtime that cannot be run, on stderr like every problem.
+fn print_chain_problems(chains: &[RuntimeProblem]) {
+    for p in chains {
+        eprintln!("gpu-guard: error: {} (fix: {})", p.message, p.fix);
+    }
 }
 
 /// `--node-labels [--write [--output PATH]]`: gpu-guard's node labels,
@@ -178,6 +216,7 @@ fn exit_status(report: &HostReport) -> i32 {
 fn problem_label(kind: &HostProblemKind) -> &'static str {
     match kind {
         HostProblemKind::NoDriver | HostProblemKind::ProbeFailed => "error",
+        HostProblemKind::Untrusted => "error",
         HostProblemKind::GpuLost { .. } => "error",
         HostProblemKind::Degraded => "warning",
     }

@@ -145,6 +145,11 @@ pub struct Container {
     /// The OCI runtime the runtime wrapper execs for this container, when
     /// known: NVIDIA's runtime there acts on the env's GPU requests.
     pub chained_runtime: Option<String>,
+    /// The CRI runtime that made the container, known from outside its
+    /// spec (the runtime root the engine invoked the wrapper with); None
+    /// elsewhere (the hooks, `check` without `--engine`). Only then are
+    /// the spec's CRI facts believed (core::cri_facts).
+    pub cri_runtime: Option<crate::core::cri_facts::CriRuntime>,
     /// The caller judges the container as run with GPUs attached (`check
     /// --env` with no spec, like `docker run --gpus`): env requests count
     /// without an attach signal in a spec.
@@ -152,6 +157,17 @@ pub struct Container {
 }
 
 impl Container {
+    /// The facts its CRI runtime recorded, as far as they are believed
+    /// (core::cri_facts: only with `cri_runtime` known).
+    pub fn cri_facts(&self) -> crate::core::cri_facts::CriFacts {
+        crate::core::cri_facts::trusted(&self.annotations, self.cri_runtime)
+    }
+
+    /// Why its CRI keys cannot all be its runtime's own, if they cannot.
+    pub fn cri_conflict(&self) -> Option<String> {
+        crate::core::cri_facts::conflict(&self.annotations, self.cri_runtime)
+    }
+
     /// A container described by its environment alone (`check --env`):
     /// there is no spec to say what attaches GPUs, so it is judged as run
     /// with GPUs attached (`docker run --gpus` would).

@@ -80,7 +80,9 @@ fn device_findings(det: &Detection, facts: &HostFacts, out: &mut Vec<Finding>) -
 fn host_findings(host: &HostReport, visible: &[&Gpu], cfg: &Config, out: &mut Vec<Finding>) {
     for p in &host.problems {
         let f = match &p.kind {
-            HostProblemKind::NoDriver => Finding::error(Check::Host, p.message.clone()),
+            HostProblemKind::NoDriver | HostProblemKind::Untrusted => {
+                Finding::error(Check::Host, p.message.clone())
+            }
             HostProblemKind::ProbeFailed => match cfg.host.on_probe_failure {
                 OnFailure::Refuse => Finding::error(Check::Host, p.message.clone()),
                 OnFailure::Allow => Finding::warning(
@@ -240,24 +242,38 @@ pub fn security_only(c: &Container, gpu: bool, cfg: &Config, stage: Stage) -> De
 
 /// Sets the verdict from the findings and the mode.
 fn finish(d: &mut Decision, cfg: &Config) {
+    if cfg.mode == Mode::Audit {
+        d.findings.push(audit_note());
+    }
     if !d.has_errors() {
         d.verdict = Verdict::Allow;
         return;
     }
-    match cfg.mode {
-        Mode::Enforce => {
-            d.verdict = Verdict::Refuse;
-            // A refused container is never created; edits would mislead.
-            d.withheld_edits = std::mem::take(&mut d.edits);
-        }
-        _ => {
-            d.verdict = Verdict::Allow;
-            d.findings.push(Finding::info(
-                Check::Config,
-                "mode = \"warn\": gpu-guard would refuse this container; it starts anyway",
-            ));
-        }
+    if cfg.mode.refuses() {
+        d.verdict = Verdict::Refuse;
+        // A refused container is never created; edits would mislead.
+        d.withheld_edits = std::mem::take(&mut d.edits);
+    } else {
+        d.verdict = Verdict::Allow;
+        d.findings.push(warn_note("container", "starts"));
     }
+}
+
+/// Under `mode = "audit"` the verdict and edits are enforce's, and nothing
+/// acts on them: every decision says so.
+pub fn audit_note() -> Finding {
+    Finding::info(
+        Check::Config,
+        "mode = \"audit\": this is what enforce would do; gpu-guard only logs it, refuses nothing and changes nothing",
+    )
+}
+
+/// Under `mode = "warn"`: what enforce would have refused still `starts`.
+fn warn_note(what: &str, starts: &str) -> Finding {
+    Finding::info(
+        Check::Config,
+        format!("mode = \"warn\": gpu-guard would refuse this {what}; it {starts} anyway"),
+    )
 }
 
 /// The decision for a GPU container when the config itself is unusable:
@@ -284,8 +300,9 @@ pub fn config_error(error: &str, path: &std::path::Path, c: &Container, gpu: boo
 /// The decision for a spec (or exec process file) gpu-guard cannot read
 /// (issue 10 B2): runc may still run it, so it is decided from what is
 /// certain. A file that mentions a GPU request is refused under `mode =
-/// "enforce"`, naming the error; under "warn" (or "audit") the refusal is
-/// logged and the container starts. Any other file is none of gpu-guard's
+/// "enforce"` (and under "audit" the verdict says so, which the entry
+/// points log without acting on), naming the error; under "warn" the
+/// refusal is logged and the container starts. Any other file is none of gpu-guard's
 /// business: the verdict is skip and the caller stands aside.
 pub fn unreadable_spec(
     mode: Mode,
@@ -309,14 +326,14 @@ pub fn unreadable_spec(
         )
         .with_fix("write config.json as plain JSON (runc's own encoder output), or report the spec to gpu-guard's maintainers"),
     );
-    if mode == Mode::Enforce {
+    if mode.refuses() {
         d.verdict = Verdict::Refuse;
     } else {
         d.verdict = Verdict::Allow;
-        d.findings.push(Finding::info(
-            Check::Config,
-            "mode = \"warn\": gpu-guard would refuse this container; it starts anyway",
-        ));
+        d.findings.push(warn_note("container", "starts"));
+    }
+    if mode == Mode::Audit {
+        d.findings.push(audit_note());
     }
     d
 }

@@ -77,7 +77,10 @@ pub fn flags_decision(target: &Target, change: &ExecChange, cfg: &Config) -> Opt
     }
     let none = Container::default();
     let c = target.container.unwrap_or(&none);
-    let (profile, _) = security::profile_for(c, &cfg.security, &cfg.capability_allowlist());
+    let (profile, exception) = security::profile_for(c, &cfg.security, &cfg.capability_allowlist());
+    if let Some((i, ex, _)) = exception.filter(|(_, e, _)| e.allow_privileged) {
+        return Some(privileged_exception(target, change, i, &ex.describe()));
+    }
     let mut findings = Vec::new();
     let outside: Vec<String> = change
         .caps
@@ -127,6 +130,42 @@ pub fn flags_decision(target: &Target, change: &ExecChange, cfg: &Config) -> Opt
     (!findings.is_empty()).then(|| verdict(target.gpu, target.id.clone(), findings, cfg))
 }
 
+/// The decision for exec flags into a container whose exception lets it
+/// run privileged (`allow_privileged = true`): what the container may be,
+/// its execs may add, so the flags are not held to a profile (`--cap`,
+/// `--no-new-privs=false`, `--user 0` and labels, as `docker exec
+/// --privileged` into it would get); a warning names the exception. At
+/// create such a container is left untouched only when it is privileged,
+/// as here an exec cannot be narrowed, only refused, and refusing less
+/// than the privileged exec the exception allows would protect nothing.
+fn privileged_exception(target: &Target, change: &ExecChange, i: usize, which: &str) -> Decision {
+    let mut flags: Vec<String> = change
+        .caps
+        .iter()
+        .map(|c| format!("--cap {}", esc(c)))
+        .collect();
+    if let Some(nnp) = change.no_new_privs {
+        flags.push(format!("--no-new-privs={nnp}"));
+    }
+    flags.extend(change.labels.iter().map(|(f, v)| format!("{f} {}", esc(v))));
+    if let Some(uid) = change.uid {
+        flags.push(format!("--user {uid}"));
+    }
+    let mut d = Decision::skip();
+    d.container_id = target.id.clone();
+    d.gpu_container = target.gpu;
+    d.verdict = Verdict::Allow;
+    d.findings.push(Finding::warning(
+        Check::Security,
+        format!(
+            "runc exec {} is allowed: security.exceptions[{i}] ({}) lets the container run privileged, so its execs are not held to a security profile",
+            flags.join(" "),
+            esc(which)
+        ),
+    ));
+    d
+}
+
 /// `--process-label` and `--apparmor` other than the container's own.
 fn label_findings(target: &Target, change: &ExecChange) -> Vec<Finding> {
     let mut out = Vec::new();
@@ -160,7 +199,7 @@ fn verdict(gpu: bool, id: Option<String>, findings: Vec<Finding>, cfg: &Config) 
     d.container_id = id;
     d.gpu_container = gpu;
     d.findings = findings;
-    if cfg.mode == Mode::Enforce {
+    if cfg.mode.refuses() {
         d.verdict = Verdict::Refuse;
     } else {
         d.verdict = Verdict::Allow;
@@ -168,6 +207,9 @@ fn verdict(gpu: bool, id: Option<String>, findings: Vec<Finding>, cfg: &Config) 
             Check::Config,
             "mode = \"warn\": gpu-guard would refuse this exec; it runs anyway",
         ));
+    }
+    if cfg.mode == Mode::Audit {
+        d.findings.push(crate::core::decide::audit_note());
     }
     d
 }
@@ -186,6 +228,7 @@ pub fn process_decision(process: &Container, target: &Target, cfg: &Config) -> O
     let mut c = process.clone();
     if let Some(own) = target.container {
         c.annotations = own.annotations.clone();
+        c.cri_runtime = own.cri_runtime;
     }
     let mut d = crate::core::decide::security_only(&c, gpu, cfg, Stage::Edit);
     if gpu && d.verdict != Verdict::Refuse {
@@ -265,7 +308,8 @@ mod tests {
     }
 
     /// A container in namespace `ops` whose exception grants `docker-default`
-    /// (which keeps CAP_NET_RAW), under the `restricted` default profile.
+    /// (which keeps CAP_NET_RAW), under the `restricted` default profile,
+    /// made by containerd as the wrapper's runtime root tells.
     fn restricted_with_exception() -> (Config, Container) {
         let mut cfg = Config::default();
         cfg.security.profile = "restricted".into();
@@ -274,7 +318,10 @@ mod tests {
             profile: Some("docker-default".into()),
             ..Default::default()
         });
-        let mut c = Container::default();
+        let mut c = Container {
+            cri_runtime: Some(crate::core::cri_facts::CriRuntime::Containerd),
+            ..Default::default()
+        };
         for (k, v) in [
             ("io.kubernetes.cri.container-type", "container"),
             ("io.kubernetes.cri.sandbox-namespace", "ops"),
@@ -310,6 +357,46 @@ mod tests {
         let d = flags_decision(&target, &change, &cfg).unwrap();
         assert_eq!(d.verdict, Verdict::Refuse);
         assert!(d.findings[0].message.contains("`restricted`"), "{d:?}");
+    }
+
+    #[test]
+    fn an_allow_privileged_exception_lets_exec_flags_through_with_a_warning() {
+        let (mut cfg, mut c) = restricted_with_exception();
+        c.cri_runtime = Some(crate::core::cri_facts::CriRuntime::Containerd);
+        cfg.security.exceptions[0].allow_privileged = true;
+        let change = ExecChange {
+            caps: vec!["CAP_SYS_ADMIN".into()],
+            no_new_privs: Some(false),
+            uid: Some(0),
+            ..Default::default()
+        };
+        let target = Target {
+            id: None,
+            container: Some(&c),
+            own_labels: None,
+            gpu: true,
+        };
+        let d = flags_decision(&target, &change, &cfg).unwrap();
+        assert_eq!(d.verdict, Verdict::Allow, "{d:?}");
+        assert!(
+            d.findings[0].message.contains("security.exceptions[0]"),
+            "{d:?}"
+        );
+        assert!(
+            d.findings[0].message.contains("--cap CAP_SYS_ADMIN"),
+            "{d:?}"
+        );
+        // The same container without evidence of its CRI runtime: held to
+        // restricted, refused.
+        c.cri_runtime = None;
+        let target = Target {
+            id: None,
+            container: Some(&c),
+            own_labels: None,
+            gpu: true,
+        };
+        let d = flags_decision(&target, &change, &cfg).unwrap();
+        assert_eq!(d.verdict, Verdict::Refuse, "{d:?}");
     }
 
     #[test]

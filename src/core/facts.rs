@@ -147,6 +147,10 @@ pub enum HostProblemKind {
     GpuLost { index: u32 },
     /// Facts are partial (NVML missing, device nodes missing): a warning.
     Degraded,
+    /// The configured facts file (`host.facts_file`) could have been
+    /// written by someone other than root: facts that decide what starts
+    /// are not taken from it, whatever `host.on_probe_failure` says.
+    Untrusted,
 }
 
 impl HostReport {

@@ -9,6 +9,7 @@ pub mod capability;
 pub mod compat;
 pub mod compat_check;
 pub mod container;
+pub mod cri_facts;
 pub mod cuda_tables;
 pub mod decide;
 pub mod decision;

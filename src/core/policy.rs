@@ -15,7 +15,8 @@ use std::path::PathBuf;
 
 /// The top-level `mode`: what the whole decision does. Not an
 /// [`Enforcement`]: it also says whether edits are applied (`warn` still
-/// applies them, `off` does nothing at all).
+/// applies them, `audit` decides as enforce and changes nothing, `off`
+/// does nothing at all).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
@@ -23,8 +24,31 @@ pub enum Mode {
     Enforce,
     /// Log what enforce would refuse, start the container anyway, still apply edits.
     Warn,
+    /// Decide as enforce would and log it (what would be refused, what
+    /// would be edited); the entry points refuse nothing and change
+    /// nothing: the first step of a rollout (README, "Rolling out").
+    Audit,
     /// Do nothing at all.
     Off,
+}
+
+impl Mode {
+    /// Whether a decision's verdict is enforce's: refused on errors.
+    /// Under `audit` it is, so `check` and the logs say what enforce would
+    /// do; the entry points then do not act on it.
+    pub fn refuses(self) -> bool {
+        matches!(self, Mode::Enforce | Mode::Audit)
+    }
+
+    /// The mode's name as config.toml spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Enforce => "enforce",
+            Mode::Warn => "warn",
+            Mode::Audit => "audit",
+            Mode::Off => "off",
+        }
+    }
 }
 
 /// `host.on_probe_failure`, `security.privileged`: refuse the container,

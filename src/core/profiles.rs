@@ -9,13 +9,13 @@
 //!
 //! Exceptions select by facts the container cannot forge: the Kubernetes
 //! namespace, pod name and image that the CRI runtime writes into the OCI
-//! spec itself, never an env var or an annotation a pod author chooses
-//! (see [`CriFacts`]).
-
-use std::collections::BTreeMap;
+//! spec itself, believed only when the runtime that made the container is
+//! known from outside the spec; never an env var or an annotation a pod
+//! author chooses (see [`crate::core::cri_facts`]).
 
 use crate::core::capability;
 use crate::core::container::Container;
+pub use crate::core::cri_facts::CriFacts;
 use crate::core::policy::{Config, Exception, ProfileDef, SecurityConfig};
 
 /// Docker's default capabilities (moby oci/caps/defaults.go,
@@ -227,77 +227,6 @@ pub fn validate(sec: &SecurityConfig) -> Result<(), String> {
     Ok(())
 }
 
-/// The facts about a Kubernetes container that its CRI runtime wrote into
-/// the spec. `None` where the runtime did not record it, or where the
-/// spec's annotations do not tell one runtime's keys from the other's.
-///
-/// Trust: containerd writes `io.kubernetes.cri.*` with
-/// `DefaultCRIAnnotations` after the pass-through annotations, so its
-/// values win over a pod annotation of the same key
-/// (internal/cri/server/container_create.go `buildLinuxSpec`, containerd
-/// 1.7 and 2.x; pkg/cri/server/container_create_linux.go in 1.6), and a
-/// pod annotation reaches the spec only when the runtime's
-/// `pod_annotations` / `container_annotations` patterns list it.
-/// `gpu-guard install containerd` never lists `io.kubernetes.*` there.
-/// CRI-O writes every ContainerConfig annotation, then the kubelet's
-/// container labels (`io.kubernetes.pod.namespace`, `io.kubernetes.pod.name`
-/// from pkg/kubelet/kuberuntime/labels.go), then its own
-/// `io.kubernetes.cri-o.*` keys (server/container_create_linux.go); the
-/// kubelet fills ContainerConfig annotations itself, never from pod
-/// annotations. So the facts are as trustworthy as the kubelet and the
-/// engine's own config.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct CriFacts {
-    pub namespace: Option<String>,
-    pub pod: Option<String>,
-    pub image: Option<String>,
-    pub handler: Option<String>,
-}
-
-/// containerd's keys (internal/cri/annotations/annotations.go).
-pub const CONTAINERD_CONTAINER_TYPE: &str = "io.kubernetes.cri.container-type";
-pub const CONTAINERD_NAMESPACE: &str = "io.kubernetes.cri.sandbox-namespace";
-pub const CONTAINERD_POD: &str = "io.kubernetes.cri.sandbox-name";
-pub const CONTAINERD_IMAGE: &str = "io.kubernetes.cri.image-name";
-/// CRI-O's keys (pkg/annotations, and the kubelet's container labels).
-pub const CRIO_CONTAINER_TYPE: &str = "io.kubernetes.cri-o.ContainerType";
-pub const CRIO_NAMESPACE: &str = "io.kubernetes.pod.namespace";
-pub const CRIO_POD: &str = "io.kubernetes.pod.name";
-pub const CRIO_IMAGE: &str = "io.kubernetes.cri-o.ImageName";
-/// CRI-O writes the handler on the pod sandbox's spec
-/// (server/sandbox_run_linux.go `g.AddAnnotation(annotations.RuntimeHandler, ...)`);
-/// a workload container's spec may not carry it, so a `handler` selector
-/// matches only where it does.
-pub const CRIO_HANDLER: &str = "io.kubernetes.cri-o.RuntimeHandler";
-
-impl CriFacts {
-    pub fn from_annotations(a: &BTreeMap<String, String>) -> CriFacts {
-        let get = |k: &str| a.get(k).filter(|v| !v.is_empty()).cloned();
-        let containerd = a.contains_key(CONTAINERD_CONTAINER_TYPE);
-        let crio = a.contains_key(CRIO_CONTAINER_TYPE);
-        match (containerd, crio) {
-            (true, false) => CriFacts {
-                namespace: get(CONTAINERD_NAMESPACE),
-                pod: get(CONTAINERD_POD),
-                image: get(CONTAINERD_IMAGE),
-                // containerd records no handler in a container's spec
-                // (`io.containerd.cri.runtime-handler` is a pod annotation
-                // a pod author sets), so a handler selector never matches.
-                handler: None,
-            },
-            (false, true) => CriFacts {
-                namespace: get(CRIO_NAMESPACE),
-                pod: get(CRIO_POD),
-                image: get(CRIO_IMAGE),
-                handler: get(CRIO_HANDLER),
-            },
-            // Neither: not a Kubernetes container. Both: one runtime's
-            // keys came from somewhere else; trust neither.
-            _ => CriFacts::default(),
-        }
-    }
-}
-
 /// `*` any run of characters, `?` one character, anything else itself.
 pub fn glob_match(pattern: &str, s: &str) -> bool {
     let p: Vec<char> = pattern.chars().collect();
@@ -360,7 +289,7 @@ pub fn matching_exception<'a>(
     if sec.exceptions.is_empty() {
         return None;
     }
-    let facts = CriFacts::from_annotations(&c.annotations);
+    let facts = c.cri_facts();
     sec.exceptions
         .iter()
         .enumerate()
@@ -386,28 +315,5 @@ mod tests {
         ));
         assert!(glob_match("*a*b", "xxaxxb"));
         assert!(!glob_match("*a*b", "xxaxxbc"));
-    }
-
-    #[test]
-    fn facts_need_one_runtime() {
-        let mut a = BTreeMap::new();
-        a.insert(CONTAINERD_NAMESPACE.to_string(), "gpu-operator".to_string());
-        assert_eq!(CriFacts::from_annotations(&a), CriFacts::default());
-        a.insert(
-            CONTAINERD_CONTAINER_TYPE.to_string(),
-            "container".to_string(),
-        );
-        assert_eq!(
-            CriFacts::from_annotations(&a).namespace.as_deref(),
-            Some("gpu-operator")
-        );
-        // CRI-O's key under containerd is not read.
-        a.insert(CRIO_NAMESPACE.to_string(), "kube-system".to_string());
-        assert_eq!(
-            CriFacts::from_annotations(&a).namespace.as_deref(),
-            Some("gpu-operator")
-        );
-        a.insert(CRIO_CONTAINER_TYPE.to_string(), "container".to_string());
-        assert_eq!(CriFacts::from_annotations(&a), CriFacts::default());
     }
 }

@@ -133,6 +133,58 @@ pub fn refusal_line(d: &Decision) -> String {
     one_line(&format!("gpu-guard refused {who}: {}", parts.join("; ")))
 }
 
+/// The one line a decision under `mode = "audit"` is logged as (syslog and
+/// the runtime's `--log`, at warning level): what enforce would refuse, or
+/// the edits it would make, and that nothing was done. None for a decision
+/// enforce would neither refuse nor change (logged as usual).
+pub fn audit_line(d: &Decision) -> Option<String> {
+    let edits = if d.verdict == Verdict::Refuse {
+        &d.withheld_edits
+    } else {
+        &d.edits
+    };
+    let line = match d.verdict {
+        Verdict::Refuse => {
+            refusal_line(d).replacen("gpu-guard refused", "gpu-guard would refuse", 1)
+        }
+        _ if !edits.is_empty() => {
+            let who = match &d.container_id {
+                Some(id) => format!("container {}", esc(id)),
+                None => "the container".to_string(),
+            };
+            format!("gpu-guard would edit {who}:{}", edits_words(edits))
+        }
+        _ => return None,
+    };
+    Some(one_line(&format!(
+        "audit: {line}; mode = \"audit\": nothing was refused or changed"
+    )))
+}
+
+/// ` env+=A,B caps-=X nnp=true rlimits=R`, the edits in log-line words.
+fn edits_words(e: &crate::core::decision::Edits) -> String {
+    let mut s = String::new();
+    if !e.env.is_empty() {
+        let vars: Vec<String> = e
+            .env
+            .iter()
+            .map(|(k, v)| format!("{}={}", esc(k), esc(v.as_str().unwrap_or_default())))
+            .collect();
+        let _ = write!(s, " env+={}", vars.join(","));
+    }
+    if !e.capabilities_dropped.is_empty() {
+        let _ = write!(s, " caps-={}", e.capabilities_dropped.join(","));
+    }
+    if e.no_new_privileges {
+        s.push_str(" nnp=true");
+    }
+    if !e.rlimits.is_empty() {
+        let r: Vec<&str> = e.rlimits.keys().map(String::as_str).collect();
+        let _ = write!(s, " rlimits={}", r.join(","));
+    }
+    s
+}
+
 /// The syslog line for a decision worth logging.
 pub fn log_line(d: &Decision) -> String {
     let id = d

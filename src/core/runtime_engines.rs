@@ -28,8 +28,12 @@
 //! Matching is component-wise: `/run/gpu-guard/crio2` is not under
 //! `/run/gpu-guard/crio`.
 
+use crate::core::cri_facts::CriRuntime;
 use serde::{Deserialize, Serialize};
 use std::path::{Component, Path, PathBuf};
+
+/// The containerd namespace of containers the CRI plugin makes.
+const CRI_NAMESPACE: &str = "k8s.io";
 
 /// A container engine gpu-guard registers with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -173,6 +177,26 @@ impl Engines {
             .find(|e| self.roots(*e).iter().any(|r| root_is_under(root, r)))
     }
 
+    /// The CRI runtime that made a container, from the root the wrapper
+    /// was invoked with (`--root`): CRI-O's root; containerd's root joined
+    /// with the CRI plugin's own namespace `k8s.io` (containerd
+    /// pkg/cri/constants `K8sContainerdNamespace`; other namespaces are
+    /// `ctr`, nerdctl or docker, whose users choose annotations freely).
+    pub fn cri_runtime(&self, root: &Path) -> Option<CriRuntime> {
+        match self.engine_for_root(root)? {
+            Engine::Crio => Some(CriRuntime::Crio),
+            Engine::Containerd => {
+                let comps = normal(root)?;
+                let in_k8s = comps.last().is_some_and(|n| *n == CRI_NAMESPACE);
+                let below = self.roots(Engine::Containerd).iter().any(|r| {
+                    normal(r).is_some_and(|p| comps.len() == p.len() + 1 && comps.starts_with(&p))
+                });
+                (in_k8s && below).then_some(CriRuntime::Containerd)
+            }
+            Engine::Docker | Engine::Podman => None,
+        }
+    }
+
     /// Checks what serde cannot: roots are absolute and no engine's root
     /// lies under another's (one root, one engine).
     pub fn validate(&self) -> Result<(), String> {
@@ -244,6 +268,28 @@ mod tests {
             ("/", None),
         ] {
             assert_eq!(e.engine_for_root(Path::new(root)), want, "{root}");
+        }
+    }
+
+    #[test]
+    fn only_the_cri_roots_vouch_for_cri_facts() {
+        let e = Engines::default();
+        for (root, want) in [
+            (
+                "/run/gpu-guard/containerd/k8s.io",
+                Some(CriRuntime::Containerd),
+            ),
+            ("/run/containerd/runc/k8s.io", Some(CriRuntime::Containerd)),
+            // ctr's and nerdctl's namespace, and a root with no namespace.
+            ("/run/gpu-guard/containerd/default", None),
+            ("/run/containerd/runc/moby", None),
+            ("/run/gpu-guard/containerd", None),
+            ("/run/gpu-guard/containerd/x/k8s.io", None),
+            ("/run/gpu-guard/crio", Some(CriRuntime::Crio)),
+            ("/var/run/docker/runtime-runc/moby", None),
+            ("/run/runc/k8s.io", None),
+        ] {
+            assert_eq!(e.cri_runtime(Path::new(root)), want, "{root}");
         }
     }
 

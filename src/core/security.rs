@@ -63,6 +63,9 @@ type Extra = Vec<(&'static str, Vec<String>)>;
 /// container be privileged); the plan then says which entry applied.
 pub fn plan(c: &Container, cfg: &SecurityConfig, allow: &[String], stage: Stage) -> Plan {
     let mut p = Plan::default();
+    if let Some(why) = c.cri_conflict() {
+        p.findings.push(conflict_finding(c, &why));
+    }
     let (profile, exception) = profile_for(c, cfg, allow);
     if let Some((i, ex, _)) = &exception {
         p.findings.push(Finding::info(
@@ -160,7 +163,7 @@ pub fn profile_for<'a>(
 /// How to exempt this container: a `[[security.exceptions]]` entry for its
 /// namespace when the CRI runtime recorded one, else the general shape.
 fn exception_hint(c: &Container, grant: &str) -> String {
-    let facts = profiles::CriFacts::from_annotations(&c.annotations);
+    let facts = c.cri_facts();
     match &facts.namespace {
         Some(ns) => format!(
             "add a scoped exception to the gpu-guard config: [[security.exceptions]] namespace = \"{}\" {grant}",
@@ -170,6 +173,20 @@ fn exception_hint(c: &Container, grant: &str) -> String {
             "for Kubernetes pods, add a scoped exception to the gpu-guard config: [[security.exceptions]] namespace = \"NAMESPACE\" {grant}"
         ),
     }
+}
+
+/// The error for a spec whose CRI keys cannot all be the runtime's own
+/// (core::cri_facts::conflict): someone else wrote some of them, so the
+/// container is refused rather than judged on facts nobody can vouch for.
+fn conflict_finding(c: &Container, why: &str) -> Finding {
+    let rt = c.cri_runtime.map_or("the CRI runtime", |r| r.name());
+    Finding::error(
+        Check::Security,
+        format!(
+            "the container's annotations carry both containerd's and CRI-O's Kubernetes keys, and they disagree: {why}; keys {rt} did not write cannot select a security exception"
+        ),
+    )
+    .with_fix("remove the other runtime's io.kubernetes.* annotations from the pod, and any pod_annotations / container_annotations pattern of the runtime that passes them through")
 }
 
 /// The error for uid 0 under a profile that refuses root.

@@ -146,7 +146,7 @@ fn first_unknown_term(
 /// Refuses as the core does with its own errors: in enforce mode the
 /// verdict and the withheld edits, in warn mode a note that it starts anyway.
 fn refuse_by_mode(d: &mut Decision, mode: Mode) {
-    if mode == Mode::Enforce {
+    if mode.refuses() {
         d.verdict = Verdict::Refuse;
         d.withheld_edits = std::mem::take(&mut d.edits);
     } else if !d

@@ -113,7 +113,10 @@ impl Answer {
                 .map(|p| WireProblem {
                     kind: match p.kind {
                         HostProblemKind::NoDriver => WireKind::NoDriver,
-                        HostProblemKind::ProbeFailed => WireKind::ProbeFailed,
+                        // The child reads no facts file: never sent.
+                        HostProblemKind::ProbeFailed | HostProblemKind::Untrusted => {
+                            WireKind::ProbeFailed
+                        }
                         HostProblemKind::GpuLost { index } => WireKind::GpuLost { index },
                         HostProblemKind::Degraded => WireKind::Degraded,
                     },

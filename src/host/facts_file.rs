@@ -1,5 +1,12 @@
 //! Host facts from a file (`check --host FILE`, config `host.facts_file`):
 //! the design's host facts JSON, read with a size bound.
+//!
+//! `host.facts_file` decides what starts on this host, as the config does,
+//! so it is read under the config's trust rules
+//! ([`crate::sys::policy_file`]: owned by root or the effective uid, not
+//! writable by group or others, a regular file, bounded; README,
+//! "Configuration"): [`ConfiguredFactsFile`]. A file named on `check`'s
+//! command line is the caller's own input: [`FactsFile`].
 
 use crate::core::facts::{HostFacts, HostProblem, HostProblemKind, HostReport, HostSource};
 use std::path::{Path, PathBuf};
@@ -37,6 +44,57 @@ pub fn read_facts_file(path: &Path) -> Result<HostFacts, FactsFileError> {
         path: path.to_path_buf(),
         source,
     })
+}
+
+/// `host.facts_file` as a host source: read as policy. One that others
+/// could have written is an `Untrusted` host problem (GPU containers are
+/// refused, naming the file and the fix); one that cannot be read is a
+/// probe failure, as for [`FactsFile`].
+pub struct ConfiguredFactsFile(pub PathBuf);
+
+impl HostSource for ConfiguredFactsFile {
+    fn report(&self) -> HostReport {
+        use crate::sys::policy_file::{read_policy_file, PolicyFileError};
+        let source = format!("facts file {}", self.0.display());
+        let problem = |kind, message: String| {
+            HostReport::failed(
+                source.clone(),
+                HostProblem {
+                    kind,
+                    message,
+                    fix: Some(format!(
+                        "fix or remove host.facts_file in the gpu-guard config (it points at {})",
+                        self.0.display()
+                    )),
+                },
+            )
+        };
+        let text = match read_policy_file(&self.0, MAX_FACTS_FILE) {
+            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            Err(PolicyFileError::Untrusted(m)) => {
+                return problem(
+                    HostProblemKind::Untrusted,
+                    format!("host facts file (host.facts_file) not trusted: {m}"),
+                )
+            }
+            Err(e) => {
+                return problem(
+                    HostProblemKind::ProbeFailed,
+                    format!("cannot read host facts file {}: {e}", self.0.display()),
+                )
+            }
+        };
+        match HostFacts::from_json(&text) {
+            Ok(facts) => HostReport::from_facts(facts, source),
+            Err(e) => problem(
+                HostProblemKind::ProbeFailed,
+                format!(
+                    "host facts file {} is not valid host facts JSON: {e}",
+                    self.0.display()
+                ),
+            ),
+        }
+    }
 }
 
 /// A facts file as a host source: an unreadable file is a probe failure, so

@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 
 use crate::core::facts::{HostFacts, HostProblem, HostProblemKind, HostReport, HostSource};
 use crate::core::policy::HostConfig;
-use crate::host::facts_file::FactsFile;
+use crate::host::facts_file::ConfiguredFactsFile;
 
 /// TEST ONLY overrides of the host paths the probe reads, for end-to-end
 /// tests of the binary with fake trees: `/proc/driver/nvidia`, `/dev`, the
@@ -118,7 +118,7 @@ pub fn probe(cfg: &HostConfig) -> HostReport {
 /// no-driver case with fake trees).
 pub fn probe_with(cfg: &HostConfig, paths: &ProbePaths) -> HostReport {
     if !cfg.facts_file.is_empty() {
-        return FactsFile(PathBuf::from(&cfg.facts_file)).report();
+        return ConfiguredFactsFile(PathBuf::from(&cfg.facts_file)).report();
     }
     // The driver side of the cache key, read once; also reused to show the
     // loaded kernel module when NVML hangs.

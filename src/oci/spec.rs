@@ -503,6 +503,7 @@ impl SpecView {
             uid: process.uid,
             rootfs: rootfs(self.root.as_ref().map(|r| r.path.as_str()), bundle),
             chained_runtime: None,
+            cri_runtime: None,
             assume_attached: false,
         }
     }

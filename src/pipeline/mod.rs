@@ -25,6 +25,7 @@ pub use scans::Scans;
 
 use crate::config::ConfigError;
 use crate::core::container::Container;
+use crate::core::cri_facts::CriRuntime;
 use crate::core::decide::{self, Inputs};
 use crate::core::decision::Decision;
 use crate::core::detect::{self, Detection};
@@ -46,6 +47,10 @@ pub struct Case {
     /// Scans already made; by default each is read from the container's
     /// rootfs when a host needs it.
     pub scans: Scans,
+    /// The CRI runtime that made the container, as evidence from outside
+    /// its spec knows it (the wrapper's runtime root, `check --engine`);
+    /// None: the spec's CRI facts are not believed (core::cri_facts).
+    pub cri: Option<CriRuntime>,
 }
 
 impl Case {
@@ -56,7 +61,13 @@ impl Case {
             stage,
             runtime: None,
             scans: Scans::default(),
+            cri: None,
         }
+    }
+
+    pub fn with_cri(mut self, cri: Option<CriRuntime>) -> Case {
+        self.cri = cri;
+        self
     }
 
     pub fn with_runtime(mut self, runtime: Option<PathBuf>) -> Case {
@@ -119,7 +130,8 @@ pub fn decide(policy: &Policy, case: Case, host: HostChoice) -> Decision {
 /// The decision under a config that cannot be used.
 fn refused_for_config(e: &ConfigError, detect_cfg: &DetectConfig, case: Case) -> Decision {
     let runtime = case.runtime.as_deref();
-    let (container, detection) = classify(case.container, runtime, detect_cfg);
+    let (mut container, detection) = classify(case.container, runtime, detect_cfg);
+    container.cri_runtime = case.cri;
     decide::config_error(&e.to_string(), &e.path, &container, detection.gpu)
 }
 
@@ -137,7 +149,8 @@ pub struct Judge<'c> {
 impl<'c> Judge<'c> {
     pub fn new(config: &'c Config, case: Case) -> Judge<'c> {
         let runtime = case.runtime.as_deref();
-        let (container, detection) = classify(case.container, runtime, &config.detect);
+        let (mut container, detection) = classify(case.container, runtime, &config.detect);
+        container.cri_runtime = case.cri;
         Judge {
             config,
             container,

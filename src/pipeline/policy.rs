@@ -6,6 +6,7 @@
 
 use crate::config::{self, ConfigError};
 use crate::core::policy::{Config, DetectConfig, Mode, Syslog};
+use crate::core::runtime_engines::{Engine, Engines};
 use std::path::Path;
 
 /// The config, or why there is none to use.
@@ -21,6 +22,8 @@ struct Unusable {
     mode: Mode,
     /// GPU containers are recognised by the built-in detection rules.
     detect: DetectConfig,
+    /// Engines are told apart by their default runtime roots.
+    engines: Engines,
 }
 
 impl Policy {
@@ -41,6 +44,7 @@ impl Policy {
             error,
             mode: Mode::Enforce,
             detect: DetectConfig::default(),
+            engines: Engines::default(),
         }))
     }
 
@@ -72,10 +76,21 @@ impl Policy {
         }
     }
 
-    /// `runtime.path`: the runtime the wrapper chains (empty: search PATH).
-    pub fn runtime_path(&self) -> &str {
+    /// The per-engine runtime roots and chains (`[runtime.engines]`); the
+    /// defaults under an invalid config.
+    pub fn engines(&self) -> &Engines {
         match &self.0 {
-            Ok(c) => &c.runtime.path,
+            Ok(c) => &c.runtime.engines,
+            Err(u) => &u.engines,
+        }
+    }
+
+    /// The runtime the wrapper chains for `engine` (None: not known):
+    /// `runtime.engines.ENGINE.path`, else `runtime.path`; `""` (and under
+    /// an invalid config): search PATH.
+    pub fn chained_runtime(&self, engine: Option<Engine>) -> &str {
+        match &self.0 {
+            Ok(c) => c.chained_runtime(engine),
             Err(_) => "",
         }
     }
@@ -105,7 +120,8 @@ mod tests {
         assert_eq!(p.mode(), Mode::Enforce);
         assert_eq!(p.detect(), &DetectConfig::default());
         assert_eq!(p.syslog(), Syslog::System);
-        assert_eq!(p.runtime_path(), "");
+        assert_eq!(p.chained_runtime(None), "");
+        assert_eq!(p.engines(), &Engines::default());
         assert!(p.config().is_err());
         let mut cfg = Config {
             mode: Mode::Warn,
@@ -114,6 +130,6 @@ mod tests {
         cfg.runtime.path = "/usr/bin/nvidia-container-runtime".into();
         let p = Policy::valid(cfg);
         assert_eq!(p.mode(), Mode::Warn);
-        assert_eq!(p.runtime_path(), "/usr/bin/nvidia-container-runtime");
+        assert_eq!(p.chained_runtime(None), "/usr/bin/nvidia-container-runtime");
     }
 }

@@ -132,6 +132,19 @@ pub fn record(d: &Decision, syslog: &Syslog, fallback: Fallback) {
     }
 }
 
+/// Logs a decision made under `mode = "audit"`: what enforce would refuse
+/// or edit, at warning level ([`report::audit_line`]); anything else as
+/// [`record`] does.
+pub fn record_audit(d: &Decision, syslog: &Syslog, fallback: Fallback) {
+    match report::audit_line(d) {
+        Some(line) => {
+            init(syslog, fallback);
+            log::warn!("{line}");
+        }
+        None => record(d, syslog, fallback),
+    }
+}
+
 /// Logs why gpu-guard stood aside (e.g. unparseable config.json in the wrapper).
 pub fn stood_aside(why: &str, syslog: &Syslog, fallback: Fallback) {
     init(syslog, fallback);

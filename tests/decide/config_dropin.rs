@@ -196,12 +196,15 @@ fn check_and_host_show_the_chained_runtime() {
     let d = tmp("show");
     let main = host_config(&d);
     let chain = d.join("config.d/50-chain-nvidia-containerd.toml");
-    write(
-        &chain,
-        "[runtime]\npath = \"/usr/bin/nvidia-container-runtime\"\n",
-    );
+    // A runtime that exists (one that does not is a host and config error:
+    // tests/test_hooks/wrapper_engines.rs).
+    let rt = d.join("nvidia-container-runtime");
+    write(&rt, "#!/bin/sh\nexec runc \"$@\"\n");
+    fs::set_permissions(&rt, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    write(&chain, &format!("[runtime]\npath = \"{}\"\n", rt.display()));
     let want = format!(
-        "chained runtime: /usr/bin/nvidia-container-runtime (from {})",
+        "chained runtime: {} (from {})",
+        rt.display(),
         chain.display()
     );
     let (code, out) = gg(&main, &["host"]);

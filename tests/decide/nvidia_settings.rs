@@ -212,3 +212,73 @@ fn check_follows_nvidias_config_file() {
     assert_eq!(check(), (Some(0), "skip".into()));
     fs::remove_dir_all(dir).unwrap();
 }
+
+/// Hosts other than this one (`--host` repeated, `--hosts`, `--nodes`) are
+/// judged with NVIDIA's defaults, or the settings of `--nvidia-config`,
+/// never this host's NVIDIA config file (issue 21 review, fleets).
+#[test]
+fn other_hosts_are_judged_with_nvidias_defaults_not_this_hosts_file() {
+    let dir = tmp("fleet");
+    let facts = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/hosts/t4-a10.json");
+    let hosts = dir.join("hosts");
+    fs::create_dir_all(&hosts).unwrap();
+    fs::copy(&facts, hosts.join("t4-a10.json")).unwrap();
+    let spec = json!({
+        "ociVersion": "1.0.2",
+        "process": {"env": ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_ARCH=arch>=8.0"],
+                    "args": ["sh"], "cwd": "/", "noNewPrivileges": true,
+                    "capabilities": {"bounding": ["CAP_CHOWN"]}},
+        "root": {"path": "rootfs"},
+        "hooks": {"prestart": [{"path": "/usr/bin/nvidia-container-runtime-hook", "args": ["nvidia-container-runtime-hook", "prestart"]}]},
+        "mounts": [{"source": "/dev/null", "destination": format!("{ROOT}/1"), "type": "bind"}]
+    });
+    let spec_file = dir.join("config.json");
+    fs::write(&spec_file, spec.to_string()).unwrap();
+    // This host's NVIDIA toolkit takes the mounts (GPU 1, an A10: sm_86).
+    let nvidia = dir.join("nvidia-config.toml");
+    fs::write(
+        &nvidia,
+        "accept-nvidia-visible-devices-as-volume-mounts = true\n",
+    )
+    .unwrap();
+    let cfg = dir.join("gpu-guard.toml");
+    fs::write(
+        &cfg,
+        format!(
+            "[detect]\nnvidia_config = \"{}\"\n[log]\nsyslog = false\n",
+            nvidia.display()
+        ),
+    )
+    .unwrap();
+    let check = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_gpu-guard"))
+            .arg("--config")
+            .arg(&cfg)
+            .args(["check", "--spec"])
+            .arg(&spec_file)
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    };
+    let f = facts.to_str().unwrap();
+    let h = hosts.to_str().unwrap();
+    // This host, from a facts file: this host's NVIDIA config counts.
+    assert_eq!(check(&["--host", f]).0, Some(0));
+    // A fleet: NVIDIA's defaults take the env's GPU 0, a T4 (sm_75).
+    let (code, out) = check(&["--hosts", h]);
+    assert_eq!(code, Some(1), "{out}");
+    let (code, out) = check(&["--host", f, "--host", f]);
+    assert_eq!(code, Some(1), "{out}");
+    // Unless the fleet's own NVIDIA config is given.
+    let (code, out) = check(&["--hosts", h, "--nvidia-config", nvidia.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{out}");
+    fs::remove_dir_all(dir).unwrap();
+}

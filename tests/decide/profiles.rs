@@ -11,6 +11,7 @@ use std::process::Command;
 use gpu_guard::config;
 use gpu_guard::core::capability;
 use gpu_guard::core::container::{Capabilities, Container};
+use gpu_guard::core::cri_facts::{self, CriRuntime};
 use gpu_guard::core::decide::security_only;
 use gpu_guard::core::decision::{Severity, Verdict};
 use gpu_guard::core::policy::Config;
@@ -28,8 +29,21 @@ fn wide() -> Vec<String> {
     v
 }
 
+/// A container with these capabilities, uid and annotations, as the
+/// runtime wrapper sees it when the engine's runtime root vouches for the
+/// CRI runtime whose container-type key the annotations carry (containerd's
+/// first): the wrapper invoked by that runtime (core::cri_facts).
 fn container(caps: &[String], uid: Option<u32>, annotations: &[(&str, &str)]) -> Container {
+    let has = |k: &str| annotations.iter().any(|(a, _)| *a == k);
+    let cri_runtime = if has(cri_facts::CONTAINERD_CONTAINER_TYPE) {
+        Some(CriRuntime::Containerd)
+    } else if has(cri_facts::CRIO_CONTAINER_TYPE) {
+        Some(CriRuntime::Crio)
+    } else {
+        None
+    };
     Container {
+        cri_runtime,
         capabilities: Capabilities {
             bounding: Some(caps.to_vec()),
             effective: Some(caps.to_vec()),
@@ -380,11 +394,18 @@ fn cri_spec(annotations: serde_json::Value) -> String {
     .to_string()
 }
 
+/// `check --engine containerd --spec` of `spec`.
 fn check(config: &Path, spec: &str, dir: &Path) -> (i32, String) {
+    check_as(config, spec, dir, &["--engine", "containerd"])
+}
+
+fn check_as(config: &Path, spec: &str, dir: &Path, extra: &[&str]) -> (i32, String) {
     let f = dir.join("config.json");
     std::fs::write(&f, spec).unwrap();
     let o = Command::new(BIN)
-        .args(["--config", config.to_str().unwrap(), "check", "--spec"])
+        .args(["--config", config.to_str().unwrap(), "check"])
+        .args(extra)
+        .arg("--spec")
         .arg(&f)
         .env_remove("GPU_GUARD_CONFIG")
         .output()
@@ -410,6 +431,8 @@ fn check_cli_exempts_by_namespace_and_names_the_mechanism() {
             "io.kubernetes.cri.sandbox-name": "nvidia-driver-daemonset-abc",
         })
     };
+    // As containerd's wrapper would decide (its runtime root vouches for
+    // containerd's keys).
     let (code, out) = check(&conf, &cri_spec(ann("gpu-operator")), &dir);
     assert_eq!(code, 0, "{out}");
     let (code, out) = check(&conf, &cri_spec(ann("default")), &dir);
@@ -421,5 +444,49 @@ fn check_cli_exempts_by_namespace_and_names_the_mechanism() {
     forged["io.kubernetes.pod.namespace"] = "gpu-operator".into();
     let (code, out) = check(&conf, &cri_spec(forged), &dir);
     assert_eq!(code, 1, "{out}");
+    // The keys conflict: refused for that, whatever the exceptions say.
+    assert!(
+        out.contains("both containerd's and CRI-O's Kubernetes keys"),
+        "{out}"
+    );
+    // Without --engine, or as docker's and podman's wrapper: the spec alone
+    // vouches for nothing (issue 17 B1), and check says how to ask.
+    for extra in [
+        &[][..],
+        &["--engine", "docker"],
+        &["--engine", "podman"],
+        // As the prestart hook under containerd: a hook believes none.
+        &["--engine", "containerd", "--stage", "prestart"],
+    ] {
+        let (code, out) = check_as(&conf, &cri_spec(ann("gpu-operator")), &dir, extra);
+        assert_eq!(code, 1, "{extra:?}: {out}");
+        assert!(
+            out.contains("the container is privileged"),
+            "{extra:?}: {out}"
+        );
+        assert!(out.contains("--engine containerd"), "{extra:?}: {out}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn exceptions_need_evidence_of_the_cri_runtime_from_outside_the_spec() {
+    let c = cfg(EXEMPT);
+    let keys = containerd_keys("gpu-operator", "nvidia-driver-daemonset-x");
+    let mut exempt = container(&privileged_caps(), Some(0), &keys);
+    assert_eq!(
+        security_only(&exempt, true, &c, Stage::Edit).verdict,
+        Verdict::Allow
+    );
+    // The same spec where nothing outside it says containerd made it (the
+    // hooks, docker's or podman's wrapper): no exception.
+    exempt.cri_runtime = None;
+    assert_eq!(
+        security_only(&exempt, true, &c, Stage::Edit).verdict,
+        Verdict::Refuse
+    );
+    // Said to be CRI-O's: containerd's keys are not CRI-O's own.
+    exempt.cri_runtime = Some(CriRuntime::Crio);
+    let d = security_only(&exempt, true, &c, Stage::Edit);
+    assert_eq!(d.verdict, Verdict::Refuse, "{:?}", d.findings);
 }

@@ -38,4 +38,5 @@ mod probe_e2e_check;
 mod probe_e2e_hook;
 mod probe_gpu_check_script;
 mod spec_parity;
+mod wrapper_engines;
 mod wrapper_policy;

@@ -76,10 +76,14 @@ fn fail(msg: impl std::fmt::Display) -> i32 {
 }
 
 fn admission(config: Option<&std::path::Path>, a: &AdmissionArgs) -> i32 {
-    let cfg = match gpu_guard::config::load(config) {
+    let mut cfg = match gpu_guard::config::load(config) {
         Ok(c) => c,
         Err(e) => return fail(e),
     };
+    // It places pods on other nodes: NVIDIA's toolkit settings are NVIDIA's
+    // defaults there, never the file of the host it runs on (as `check`
+    // judges fleets: src/commands/fleet_report.rs).
+    cfg.detect.nvidia = Default::default();
     let tls = match gpu_guard_admission::server::tls_config(&a.tls_cert, &a.tls_key) {
         Ok(t) => t,
         Err(e) => return fail(e),

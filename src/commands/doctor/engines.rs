@@ -2,11 +2,12 @@
 //! or that is present on the node, whether its effective configuration
 //! runs gpu-guard as installed (`install::registration`, the drift check of
 //! `install ENGINE --check`), whether the runtime its wrapper chains can
-//! run, and whether its hook files are there and call a gpu-guard binary.
+//! run (`pipeline::runtime::chained_runtime_in`, the wrapper's check), and whether its hook files are there and call a gpu-guard binary.
 
 use super::{Check, Node};
 use crate::install::registration::{effective_registration, recorded, Registration};
 use crate::install::{hooks, Engine, EngineState, Options};
+use crate::pipeline::runtime::{chained_runtime_in, Filesystem};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
@@ -148,80 +149,25 @@ fn registration(o: &Options) -> Check {
     }
 }
 
-/// Where a bare runtime name is looked up on the host (exec's default
-/// PATH, as the engine's wrapper invocation has it).
-const SEARCH: [&str; 6] = [
-    "/usr/local/sbin",
-    "/usr/local/bin",
-    "/usr/sbin",
-    "/usr/bin",
-    "/sbin",
-    "/bin",
-];
-
 fn executable(p: &Path) -> bool {
     std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-}
-
-/// What is wrong with the runtime the wrapper chains for `engine` on this
-/// node's root, with the key that chose it, or the host path it runs.
-/// doctor's own small check of a chain under `--host-root` (the wrapper
-/// asks `pipeline::runtime::find_real_runtime` on its own root).
-fn chain_problem(node: &Node, engine: Engine) -> Result<String, (String, String)> {
-    let cfg = &node.config;
-    let configured = cfg.chained_runtime(Some(engine));
-    let key = match cfg.runtime.engines.get(engine).path {
-        Some(_) => format!("runtime.engines.{}.path", engine.name()),
-        None => "runtime.path".to_string(),
-    };
-    let find = |name: &str| {
-        SEARCH
-            .iter()
-            .map(|d| Path::new(d).join(name))
-            .find(|p| executable(&node.fs(p)))
-    };
-    if configured.is_empty() {
-        return find("runc")
-            .or_else(|| find("crun"))
-            .map(|p| p.display().to_string())
-            .ok_or_else(|| {
-                (
-                    format!("no runc or crun in {} and {key} is empty", SEARCH.join(":")),
-                    format!("install runc, or set the runtime with `gpu-guard install {} --chain-runtime PATH`", engine.name()),
-                )
-            });
-    }
-    let base = Path::new(configured).file_name().and_then(|n| n.to_str());
-    if matches!(base, Some("gpu-guard" | "gpu-guard-runtime")) {
-        return Err((
-            format!("{key} = {configured:?} names gpu-guard itself"),
-            format!("set {key} to the real runtime (runc, crun, nvidia-container-runtime)"),
-        ));
-    }
-    let host = match configured.contains('/') {
-        true => Some(PathBuf::from(configured)),
-        false => find(configured),
-    };
-    match host {
-        Some(h) if executable(&node.fs(&h)) => Ok(h.display().to_string()),
-        Some(h) if node.fs(&h).exists() => Err((format!("{key} = {configured:?}: {} is not an executable file", h.display()), format!("chmod +x {}, or set {key} to the runtime to run", h.display()))),
-        _ => Err((format!("{key} = {configured:?} does not exist"), format!("install that runtime, or set {key} to one that exists (`gpu-guard install {} --chain-runtime PATH` writes it), or remove the key", engine.name()))),
-    }
 }
 
 /// The runtime the engine's wrapper execs: runnable, and the one install
 /// chained (the engine's default runtime when it was NVIDIA's).
 fn chain(node: &Node, engine: Engine, st: &EngineState) -> Check {
     let name = format!("chain.{}", engine.name());
-    let runs = match chain_problem(node, engine) {
-        Ok(path) => path,
-        Err((why, fix)) => {
-            return Check::error(
-                name,
-                format!("{why}: gpu-guard-runtime cannot start any container {} runs through it, GPU or not", engine.name()),
-                fix,
-            )
-        }
+    // The wrapper's own judgement of its chain (pipeline::runtime), on
+    // this node's root: what `host` and `check` say, and the wrapper's
+    // `--log` line, word for word.
+    let fs = |host: &Path| node.fs(host);
+    let root = match node.host_root == Path::new("/") {
+        true => Filesystem::Own,
+        false => Filesystem::Mounted(&fs),
+    };
+    let runs = match chained_runtime_in(&node.config, Some(engine), &root) {
+        Ok(path) => path.display().to_string(),
+        Err(p) => return Check::error(name, p.message, p.fix),
     };
     let configured = node.config.chained_runtime(Some(engine));
     if let Some(c) = st.chain.as_ref().filter(|c| c.runtime != configured) {

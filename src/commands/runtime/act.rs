@@ -16,6 +16,7 @@ use crate::core::decision::Decision;
 use crate::core::policy::Syslog;
 use crate::core::report;
 use crate::oci::{marker, spec_file};
+use crate::pipeline::runtime::RuntimeProblem;
 use crate::sys::logging;
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -31,8 +32,12 @@ pub fn carry_out(
     args: &[OsString],
 ) -> i32 {
     if let Some(d) = &outcome.decision {
-        let fallback = logging::Fallback::RuntimeLog(call.log.clone());
-        logging::record(d, syslog, fallback);
+        if matches!(outcome.act, Act::Audit(_)) {
+            audit(syslog, call, d);
+        } else {
+            let fallback = logging::Fallback::RuntimeLog(call.log.clone());
+            logging::record(d, syslog, fallback);
+        }
     }
     match outcome.act {
         Act::Refuse => match &outcome.decision {
@@ -40,13 +45,24 @@ pub fn carry_out(
             None => 1,
         },
         Act::EditFailed(e) => edit_failed(call, &e),
-        Act::Run(effects) => {
+        Act::Run(effects) | Act::Audit(effects) => {
             if let Err(code) = apply(syslog, call, effects) {
                 return code;
             }
-            exec_real(real, args)
+            exec_real(call, real, args)
         }
     }
+}
+
+/// `mode = "audit"`: what enforce would do, as a warning line in the
+/// runtime's `--log` (beside the container's own runtime messages) and in
+/// syslog; never on stderr, which is the container's own during create.
+fn audit(syslog: &Syslog, call: &Call, d: &Decision) {
+    if let (Some(line), Some(log)) = (report::audit_line(d), &call.log) {
+        let _ = logging::append_runtime_log(log, "warning", &line);
+    }
+    // Without syslog the line above is the record: nothing more to drop in.
+    logging::record_audit(d, syslog, logging::Fallback::RuntimeLog(None));
 }
 
 /// Writes what must be written before the runtime runs. Err: the exit
@@ -120,9 +136,29 @@ fn stood_aside(syslog: &Syslog, call: &Call, why: &str) {
 }
 
 /// Replaces this process with the real runtime, argv unchanged.
-fn exec_real(real: &Path, args: &[OsString]) -> i32 {
+fn exec_real(call: &Call, real: &Path, args: &[OsString]) -> i32 {
     let err = std::process::Command::new(real).args(args).exec();
-    eprintln!("gpu-guard-runtime: cannot exec {}: {err}", real.display());
+    let msg = format!(
+        "gpu-guard-runtime cannot exec the real runtime {}: {err}",
+        real.display()
+    );
+    no_runtime_line(call, &msg)
+}
+
+/// No real runtime to exec (missing, not executable, gpu-guard itself):
+/// nothing can start, GPU or not. Says so, with the fix, where the engine
+/// shows it: an error line in the `--log` file (containerd's shim reports
+/// the last one as `OCI runtime create failed: ...`) and stderr.
+pub fn no_runtime(call: &Call, p: &RuntimeProblem) -> i32 {
+    no_runtime_line(call, &format!("{} (fix: {})", p.message, p.fix))
+}
+
+fn no_runtime_line(call: &Call, msg: &str) -> i32 {
+    let msg = crate::core::sanitize::one_line(msg);
+    if let Some(log) = &call.log {
+        let _ = logging::append_runtime_log(log, "error", &format!("gpu-guard: {msg}"));
+    }
+    eprintln!("gpu-guard-runtime: {msg}");
     // 127: the convention for "command could not be run".
     127
 }

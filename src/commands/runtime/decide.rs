@@ -17,7 +17,18 @@ use crate::pipeline::{self, Case, HostChoice, Policy};
 use std::path::Path;
 
 /// Decides what to do about `call`; `real` is the runtime it will exec.
+/// Under `mode = "audit"` every decision is made as enforce would make it,
+/// and only logged ([`Outcome::audited`]): one place, for starts and execs.
 pub fn outcome(policy: &Policy, call: &Call, real: &Path) -> Outcome {
+    let o = decided(policy, call, real);
+    if policy.mode() == Mode::Audit {
+        o.audited()
+    } else {
+        o
+    }
+}
+
+fn decided(policy: &Policy, call: &Call, real: &Path) -> Outcome {
     match &call.what {
         What::Start { bundle, spec } => start(policy, call, bundle, spec, real),
         What::StartUnknown(why) => Outcome::aside(why.clone()),
@@ -54,7 +65,8 @@ fn start(policy: &Policy, call: &Call, bundle: &Path, spec_path: &Path, real: &P
     };
     spec.container.id = call.id.clone();
     let case = Case::new(std::mem::take(&mut spec.container), Stage::Edit)
-        .with_runtime(Some(real.to_path_buf()));
+        .with_runtime(Some(real.to_path_buf()))
+        .with_cri(call.cri);
     let decision = pipeline::decide(policy, case, HostChoice::FromConfig);
     if decision.verdict == Verdict::Refuse {
         return Outcome::decided(decision, Effects::default());

@@ -67,7 +67,13 @@ impl Entered {
 /// exec'd process asks for GPUs itself, so the policy applies to it
 /// whatever the container is.
 fn entered(policy: &Policy, call: &Call, real: &Path, gpu_process: bool) -> Entered {
-    let load = |b: &Path| spec_file::load(&b.join("config.json"), Some(b)).ok();
+    // The container's CRI facts are believed as they were at its create:
+    // by the runtime root the engine passes (core::cri_facts).
+    let load = |b: &Path| {
+        let mut s = spec_file::load(&b.join("config.json"), Some(b)).ok()?;
+        s.container.cri_runtime = call.cri;
+        Some(s)
+    };
     let classify = |s: &LoadedSpec| {
         pipeline::classify(s.container.clone(), Some(real), policy.detect())
             .1

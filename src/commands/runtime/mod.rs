@@ -16,21 +16,26 @@ mod exec;
 mod outcome;
 mod parse;
 
-use crate::pipeline::runtime::find_real_runtime;
+use crate::pipeline::runtime::{self, find_real_runtime};
 use crate::pipeline::Policy;
 use std::ffi::OsString;
 use std::path::Path;
 
 pub fn main(config_flag: Option<&Path>, args: Vec<OsString>) -> i32 {
     let policy = Policy::load(config_flag);
-    let real = match find_real_runtime(policy.runtime_path()) {
+    let call = parse::call(&args, policy.engines());
+    // The chain of the engine that invoked us (its root says which),
+    // else the global one.
+    let real = match find_real_runtime(policy.chained_runtime(call.engine)) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("gpu-guard-runtime: {e}");
-            return 127;
+            let key = match policy.config() {
+                Ok(c) => runtime::chain_key(c, call.engine),
+                Err(_) => "runtime.path".to_string(),
+            };
+            return act::no_runtime(&call, &runtime::problem(&e, &key, call.engine));
         }
     };
-    let call = parse::call(&args);
     let outcome = decide::outcome(&policy, &call, &real);
     act::carry_out(&policy.syslog(), &call, outcome, &real, &args)
 }

@@ -21,6 +21,10 @@ pub enum Act {
     EditFailed(String),
     /// Run the real runtime with the argv unchanged, after these effects.
     Run(Effects),
+    /// `mode = "audit"`: log what enforce would do (refuse, edit) at
+    /// warning level, then run the real runtime with nothing changed; the
+    /// effects hold no write.
+    Audit(Effects),
 }
 
 /// What is written before the real runtime runs.
@@ -61,6 +65,28 @@ impl Outcome {
         Outcome {
             decision: Some(decision),
             act,
+        }
+    }
+
+    /// The outcome under `mode = "audit"`: a decision is logged as what
+    /// enforce would do, and nothing is refused or written; the create-time
+    /// marker (gpu-guard's own record, not the container's) is kept, so
+    /// execs are audited against the container too.
+    pub fn audited(self) -> Outcome {
+        if self.decision.is_none() {
+            return self;
+        }
+        let effects = match self.act {
+            Act::Run(e) | Act::Audit(e) => Effects {
+                write: None,
+                aside: e.aside,
+                marker: e.marker,
+            },
+            Act::Refuse | Act::EditFailed(_) => Effects::default(),
+        };
+        Outcome {
+            decision: self.decision,
+            act: Act::Audit(effects),
         }
     }
 

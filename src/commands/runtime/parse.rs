@@ -1,11 +1,16 @@
 //! The wrapper's first step: what the engine asked the runtime to do, read
-//! once from the argv ([`crate::oci::runtime_args`] reads runc's flags).
-//! Nothing here decides or changes anything.
+//! once from the argv ([`crate::oci::runtime_args`] reads runc's flags),
+//! and which engine asked: the runtime root (`--root`) names it
+//! (core::runtime_engines), since the engine sets that root from its own
+//! configuration and no container can choose it. Nothing here decides or
+//! changes anything.
 
+use crate::core::cri_facts::CriRuntime;
 use crate::core::exec_policy::ExecChange;
+use crate::core::runtime_engines::{Engine, Engines};
 use crate::oci::runtime_args;
 use std::ffi::{OsStr, OsString};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// One invocation of the runtime, as the wrapper needs it.
 pub struct Call {
@@ -17,6 +22,12 @@ pub struct Call {
     pub root: Option<OsString>,
     /// The container id.
     pub id: Option<String>,
+    /// The engine whose runtime root `--root` is under: its chain is the
+    /// one exec'd.
+    pub engine: Option<Engine>,
+    /// The CRI runtime the root vouches for: only then are the spec's CRI
+    /// facts (namespace, pod, image) believed (core::cri_facts).
+    pub cri: Option<CriRuntime>,
     pub what: What,
 }
 
@@ -48,8 +59,8 @@ pub enum What {
     PassThrough,
 }
 
-/// Reads the argv.
-pub fn call(args: &[OsString]) -> Call {
+/// Reads the argv; `engines` holds the roots that tell the engines apart.
+pub fn call(args: &[OsString], engines: &Engines) -> Call {
     let inv = runtime_args::parse(args);
     let what = match inv.command.as_deref() {
         Some("create" | "run" | "restore") => start(inv.bundle.clone(), inv.config.clone()),
@@ -60,8 +71,11 @@ pub fn call(args: &[OsString]) -> Call {
         Some("delete") => What::Delete,
         _ => What::PassThrough,
     };
+    let root = inv.root.as_deref().map(Path::new);
     Call {
         log: inv.log,
+        engine: root.and_then(|r| engines.engine_for_root(r)),
+        cri: root.and_then(|r| engines.cri_runtime(r)),
         root: inv.root,
         id: inv.id,
         what,
@@ -120,48 +134,93 @@ mod tests {
 
     #[test]
     fn restore_starts_a_container_and_delete_forgets_it() {
-        let c = call(&os(&[
-            "--root",
-            "/r",
-            "restore",
-            "-b",
-            "/b",
-            "--image-path",
-            "/i",
-            "x",
-        ]));
+        let c = call(
+            &os(&[
+                "--root",
+                "/r",
+                "restore",
+                "-b",
+                "/b",
+                "--image-path",
+                "/i",
+                "x",
+            ]),
+            &Engines::default(),
+        );
         assert!(matches!(&c.what, What::Start { bundle, spec }
             if bundle == std::path::Path::new("/b") && spec == std::path::Path::new("/b/config.json")));
         assert_eq!(c.id.as_deref(), Some("x"));
         assert!(matches!(
-            call(&os(&["delete", "-f", "x"])).what,
+            call(&os(&["delete", "-f", "x"]), &Engines::default()).what,
             What::Delete
         ));
         assert!(matches!(
-            call(&os(&["checkpoint", "x"])).what,
+            call(&os(&["checkpoint", "x"]), &Engines::default()).what,
             What::PassThrough
         ));
-        let c = call(&os(&["create", "-b", "/b", "-f", "other.json", "x"]));
+        let c = call(
+            &os(&["create", "-b", "/b", "-f", "other.json", "x"]),
+            &Engines::default(),
+        );
         assert!(
             matches!(&c.what, What::Start { spec, .. } if spec == std::path::Path::new("/b/other.json"))
         );
     }
 
     #[test]
+    fn the_root_names_the_engine_and_vouches_for_cri_facts() {
+        let e = Engines::default();
+        let at = |root: &str| {
+            let c = call(
+                &os(&[
+                    "--root",
+                    root,
+                    "--log",
+                    "/b/log.json",
+                    "create",
+                    "--bundle",
+                    "/b",
+                    "x",
+                ]),
+                &e,
+            );
+            (c.engine, c.cri)
+        };
+        assert_eq!(
+            at("/var/run/docker/runtime-runc/moby"),
+            (Some(Engine::Docker), None)
+        );
+        assert_eq!(
+            at("/run/gpu-guard/containerd/k8s.io"),
+            (Some(Engine::Containerd), Some(CriRuntime::Containerd))
+        );
+        assert_eq!(
+            at("/run/gpu-guard/crio"),
+            (Some(Engine::Crio), Some(CriRuntime::Crio))
+        );
+        assert_eq!(at("/run/runc"), (None, None));
+        let c = call(&os(&["create", "--bundle", "/b", "x"]), &e);
+        assert_eq!((c.engine, c.cri), (None, None));
+    }
+
+    #[test]
     fn exec_flags_become_the_change_to_the_bundles_process() {
-        let c = call(&os(&[
-            "exec",
-            "--process=",
-            "--cap",
-            "CAP_SYS_ADMIN",
-            "--no-new-privs=false",
-            "--apparmor",
-            "unconfined",
-            "-u",
-            "4294967296:0",
-            "x",
-            "sh",
-        ]));
+        let c = call(
+            &os(&[
+                "exec",
+                "--process=",
+                "--cap",
+                "CAP_SYS_ADMIN",
+                "--no-new-privs=false",
+                "--apparmor",
+                "unconfined",
+                "-u",
+                "4294967296:0",
+                "x",
+                "sh",
+            ]),
+            &Engines::default(),
+        );
         let What::Exec { process, change } = c.what else {
             panic!("not an exec");
         };

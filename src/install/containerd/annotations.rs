@@ -18,15 +18,15 @@ pub const CDI_ANNOTATIONS: &str = "cdi.k8s.io/*";
 /// pass-through pattern that matches one would let a pod author write it,
 /// where the runtime itself does not.
 const TRUSTED_KEYS: [&str; 9] = [
-    crate::core::profiles::CONTAINERD_CONTAINER_TYPE,
-    crate::core::profiles::CONTAINERD_NAMESPACE,
-    crate::core::profiles::CONTAINERD_POD,
-    crate::core::profiles::CONTAINERD_IMAGE,
-    crate::core::profiles::CRIO_CONTAINER_TYPE,
-    crate::core::profiles::CRIO_NAMESPACE,
-    crate::core::profiles::CRIO_POD,
-    crate::core::profiles::CRIO_IMAGE,
-    crate::core::profiles::CRIO_HANDLER,
+    crate::core::cri_facts::CONTAINERD_CONTAINER_TYPE,
+    crate::core::cri_facts::CONTAINERD_NAMESPACE,
+    crate::core::cri_facts::CONTAINERD_POD,
+    crate::core::cri_facts::CONTAINERD_IMAGE,
+    crate::core::cri_facts::CRIO_CONTAINER_TYPE,
+    crate::core::cri_facts::CRIO_NAMESPACE,
+    crate::core::cri_facts::CRIO_POD,
+    crate::core::cri_facts::CRIO_IMAGE,
+    crate::core::cri_facts::CRIO_HANDLER,
 ];
 
 /// Whether a pass-through pattern (Go `path.Match`) could let a pod's own
