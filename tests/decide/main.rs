@@ -26,6 +26,7 @@ mod nvidia_settings;
 mod output_style;
 mod precreate_handoff;
 mod profiles;
+mod readme_quickstart;
 mod spec_go_decoder;
 mod version_overflow;
 mod write_safety;

@@ -192,6 +192,8 @@ fn an_existing_template_keeps_its_own_lines() {
     );
     assert_eq!(code, Some(2), "{out}");
     assert!(out.contains("--default-runtime gpu-guard"), "{out}");
+    assert!(out.contains("/etc/rancher/k3s/config.yaml"), "{out}");
+    assert!(!out.contains("cannot edit safely"), "{out}");
     assert_eq!(fs::read_to_string(&path).unwrap(), mine, "left untouched");
     // A gpu-guard runtime the admin wrote is not overwritten.
     let theirs = format!("{mine}[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.\"gpu-guard\"]\n  runtime_type = \"x\"\n");

@@ -412,9 +412,7 @@ fn plan_template(
         source,
     };
     if opts.set_default {
-        return Err(err(ContainerdError::Shape(
-            "the default runtime of a k3s/RKE2 template (k3s's base defines it): install without --set-default and start k3s or RKE2 with --default-runtime gpu-guard (`default-runtime: gpu-guard` in its config.yaml)".into(),
-        )));
+        return Err(err(ContainerdError::TemplateDefault));
     }
     let before = edit::read_optional(&path)?;
     let rendered = edit::read_optional(&opts.fs_path(&template::rendered(host)))?;
