@@ -99,12 +99,40 @@ gg_config() {
         -e "s|^facts_file = .*|facts_file = \"$HOSTS_DIR/$profile.json\"|" \
         -e "s|^cache_file = .*|cache_file = \"$dir/host-cache.json\"|" \
         -e "s|^cache_dir = .*|cache_dir = \"$dir/scan-cache\"|" \
+        -e "s|^state_dir = .*|state_dir = \"$dir/metrics-state\"|" \
         -e "s|^syslog = .*|syslog = ${GG_SYSLOG:-true}|" \
+        -e "s|^syslog_socket = .*|syslog_socket = \"${GG_SYSLOG_SOCKET:-}\"|" \
         -e "s|^path = \"\"|path = \"${GG_RUNTIME_PATH:-}\"|" \
         -e "s|^env_requests = .*|env_requests = \"${GG_ENV_REQUESTS:-when-attached}\"|" \
         "$REPO_DIR/config/config.toml" > "$file"
     for l in "$@"; do echo "$l" >> "$file"; done
     grep -q "^facts_file = \"$HOSTS_DIR" "$file" || { echo "gg_config: shipped config has no facts_file line" >&2; return 1; }
+}
+
+# start_syslog SOCK FILE: a datagram socket at SOCK (for gpu-guard's
+# log.syslog_socket, GG_SYSLOG_SOCKET) whose every message is appended to FILE
+# as one line; the listener ends when this script does. For decisions whose
+# log line is the only witness: warnings of a container that starts, from a
+# hook whose stderr the engine drops.
+start_syslog() {
+    python3 - "$1" "$2" "$$" <<'PY' &
+import os, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind(sys.argv[1])
+s.settimeout(1.0)
+parent = int(sys.argv[3])
+with open(sys.argv[2], "ab", buffering=0) as f:
+    while True:
+        try:
+            f.write(s.recv(65536).rstrip(b"\n") + b"\n")
+        except socket.timeout:
+            try:
+                os.kill(parent, 0)
+            except OSError:
+                break
+PY
+    for _ in $(seq 1 50); do [ -S "$1" ] && return 0; sleep 0.1; done
+    fail "start_syslog: no socket at $1"
 }
 
 # make_bundle DIR ARGS_JSON ENV... : a runc bundle over DIR/rootfs running

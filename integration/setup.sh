@@ -65,6 +65,8 @@ has_py kubernetes_validate || pip_want+=(kubernetes-validate)
 has_py grpc || pip_want+=(grpcio)
 has_py grpc_tools || pip_want+=(grpcio-tools)
 has_py yaml || pip_want+=(PyYAML)
+# Prometheus' own text parser, which test-metrics.sh reads the metrics textfile with.
+has_py prometheus_client || pip_want+=(prometheus-client)
 for p in nvidia-cuda-nvcc nvidia-cuda-cuobjdump nvidia-curand; do
     python3 -m pip show -q "$p" >/dev/null 2>&1 || pip_want+=("$p")
 done

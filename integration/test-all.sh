@@ -40,6 +40,7 @@ step "runc" integration/test-runc.sh
 step "runc spec parity" integration/test-spec-parity.sh
 step "podman" integration/test-podman.sh
 step "docker" integration/test-docker.sh
+step "metrics textfile" integration/test-metrics.sh
 step "containerd CRI" integration/test-cri.sh
 step "failure modes" integration/test-failure-modes.sh
 step "kubernetes image" integration/test-k8s-image.sh

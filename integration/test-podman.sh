@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # gpu-guard under real podman (runtime runc) through hooks.d: the precreate
 # hook edits, the prestart hook verifies. Three outcomes: refused with our
-# diagnosis, started with its edits, non-GPU untouched.
+# diagnosis, started with its edits, non-GPU untouched; and /dev/shm and
+# stack tuning (podman's bind-mounted /dev/shm warned about, a tmpfs one raised).
 #
 # GG_INSTALLED=1 (the package test): use the hook files the package and
 # `gpu-guard install podman` put in the system hooks directories, and the
@@ -37,7 +38,10 @@ if [ "${GG_INSTALLED:-0}" = 1 ]; then
     # --hooks-dir replaces podman's list: name the system directories too.
     PODMAN+=(--hooks-dir /usr/share/containers/oci/hooks.d --hooks-dir /etc/containers/oci/hooks.d)
 else
-    gg_config "$T/cfg.toml" geforce-545
+    GG_SYSLOG_SOCKET="$T/log.sock" gg_config "$T/cfg.toml" geforce-545
+    # /dev/shm and RLIMIT_STACK tuning (tuning.shm_size, tuning.stack).
+    sed -i 's/^shm_size = ""/shm_size = "1g"/; s/^stack = ""/stack = 67108864/' "$T/cfg.toml"
+    start_syslog "$T/log.sock" "$T/log.txt"
     mkdir -p "$T/hooks.d"
     for stage in precreate prestart; do
         jq -n --arg gg "$GG" --arg cfg "$T/cfg.toml" --arg stage "$stage" '{
@@ -124,5 +128,34 @@ check_eq "podman: non-GPU container runs" "$RC" 0
 check_not_contains "podman: non-GPU gets no tuning" "$OUT" "CUDA_DEVICE_ORDER"
 check_contains "podman: non-GPU keeps no_new_privileges as podman set it" "$OUT" "NoNewPrivs:	0"
 check_caps_not "podman: non-GPU capabilities untouched" "$OUT" CapEff
+
+if [ "${GG_INSTALLED:-0}" != 1 ]; then
+    # podman (4.3, Debian 12) bind-mounts its own per-container /dev/shm
+    # (userdata/shm, 64000k by default) with or without --ipc=private: the
+    # precreate hook leaves it alone and warns. A /dev/shm
+    # the container mounts as its own tmpfs is raised; the stack too.
+    SHMSHOW='grep " /dev/shm " /proc/mounts; echo STACK=$(ulimit -s) HARD=$(ulimit -Hs)'
+    : > "$T/log.txt"
+    OUT=$(timeout 120 "${PODMAN[@]}" run "${RUNOPTS[@]}" "localhost/$TAG-allow:1" sh -c "$SHMSHOW" 2>&1)
+    check_contains "podman shm: podman's bind-mounted /dev/shm is left as it is" "$OUT" "size=64000k"
+    check_contains "podman stack: ulimit -s raised by the precreate hook" "$OUT" "STACK=65536 "
+    check_contains "podman stack: the inherited hard limit is kept" "$OUT" "HARD=$(ulimit -Hs)"
+    sleep 0.3
+    check_contains "podman shm: a warning for podman's small /dev/shm" "$(cat "$T/log.txt")" "smaller than tuning.shm_size (1 GiB)"
+    # The log line carries the message; the fix is the decision's (check --json).
+    check_contains "podman shm: the warning names podman's shm" "$(cat "$T/log.txt")" "/userdata/shm), smaller than"
+    OUT=$(timeout 120 "${PODMAN[@]}" run "${RUNOPTS[@]}" --tmpfs /dev/shm:size=64m "localhost/$TAG-allow:1" sh -c "$SHMSHOW" 2>&1)
+    check_contains "podman shm: a tmpfs /dev/shm of its own is raised to 1 GiB" "$OUT" "size=1048576k"
+    # --shm-size as large as the policy: no warning.
+    : > "$T/log.txt"
+    OUT=$(timeout 120 "${PODMAN[@]}" run "${RUNOPTS[@]}" --shm-size=1g "localhost/$TAG-allow:1" sh -c "$SHMSHOW" 2>&1)
+    check_contains "podman shm: --shm-size=1g is kept" "$OUT" "size=1048576k"
+    sleep 0.3
+    check_not_contains "podman shm: no warning with --shm-size=1g" "$(cat "$T/log.txt")" "smaller than tuning.shm_size"
+    # A non-GPU container: nothing changes.
+    OUT=$(timeout 120 "${PODMAN[@]}" run "${RUNOPTS[@]}" --tmpfs /dev/shm:size=64m "localhost/$TAG-plain:1" sh -c "$SHMSHOW" 2>&1)
+    check_contains "podman shm: non-GPU tmpfs /dev/shm stays 64 MiB" "$OUT" "size=65536k"
+    check_contains "podman stack: non-GPU stack as inherited" "$OUT" "STACK=$(ulimit -s) "
+fi
 
 finish

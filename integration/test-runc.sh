@@ -2,7 +2,8 @@
 # gpu-guard under real runc: the prestart hook (refuse / run / non-GPU /
 # hook-only policy verification) and the runtime wrapper (refuse with a --log
 # JSON line / edits visible inside the container / non-GPU untouched /
-# pass-through argv / parallel creates / unparseable config.json).
+# pass-through argv / parallel creates / unparseable config.json / memlock,
+# stack and /dev/shm tuning).
 . "$(dirname "$0")/lib.sh"
 
 need_root
@@ -309,5 +310,68 @@ if [ "$UNLIMITED" = 1 ]; then
 else
     echo "note: no CAP_SYS_RESOURCE here; memlock = \"unlimited\" not run (hard limit $(ulimit -Hl) KiB)"
 fi
+
+echo "== /dev/shm and RLIMIT_STACK (tuning.shm_size, tuning.stack) =="
+# runc's default spec mounts /dev/shm as the container's own tmpfs, 64 MiB
+# (size=65536k): gpu-guard raises it. A bind-mounted /dev/shm (docker's,
+# a pod's) is the engine's: left alone, with a warning when it is smaller.
+GG_SYSLOG_SOCKET="$T/shm-log.sock" gg_config "$T/shm.toml" a100
+sed -i 's/^shm_size = ""/shm_size = "1g"/; s/^stack = ""/stack = 67108864/' "$T/shm.toml"
+grep -q '^shm_size = "1g"' "$T/shm.toml" && grep -q '^stack = 67108864' "$T/shm.toml" ||
+    fail "the shipped config has no shm_size or stack line"
+start_syslog "$T/shm-log.sock" "$T/shm-log.txt"
+export GPU_GUARD_CONFIG="$T/shm.toml"
+SHMSHOW=$(jq -nc '["sh", "-c", "echo RAN; grep \" /dev/shm \" /proc/mounts; echo STACK=$(ulimit -s) HARD=$(ulimit -Hs)"]')
+shm_opts() { jq -c '[.mounts[] | select(.destination == "/dev/shm")][-1] | [.type, .source, .options]' "$1/config.json"; }
+make_bundle "$T/s0" "$SHMSHOW" NVIDIA_VISIBLE_DEVICES=all "NVIDIA_REQUIRE_CUDA=cuda>=12.0"
+check_eq "runc spec: /dev/shm is its own 64 MiB tmpfs" "$(shm_opts "$T/s0")" '["tmpfs","shm",["nosuid","noexec","nodev","mode=1777","size=65536k"]]'
+D=$("$GG" check --json --bundle "$T/s0")
+check_eq "check: the decision shows the /dev/shm edit" "$(printf '%s' "$D" | jq -c '.edits.mounts')" '{"/dev/shm":{"size":1073741824}}'
+check_eq "check: the decision shows the stack edit" "$(printf '%s' "$D" | jq -c '.edits.rlimits.RLIMIT_STACK.soft')" 67108864
+OUT=$(timeout 60 "$WRAP" --root "$T/runc-root" run -b "$T/s0" gg-s0 2>&1)
+RC=$?
+runc --root "$T/runc-root" delete -f gg-s0 >/dev/null 2>&1
+check_eq "wrapper shm: runs" "$RC" 0
+check_contains "wrapper shm: /proc/mounts shows /dev/shm raised to 1 GiB" "$OUT" "size=1048576k"
+check_contains "wrapper stack: ulimit -s shows 64 MiB" "$OUT" "STACK=65536 "
+check_contains "wrapper stack: the inherited hard limit is not lowered" "$OUT" "HARD=$(ulimit -Hs)"
+check_eq "wrapper shm: every other option kept" "$(shm_opts "$T/s0")" '["tmpfs","shm",["nosuid","noexec","nodev","mode=1777","size=1048576k"]]'
+# A non-GPU container: its config.json byte for byte, its /dev/shm and stack as they were.
+make_bundle "$T/s1" "$SHMSHOW"
+BEFORE=$(sha256sum < "$T/s1/config.json")
+OUT=$(timeout 60 "$WRAP" --root "$T/runc-root" run -b "$T/s1" gg-s1 2>&1)
+RC=$?
+runc --root "$T/runc-root" delete -f gg-s1 >/dev/null 2>&1
+check_eq "wrapper shm: non-GPU runs" "$RC" 0
+check_contains "wrapper shm: non-GPU /dev/shm stays 64 MiB" "$OUT" "size=65536k"
+check_contains "wrapper stack: non-GPU stack as inherited" "$OUT" "STACK=$(ulimit -s) "
+check_eq "wrapper shm: non-GPU config.json byte-identical" "$(sha256sum < "$T/s1/config.json")" "$BEFORE"
+# A bind-mounted /dev/shm of 64 MiB (as docker makes one): no edit, a warning.
+mkdir -p "$T/shmsrc"
+if mount -t tmpfs -o size=64m gg-test-shm "$T/shmsrc"; then
+    make_bundle "$T/s2" "$SHMSHOW" NVIDIA_VISIBLE_DEVICES=all "NVIDIA_REQUIRE_CUDA=cuda>=12.0"
+    jq --arg src "$T/shmsrc" '.mounts = [.mounts[] | if .destination == "/dev/shm"
+        then {destination: "/dev/shm", type: "bind", source: $src, options: ["rbind", "rprivate"]} else . end]' \
+        "$T/s2/config.json" > "$T/s2/c.json" && mv "$T/s2/c.json" "$T/s2/config.json"
+    D=$("$GG" check --json --bundle "$T/s2")
+    check_eq "check: no /dev/shm edit for a bind mount" "$(printf '%s' "$D" | jq -c '.edits.mounts // "none"')" '"none"'
+    check_contains "check: a tuning warning for the small bind mount" "$(printf '%s' "$D" | jq -r '.findings[] | select(.check == "tuning") | .message')" "/dev/shm is 64 MiB (a bind mount of $T/shmsrc), smaller than tuning.shm_size (1 GiB)"
+    check_contains "check: the fix names --shm-size and the emptyDir" "$(printf '%s' "$D" | jq -r '.findings[] | select(.check == "tuning") | .fix')" "--shm-size=1g; Kubernetes: mount an emptyDir volume with medium: Memory"
+    BEFORE=$(shm_opts "$T/s2")
+    : > "$T/shm-log.txt"
+    OUT=$(timeout 60 "$WRAP" --root "$T/runc-root" run -b "$T/s2" gg-s2 2>&1)
+    RC=$?
+    runc --root "$T/runc-root" delete -f gg-s2 >/dev/null 2>&1
+    check_eq "wrapper shm: bind-mounted /dev/shm runs" "$RC" 0
+    check_contains "wrapper shm: the bind mount stays 64 MiB" "$OUT" "size=65536k"
+    check_eq "wrapper shm: the bind mount entry is unchanged" "$(shm_opts "$T/s2")" "$BEFORE"
+    sleep 0.3
+    check_contains "wrapper shm: the warning is logged" "$(cat "$T/shm-log.txt")" "smaller than tuning.shm_size"
+    check_contains "wrapper stack: still raised" "$OUT" "STACK=65536 "
+    umount "$T/shmsrc"
+else
+    fail "cannot mount a tmpfs for the bind-mounted /dev/shm test"
+fi
+unset GPU_GUARD_CONFIG
 
 finish

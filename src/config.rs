@@ -431,6 +431,59 @@ mod tests {
     }
 
     #[test]
+    fn host_tuning_keys() {
+        use crate::core::policy::{Limit, ShmSize};
+        let c = parse(
+            "[tuning]\nshm_size = \"1g\"\nstack = 67108864\n[metrics]\ntextfile = \"/var/lib/node_exporter/gpu-guard.prom\"\n[host]\ncdi_spec_dirs = []\n",
+        )
+        .unwrap();
+        assert_eq!(c.tuning.shm_size, ShmSize::Bytes(1 << 30));
+        assert_eq!(c.tuning.stack, Limit::Bytes(64 << 20));
+        assert!(c.host.cdi_spec_dirs.is_empty());
+        for (text, size) in [
+            ("\"512m\"", 512 << 20),
+            ("\"512MiB\"", 512 << 20),
+            ("\"65536k\"", 64 << 20),
+            ("\"2 GB\"", 2 << 30),
+            ("1048576", 1 << 20),
+            ("\"1048576\"", 1 << 20),
+        ] {
+            let c = parse(&format!("[tuning]\nshm_size = {text}\n")).unwrap();
+            assert_eq!(c.tuning.shm_size, ShmSize::Bytes(size), "{text}");
+        }
+        assert_eq!(
+            parse("[tuning]\nstack = \"unlimited\"\n")
+                .unwrap()
+                .tuning
+                .stack,
+            Limit::Unlimited
+        );
+        for (text, key) in [
+            ("[tuning]\nshm_size = \"1q\"\n", "tuning.shm_size"),
+            ("[tuning]\nshm_size = \"1.5g\"\n", "tuning.shm_size"),
+            ("[tuning]\nshm_size = -1\n", "tuning.shm_size"),
+            ("[tuning]\nshm_size = 0\n", "tuning.shm_size"),
+            ("[tuning]\nstack = \"big\"\n", "tuning.stack"),
+            (
+                "[metrics]\ntextfile = \"gpu-guard.prom\"\n",
+                "metrics.textfile",
+            ),
+            (
+                "[metrics]\ntextfile = \"/var/lib/x/\"\n",
+                "metrics.textfile",
+            ),
+            (
+                "[host]\ncdi_spec_dirs = [\"etc/cdi\"]\n",
+                "host.cdi_spec_dirs[0]",
+            ),
+            ("[metrics]\ntext_file = \"/x.prom\"\n", "text_file"),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert!(e.contains(key), "{text}: {e}");
+        }
+    }
+
+    #[test]
     fn errors_name_the_key() {
         let e = parse("mode = \"loud\"\n").unwrap_err();
         assert!(e.contains("mode"), "{e}");

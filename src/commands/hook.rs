@@ -21,6 +21,7 @@ use crate::oci::spec_file::{self, LoadedSpec};
 use crate::oci::state::{parse_state, MAX_STATE_BYTES};
 use crate::pipeline::{self, Case, HostChoice, Policy};
 use crate::sys::logging;
+use crate::sys::metrics::{self, Entry};
 use std::io::{Read, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -52,6 +53,7 @@ fn read_stdin(limit: u64) -> std::io::Result<Vec<u8>> {
 }
 
 pub fn main(config_flag: Option<&Path>, stage: HookStage) -> i32 {
+    metrics::mark_start();
     match stage {
         HookStage::Prestart | HookStage::CreateRuntime => prestart(config_flag),
         HookStage::Precreate => precreate(config_flag),
@@ -77,9 +79,13 @@ fn prestart(config_flag: Option<&Path>) -> i32 {
             return bad_input(e)
         }
         Err(e) => {
-            return unreadable(config_flag, state.id, &e.to_string(), || {
-                spec_file::file_mentions_gpu(&spec_path).unwrap_or(false)
-            })
+            return unreadable(
+                config_flag,
+                state.id,
+                &e.to_string(),
+                Entry::Prestart,
+                || spec_file::file_mentions_gpu(&spec_path).unwrap_or(false),
+            )
         }
     };
     container.id = state.id;
@@ -105,11 +111,12 @@ fn unreadable(
     config_flag: Option<&Path>,
     id: Option<String>,
     error: &str,
+    entry: Entry,
     mentions_gpu: impl FnOnce() -> bool,
 ) -> i32 {
     let policy = Policy::load(config_flag);
     let decision = unreadable_spec(policy.mode(), id, error, mentions_gpu());
-    log(&policy, &decision);
+    logged(&policy, &decision, entry);
     if refuses(&policy, &decision) {
         eprint!("{}", report::refusal(&decision));
         return EXIT_REFUSE;
@@ -127,19 +134,30 @@ fn unreadable(
 /// (podman writes CRI-O's keys itself): its CRI facts are never believed.
 fn decide(policy: &Policy, container: Container, stage: Stage) -> Decision {
     let decision = pipeline::decide(policy, Case::new(container, stage), HostChoice::FromConfig);
-    log(policy, &decision);
+    let entry = match stage {
+        Stage::Verify => Entry::Prestart,
+        Stage::Edit => Entry::Precreate,
+    };
+    logged(policy, &decision, entry);
     decision
 }
 
-/// Logs a decision; under `mode = "audit"` what enforce would refuse or
-/// edit, at warning level.
-fn log(policy: &Policy, d: &Decision) {
+/// Logs a decision (under `mode = "audit"` what enforce would refuse or
+/// edit, at warning level) and counts it in the metrics (`metrics.textfile`).
+fn logged(policy: &Policy, decision: &Decision, entry: Entry) {
     let fallback = logging::Fallback::Stderr;
     if policy.mode() == Mode::Audit {
-        logging::record_audit(d, &policy.syslog(), fallback);
+        logging::record_audit(decision, &policy.syslog(), fallback.clone());
     } else {
-        logging::record(d, &policy.syslog(), fallback);
+        logging::record(decision, &policy.syslog(), fallback.clone());
     }
+    metrics::count(
+        policy.metrics(),
+        decision,
+        entry,
+        &policy.syslog(),
+        fallback,
+    );
 }
 
 fn precreate(config_flag: Option<&Path>) -> i32 {
@@ -201,9 +219,13 @@ fn write_stdout(output: &[u8]) -> i32 {
 /// request (enforce mode), else passed through unchanged.
 fn precreate_unreadable(config_flag: Option<&Path>, e: (spec_file::SpecFileError, Vec<u8>)) -> i32 {
     let (err, input) = e;
-    let code = unreadable(config_flag, None, &err.to_string(), || {
-        spec_file::mentions_gpu(&input)
-    });
+    let code = unreadable(
+        config_flag,
+        None,
+        &err.to_string(),
+        Entry::Precreate,
+        || spec_file::mentions_gpu(&input),
+    );
     if code != 0 {
         return code;
     }

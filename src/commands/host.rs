@@ -121,7 +121,7 @@ fn host_command_inner(config: Option<&Path>, args: &HostArgs) -> Result<i32, Hos
             report.source
         );
     }
-    for w in warnings {
+    for w in warnings.iter().chain(&cdi_warnings(cfg, facts)) {
         eprintln!("gpu-guard: warning: {w}");
     }
     print_chain_problems(&chains);
@@ -130,6 +130,28 @@ fn host_command_inner(config: Option<&Path>, args: &HostArgs) -> Result<i32, Hos
         return Ok(EXIT_HOST_ERROR);
     }
     Ok(exit_status(&report))
+}
+
+/// The problems of the CDI spec directories (`host.cdi_spec_dirs`), one
+/// line each with its fix (docs/interfaces.md, "Host health and tuning").
+/// Warnings only: they do not change the exit status.
+fn cdi_warnings(
+    cfg: &crate::core::policy::Config,
+    facts: &crate::core::facts::HostFacts,
+) -> Vec<String> {
+    if cfg.host.cdi_spec_dirs.is_empty() {
+        return Vec::new();
+    }
+    let specs = crate::host::cdi::load(&cfg.host.cdi_spec_dirs);
+    let kinds = crate::core::detect::nvidia_cdi_kinds(&cfg.detect);
+    let driver = facts.driver_version.as_deref();
+    crate::core::cdi::audit(&specs, &kinds, driver, &crate::host::cdi::RealPaths)
+        .into_iter()
+        .map(|f| match &f.fix {
+            Some(fix) if !fix.is_empty() => format!("{} (fix: {fix})", f.message),
+            _ => f.message,
+        })
+        .collect()
 }
 
 /// The chained runtimes the config names (`runtime.path`, each

@@ -120,6 +120,23 @@ pub struct Hook {
 pub struct Mount {
     pub source: String,
     pub destination: String,
+    /// `type` (`tmpfs`, `bind`, ...; empty when unset).
+    pub kind: String,
+    /// `options`, in order.
+    pub options: Vec<String>,
+    /// The spec writes this entry so that gpu-guard can rewrite its
+    /// options in place: one `mounts` list, one `options` key in the entry
+    /// (crate::oci::spec_file). Anything else is left as it is.
+    pub patchable: bool,
+}
+
+impl Mount {
+    /// A bind mount, as runc tells one: type `bind`, or a `bind` or
+    /// `rbind` option (runc libcontainer/specconv/spec_linux.go
+    /// createLibcontainerMount, parseMountOptions).
+    pub fn is_bind(&self) -> bool {
+        self.kind == "bind" || self.options.iter().any(|o| o == "bind" || o == "rbind")
+    }
 }
 
 #[derive(Clone, Debug, Default)]

@@ -7,7 +7,7 @@
 
 use crate::core::compat::CompatScan;
 use crate::core::container::Container;
-use crate::core::decision::{Check, Decision, Finding, Verdict};
+use crate::core::decision::{Check, Decision, Finding, Rlimit, Verdict};
 use crate::core::detect::{self, Detection};
 use crate::core::facts::{Gpu, HostFacts, HostProblemKind, HostReport};
 use crate::core::kernel_image::Scanned;
@@ -16,6 +16,8 @@ use crate::core::requirement_check::{check_requirements, forward_compat_findings
 use crate::core::sanitize::esc;
 use crate::core::security::{self, Stage};
 use crate::core::tuning;
+use crate::core::tuning::shm::ShmHost;
+use std::collections::BTreeMap;
 
 pub use crate::core::requirement_check::{checked_requirements, forward_compat_need};
 
@@ -34,6 +36,22 @@ pub struct Inputs<'a> {
     pub scanned: Option<&'a Scanned>,
     /// The compat-library scan, done when [`forward_compat_need`] says so.
     pub compat: Option<&'a CompatScan>,
+    /// What only the host the container starts on can say, read there;
+    /// empty for a host described by a facts file or labels.
+    pub local: HostLocal,
+}
+
+/// What only the host a container starts on can say about it, read by the
+/// pipeline (docs/interfaces.md, "Host health and tuning").
+#[derive(Clone, Debug, Default)]
+pub struct HostLocal {
+    /// The limits the container inherits where its spec sets none
+    /// (crate::sys::limits), for `tuning.memlock` and `tuning.stack`.
+    pub rlimits: BTreeMap<String, Rlimit>,
+    /// The RAM and a bind-mounted `/dev/shm`'s size, for `tuning.shm_size`.
+    pub shm: ShmHost,
+    /// The findings of the CDI spec check (core::cdi::judge).
+    pub cdi: Vec<Finding>,
 }
 
 fn device_findings(det: &Detection, facts: &HostFacts, out: &mut Vec<Finding>) -> Vec<usize> {
@@ -130,6 +148,10 @@ fn host_and_requirement_findings<'a>(
     d.host_source = Some(host.source.clone());
     match &host.facts {
         Some(facts) => {
+            d.host_versions = facts.driver_version.clone().map(|v| {
+                let cuda = facts.cuda_driver_version.clone();
+                (v, cuda.unwrap_or_else(|| "unknown".into()))
+            });
             let idx = device_findings(det, facts, findings);
             visible = idx.iter().map(|i| &facts.gpus[*i]).collect();
             d.visible_gpus = Some(visible.iter().map(|g| g.index).collect());
@@ -190,13 +212,17 @@ pub fn decide(inp: &Inputs) -> Decision {
     let mut findings = Vec::new();
     let visible = host_and_requirement_findings(inp, &mut d, &mut findings);
     findings.extend(inp.kernel_image.iter().cloned());
+    findings.extend(inp.local.cdi.iter().cloned());
 
     if inp.stage == Stage::Edit {
         let (env, mut tf) = tuning::plan(c, &visible, &cfg.tuning);
         d.edits.env = env;
-        d.edits.rlimits = tuning::rlimits(c, &cfg.tuning);
+        d.edits.rlimits = tuning::rlimits_over(c, &cfg.tuning, &inp.local.rlimits);
         findings.append(&mut tf);
     }
+    let (mount, mut shm) = tuning::shm::plan(c, &cfg.tuning, inp.stage, &inp.local.shm);
+    d.edits.mounts.extend(mount);
+    findings.append(&mut shm);
     let sp = security::plan(c, &cfg.security, &allow, inp.stage);
     findings.extend(sp.findings);
     d.edits.capabilities_dropped = sp.dropped;

@@ -138,6 +138,18 @@ pub struct Edits {
     /// runc's spec writes RLIM_INFINITY.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub rlimits: BTreeMap<String, Rlimit>,
+    /// Mounts a tuning rule changed, by destination: `/dev/shm`'s tmpfs
+    /// `size=` raised (`{"/dev/shm": {"size": N}}`, docs/interfaces.md
+    /// "Decision JSON"); never one lowered, never a bind mount.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub mounts: BTreeMap<String, MountEdit>,
+}
+
+/// What a tuning rule changes in one mount.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MountEdit {
+    /// The tmpfs size in bytes (its `size=` option).
+    pub size: u64,
 }
 
 /// One `process.rlimits` entry's values.
@@ -153,6 +165,7 @@ impl Edits {
             && self.capabilities_dropped.is_empty()
             && !self.no_new_privileges
             && self.rlimits.is_empty()
+            && self.mounts.is_empty()
     }
 }
 
@@ -171,6 +184,10 @@ pub struct Decision {
     /// Extension: where host facts came from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_source: Option<String>,
+    /// The driver and CUDA versions of the host facts decided on, for the
+    /// metrics' `gpu_guard_host_info`. Not part of the JSON.
+    #[serde(skip)]
+    pub host_versions: Option<(String, String)>,
     /// The edits a refused container would have had (`edits` is empty when
     /// refused). Not part of the JSON; podman's precreate hook applies them
     /// when it leaves the refusal to the prestart hook.
@@ -188,6 +205,7 @@ impl Decision {
             container_id: None,
             visible_gpus: None,
             host_source: None,
+            host_versions: None,
             withheld_edits: Edits::default(),
         }
     }

@@ -127,9 +127,16 @@ pub struct Detection {
     /// The env request that nothing will attach (`detect.env_requests =
     /// "when-attached"`), described; the container is then not a GPU container.
     pub unattached_env: Option<String>,
+    /// The fully qualified CDI names of NVIDIA kinds asked for
+    /// (`nvidia.com/gpu=all`, `k8s.device-plugin.nvidia.com/gpu=GPU-...`),
+    /// once each in the order first named: the devices whose CDI specs
+    /// must hold for the container to start (core::cdi).
+    pub cdi_devices: Vec<String>,
     /// Names in `request.devices`: a list of 100,000 names must not cost
     /// 100,000² comparisons.
     named: HashSet<String>,
+    /// Names in `cdi_devices`, for the same reason.
+    cdi_named: HashSet<String>,
 }
 
 const VOLUME_MOUNTS_DIR: &str = "/var/run/nvidia-container-devices";
@@ -229,14 +236,26 @@ impl Detection {
             Entry::Nvidia(dev) => match dev {
                 // `none` asks for no device, as the plain form does.
                 "" | "none" => {}
-                _ => self.add(&cdi_device(dev), via, Some(raw)),
+                _ => {
+                    self.add(&cdi_device(dev), via, Some(raw));
+                    self.add_cdi(raw);
+                }
             },
             Entry::Other => return false,
         }
         true
     }
 
+    fn add_cdi(&mut self, qualified: &str) {
+        if self.cdi_named.insert(qualified.to_string()) {
+            self.cdi_devices.push(qualified.to_string());
+        }
+    }
+
     fn merge(&mut self, other: Detection) {
+        for q in &other.cdi_devices {
+            self.add_cdi(q);
+        }
         self.gpu |= other.gpu;
         self.signals.extend(other.signals);
         self.request.all |= other.request.all;
@@ -246,6 +265,14 @@ impl Detection {
             }
         }
     }
+}
+
+/// The CDI kinds whose devices are NVIDIA GPUs: the built-in ones and
+/// `detect.cdi_kinds`.
+pub fn nvidia_cdi_kinds(cfg: &DetectConfig) -> Vec<&str> {
+    let mut kinds: Vec<&str> = BUILTIN_CDI_KINDS.to_vec();
+    kinds.extend(cfg.cdi_kinds.iter().map(String::as_str));
+    kinds
 }
 
 /// Classifies a container under the default detection policy.
@@ -258,8 +285,7 @@ pub fn classify(c: &Container) -> Detection {
 /// first naming a device): env requests, CDI annotations, device nodes and
 /// mounts, then what attaches GPUs.
 pub fn classify_with(c: &Container, cfg: &DetectConfig) -> Detection {
-    let mut kinds: Vec<&str> = BUILTIN_CDI_KINDS.to_vec();
-    kinds.extend(cfg.cdi_kinds.iter().map(String::as_str));
+    let kinds = nvidia_cdi_kinds(cfg);
 
     let mut env = Detection::default();
     env_request_signals(c, &kinds, &cfg.nvidia, &mut env);
@@ -604,6 +630,47 @@ mod tests {
     }
 
     #[test]
+    fn cdi_names_are_kept_as_written() {
+        let mut c = env(&["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=all,0,vendor.com/x=1"]);
+        c.annotations.insert(
+            "cdi.k8s.io/a".into(),
+            "nvidia.com/gpu=all,k8s.device-plugin.nvidia.com/gpu=GPU-aaa".into(),
+        );
+        c.mounts = vec![Mount {
+            source: "/dev/null".into(),
+            destination: "/var/run/nvidia-container-devices/cdi/nvidia.com/gpu/1".into(),
+            ..Default::default()
+        }];
+        // NVIDIA's default: device-list volume mounts are not accepted, the env is.
+        let d = classify(&c);
+        assert_eq!(
+            d.cdi_devices,
+            vec![
+                "nvidia.com/gpu=all",
+                "k8s.device-plugin.nvidia.com/gpu=GPU-aaa"
+            ]
+        );
+        // Where they are accepted, the mounts win over the env
+        // (cuda_image.go VisibleDevices).
+        let mut cfg = DetectConfig::default();
+        cfg.nvidia.accept_volume_mounts = true;
+        let d = classify_with(&c, &cfg);
+        assert_eq!(
+            d.cdi_devices,
+            vec![
+                "nvidia.com/gpu=1",
+                "nvidia.com/gpu=all",
+                "k8s.device-plugin.nvidia.com/gpu=GPU-aaa"
+            ]
+        );
+        // An env request nothing attaches names no CDI device to check.
+        let mut c = env(&["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=all"]);
+        c.assume_attached = false;
+        let d = classify(&c);
+        assert!(!d.gpu && d.cdi_devices.is_empty());
+    }
+
+    #[test]
     fn cdi_devices_and_hooks() {
         let mut c = Container::default();
         c.annotations.insert(
@@ -662,10 +729,12 @@ mod tests {
             Mount {
                 source: "/dev/null".into(),
                 destination: "/var/run/nvidia-container-devices/GPU-bbb".into(),
+                ..Default::default()
             },
             Mount {
                 source: "proc".into(),
                 destination: "/proc".into(),
+                ..Default::default()
             },
         ];
         let d = classify_with(&c, &cfg);

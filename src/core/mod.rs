@@ -6,6 +6,7 @@
 pub mod admission;
 pub mod arch;
 pub mod capability;
+pub mod cdi;
 pub mod compat;
 pub mod compat_check;
 pub mod container;
@@ -29,4 +30,5 @@ pub mod runtime_engines;
 pub mod sanitize;
 pub mod security;
 pub mod tuning;
+pub mod tuning_config;
 pub mod version;

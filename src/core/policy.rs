@@ -10,6 +10,7 @@
 use serde::{Deserialize, Serialize};
 
 pub use crate::core::enforcement::Enforcement;
+pub use crate::core::tuning_config::{Limit, Memlock, ShmSize, TuningConfig, TuningRule};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -148,6 +149,7 @@ pub struct Config {
     pub kernel_image: KernelImageConfig,
     pub compat: CompatConfig,
     pub log: LogConfig,
+    pub metrics: MetricsConfig,
     pub admission: super::admission::AdmissionConfig,
 }
 
@@ -160,6 +162,10 @@ pub struct HostConfig {
     pub on_probe_failure: OnFailure,
     pub cache_file: String,
     pub cache_ttl_s: u64,
+    /// The CDI spec directories, in CDI's order of precedence (a device
+    /// defined in a later directory overrides the earlier one): checked for
+    /// stale NVIDIA specs when a container asks for CDI devices. Empty: no check.
+    pub cdi_spec_dirs: Vec<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -203,109 +209,23 @@ impl Default for CompatConfig {
     }
 }
 
-/// `tuning.memlock`: RLIMIT_MEMLOCK for GPU containers (RDMA, GPUDirect).
-/// In config.toml: `""` (off), `"unlimited"`, or a number of bytes (an
-/// integer, or a string of digits).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Memlock {
-    #[default]
-    Off,
-    Unlimited,
-    Bytes(u64),
-}
-
-impl Memlock {
-    /// The rlimit value: RLIM_INFINITY is u64::MAX, as runc's spec writes it.
-    pub fn value(self) -> Option<u64> {
-        match self {
-            Memlock::Off => None,
-            Memlock::Unlimited => Some(u64::MAX),
-            Memlock::Bytes(n) => Some(n),
-        }
-    }
-}
-
-impl Serialize for Memlock {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self {
-            Memlock::Off => s.serialize_str(""),
-            Memlock::Unlimited => s.serialize_str("unlimited"),
-            Memlock::Bytes(n) => s.serialize_u64(*n),
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for Memlock {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Memlock, D::Error> {
-        struct V;
-        impl serde::de::Visitor<'_> for V {
-            type Value = Memlock;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("\"\" (off), \"unlimited\" or a number of bytes")
-            }
-            fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<Memlock, E> {
-                Ok(Memlock::Bytes(n))
-            }
-            fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<Memlock, E> {
-                u64::try_from(n)
-                    .map(Memlock::Bytes)
-                    .map_err(|_| E::custom("memlock must not be negative"))
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Memlock, E> {
-                match v.trim() {
-                    "" => Ok(Memlock::Off),
-                    "unlimited" | "infinity" => Ok(Memlock::Unlimited),
-                    t => t.parse::<u64>().map(Memlock::Bytes).map_err(|_| {
-                        E::custom(format!(
-                            "`{t}` is not \"\", \"unlimited\" or a number of bytes"
-                        ))
-                    }),
-                }
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
+/// `[metrics]`: decision counters for Prometheus' node_exporter.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct TuningConfig {
-    pub enabled: bool,
-    pub disable_annotation: String,
-    pub frameworks: BTreeMap<String, Vec<String>>,
-    /// RLIMIT_MEMLOCK for GPU containers, only ever raised.
-    pub memlock: Memlock,
-    pub env: Vec<TuningRule>,
+pub struct MetricsConfig {
+    /// The `*.prom` file node_exporter's textfile collector reads; empty: off.
+    pub textfile: String,
+    /// Where the counts and the lock live between decisions (a tmpfs, so
+    /// that an update costs no disk flush and counts restart at boot);
+    /// empty: beside the textfile.
+    pub state_dir: String,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TuningRule {
-    pub name: String,
-    pub value: String,
-    /// Apply only when every visible GPU has at least this compute capability.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub min_compute_capability: Option<String>,
-    /// Apply only when the image declares one of these frameworks.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub frameworks: Vec<String>,
-    /// Skip when the image declares this framework at an older version.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub framework_min_version: BTreeMap<String, String>,
-    /// Skip when the container sets any of these (a newer spelling of the same knob).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub unless_env: Vec<String>,
-}
-
-impl TuningRule {
-    fn plain(name: &str, value: &str) -> TuningRule {
-        TuningRule {
-            name: name.into(),
-            value: value.into(),
-            min_compute_capability: None,
-            frameworks: Vec::new(),
-            framework_min_version: BTreeMap::new(),
-            unless_env: Vec::new(),
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig {
+            textfile: String::new(),
+            state_dir: "/run/gpu-guard/metrics".into(),
         }
     }
 }
@@ -466,6 +386,7 @@ impl Default for Config {
             kernel_image: KernelImageConfig::default(),
             compat: CompatConfig::default(),
             log: LogConfig::default(),
+            metrics: MetricsConfig::default(),
             admission: super::admission::AdmissionConfig::default(),
         }
     }
@@ -480,6 +401,9 @@ impl Default for HostConfig {
             on_probe_failure: OnFailure::Refuse,
             cache_file: "/run/gpu-guard/host-facts.json".into(),
             cache_ttl_s: 300,
+            // CDI's default spec directories (container-device-interface
+            // pkg/cdi/spec-dirs.go DefaultSpecDirs): static, then dynamic.
+            cdi_spec_dirs: vec!["/etc/cdi".into(), "/var/run/cdi".into()],
         }
     }
 }
@@ -489,52 +413,6 @@ impl Default for RequirementsConfig {
         RequirementsConfig {
             honor_disable_require: true,
             minor_version_compatibility: MinorVersionCompat::Off,
-        }
-    }
-}
-
-impl Default for TuningConfig {
-    fn default() -> Self {
-        let fw = |vars: &[&str]| vars.iter().map(|v| v.to_string()).collect::<Vec<_>>();
-        let frameworks = BTreeMap::from([
-            (
-                "pytorch".to_string(),
-                fw(&[
-                    "PYTORCH_VERSION",
-                    "PYTORCH_BUILD_VERSION",
-                    "NVIDIA_PYTORCH_VERSION",
-                ]),
-            ),
-            (
-                "tensorflow".to_string(),
-                fw(&[
-                    "TENSORFLOW_VERSION",
-                    "TF_VERSION",
-                    "NVIDIA_TENSORFLOW_VERSION",
-                ]),
-            ),
-            (
-                "jax".to_string(),
-                fw(&["JAX_VERSION", "NVIDIA_JAX_VERSION"]),
-            ),
-        ]);
-        let mut alloc = TuningRule::plain("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True");
-        alloc.framework_min_version = BTreeMap::from([("pytorch".into(), "2.1".into())]);
-        alloc.unless_env = vec!["PYTORCH_ALLOC_CONF".into()];
-        let mut tf32 = TuningRule::plain("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "1");
-        tf32.min_compute_capability = Some("8.0".into());
-        TuningConfig {
-            enabled: true,
-            disable_annotation: "gpu-guard.tuning".into(),
-            frameworks,
-            memlock: Memlock::Off,
-            env: vec![
-                TuningRule::plain("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),
-                TuningRule::plain("CUDA_DEVICE_MAX_CONNECTIONS", "32"),
-                TuningRule::plain("TF_GPU_ALLOCATOR", "cuda_malloc_async"),
-                alloc,
-                tf32,
-            ],
         }
     }
 }

@@ -37,6 +37,7 @@ impl Config {
                 ));
             }
         }
+        self.check_paths()?;
         if self.host.probe_timeout_ms == 0 {
             return Err("key `host.probe_timeout_ms`: must be at least 1".into());
         }
@@ -46,6 +47,39 @@ impl Config {
             return Err(format!(
                 "key `host.probe_timeout_ms`: must be at most {MAX_PROBE_TIMEOUT_MS} (10 minutes)"
             ));
+        }
+        Ok(())
+    }
+
+    /// The host tuning keys that name paths or sizes: `host.cdi_spec_dirs`
+    /// and `metrics.textfile` are absolute (a hook's working directory is
+    /// the bundle, so a relative path would name a file in every
+    /// container's bundle); `tuning.shm_size` is not 0 (tmpfs reads
+    /// `size=0` as unlimited, so "at least 0" means nothing).
+    fn check_paths(&self) -> Result<(), String> {
+        for (i, dir) in self.host.cdi_spec_dirs.iter().enumerate() {
+            if !dir.starts_with('/') {
+                return Err(format!(
+                    "key `host.cdi_spec_dirs[{i}]`: `{dir}` is not an absolute path"
+                ));
+            }
+        }
+        let t = &self.metrics.textfile;
+        if !t.is_empty() && (!t.starts_with('/') || t.ends_with('/')) {
+            return Err(format!(
+                "key `metrics.textfile`: `{t}` is not an absolute file path (e.g. /var/lib/node_exporter/textfile/gpu-guard.prom)"
+            ));
+        }
+        let d = &self.metrics.state_dir;
+        if !d.is_empty() && !d.starts_with('/') {
+            return Err(format!(
+                "key `metrics.state_dir`: `{d}` is not an absolute path"
+            ));
+        }
+        if self.tuning.shm_size.bytes() == Some(0) {
+            return Err(
+                "key `tuning.shm_size`: must be more than 0 (\"\" leaves /dev/shm as it is)".into(),
+            );
         }
         Ok(())
     }

@@ -93,6 +93,14 @@ pub fn human(d: &Decision) -> String {
             v(r.hard)
         );
     }
+    for (dest, m) in &e.mounts {
+        let _ = writeln!(
+            s,
+            "  edit: mount {dest} size={} ({})",
+            m.size,
+            crate::core::tuning::shm::human(m.size)
+        );
+    }
     s
 }
 
@@ -235,6 +243,9 @@ pub fn log_line(d: &Decision) -> String {
                 .collect::<Vec<_>>()
                 .join(",")
         );
+    }
+    for (dest, m) in &d.edits.mounts {
+        let _ = write!(s, " mount={dest}:size={}", m.size);
     }
     for f in &d.findings {
         if f.severity != Severity::Info {

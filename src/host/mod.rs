@@ -16,6 +16,7 @@
 //! wait for NVML.
 
 pub mod cache;
+pub mod cdi;
 pub mod child;
 pub mod facts_file;
 pub mod kernel;

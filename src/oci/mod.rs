@@ -6,6 +6,7 @@
 pub(crate) mod go_merge;
 pub mod gojson;
 pub mod marker;
+pub mod mount_patch;
 pub mod runtime_args;
 pub mod spec;
 pub mod spec_file;

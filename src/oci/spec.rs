@@ -300,6 +300,10 @@ impl ProcessView {
 struct MountView {
     source: String,
     destination: String,
+    kind: String,
+    options: Option<GoSlice<String>>,
+    /// How many keys of the entries decoded into this one named `options`.
+    options_keys: usize,
 }
 
 impl Decode for MountView {
@@ -307,6 +311,11 @@ impl Decode for MountView {
         members(n, "mounts", |k, v| match k {
             "source" => self.source.decode(v, "mounts.source"),
             "destination" => self.destination.decode(v, "mounts.destination"),
+            "type" => self.kind.decode(v, "mounts.type"),
+            "options" => {
+                self.options_keys += 1;
+                slice(&mut self.options, v, "mounts.options")
+            }
             _ => Ok(()),
         })
     }
@@ -374,6 +383,9 @@ pub struct SpecView {
     pub process: Option<ProcessView>,
     root: Option<RootView>,
     mounts: Option<GoSlice<MountView>>,
+    /// How many top-level keys named `mounts` (a repeated list is merged
+    /// element by element, so its entries cannot be rewritten in place).
+    mounts_keys: usize,
     pub hooks: Option<HooksView>,
     annotations: Option<BTreeMap<String, String>>,
     linux: Option<LinuxView>,
@@ -391,7 +403,10 @@ impl SpecView {
                 "path" => r.path.decode(v, "root.path"),
                 _ => Ok(()),
             }),
-            "mounts" => slice(&mut s.mounts, v, "mounts"),
+            "mounts" => {
+                s.mounts_keys += 1;
+                slice(&mut s.mounts, v, "mounts")
+            }
             "hooks" => pointer(&mut s.hooks, v, "hooks", |h, k, v| {
                 for (i, stage) in HOOK_STAGES.iter().enumerate() {
                     if k == fold(stage) {
@@ -489,6 +504,13 @@ impl SpecView {
                         .map(|m| Mount {
                             source: m.source.clone(),
                             destination: m.destination.clone(),
+                            kind: m.kind.clone(),
+                            options: m
+                                .options
+                                .as_ref()
+                                .map(|o| o.items().to_vec())
+                                .unwrap_or_default(),
+                            patchable: self.mounts_keys == 1 && m.options_keys <= 1,
                         })
                         .collect()
                 })
@@ -598,6 +620,33 @@ mod tests {
         assert!(c.no_new_privileges);
         assert_eq!(c.capabilities.union(), vec!["CAP_CHOWN", "CAP_NET_RAW"]);
         assert_eq!(c.capabilities.inheritable, None);
+    }
+
+    #[test]
+    fn mounts_keep_type_options_and_whether_they_can_be_rewritten() {
+        let one = br#"{"mounts": [
+            {"destination": "/dev/shm", "type": "tmpfs", "source": "shm", "options": ["nosuid", "size=65536k"]},
+            {"destination": "/x", "type": "none", "source": "/y", "options": ["rbind"], "Options": ["bind"]}]}"#;
+        let c = SpecView::from_node(&gojson::parse(one).unwrap())
+            .unwrap()
+            .container(None);
+        assert_eq!(c.mounts[0].kind, "tmpfs");
+        assert_eq!(c.mounts[0].options, vec!["nosuid", "size=65536k"]);
+        assert!(c.mounts[0].patchable && !c.mounts[0].is_bind());
+        // Two keys that fold to `options`: Go's last one wins, and the
+        // entry is not rewritten.
+        assert_eq!(c.mounts[1].options, vec!["bind"]);
+        assert!(!c.mounts[1].patchable && c.mounts[1].is_bind());
+        // A repeated `mounts` list merges element by element: nothing of
+        // it is rewritten.
+        let two = br#"{"mounts": [{"destination": "/dev/shm", "type": "tmpfs"}],
+                      "Mounts": [{"options": ["size=1m"]}]}"#;
+        let c = SpecView::from_node(&gojson::parse(two).unwrap())
+            .unwrap()
+            .container(None);
+        assert_eq!(c.mounts[0].destination, "/dev/shm");
+        assert_eq!(c.mounts[0].options, vec!["size=1m"]);
+        assert!(!c.mounts[0].patchable);
     }
 
     #[test]

@@ -29,6 +29,7 @@ use crate::core::decision::Edits;
 pub use crate::oci::go_merge::TypeError;
 use crate::oci::go_merge::{self, Out, OutMember, Target, PROCESS};
 use crate::oci::gojson::{self, key_matches, Member, Node, Tree, Value};
+use crate::oci::mount_patch;
 use crate::oci::spec::{ProcessView, SpecError, SpecView};
 use crate::sys::fsutil;
 use std::io::Read;
@@ -366,23 +367,33 @@ fn patch(
     });
     let nnp = edits.no_new_privileges && !process.no_new_privileges;
     let rlimits = raised_rlimits(process, edits);
-    if edits.env.is_empty() && !drops && !nnp && rlimits.is_none() {
-        return Ok(None);
-    }
     let Some(top) = root.as_object() else {
         return Ok(None);
     };
+    let mounts = match target {
+        Target::Spec => mount_patch::edited(top, &edits.mounts),
+        Target::Process => None,
+    };
+    let process_edited = !edits.env.is_empty() || drops || nnp || rlimits.is_some();
+    if !process_edited && mounts.is_none() {
+        return Ok(None);
+    }
     if go_merge::process_type_error(top, target, false).is_some() {
         return Ok(None);
+    }
+    let mut out = Vec::with_capacity(src.len() + 256);
+    if !process_edited {
+        // Only a mount changes: the process objects keep their bytes.
+        write_spec(&mut out, src, top, None, mounts.as_ref());
+        return Ok(Some(out));
     }
     let Some(mut acc) = merged_process(top, target)? else {
         return Ok(None);
     };
     set_edited(&mut acc, process, caps.as_ref(), rlimits, edits);
-    let mut out = Vec::with_capacity(src.len() + 256);
     match target {
         Target::Process => go_merge::write_obj(&mut out, src, &acc),
-        Target::Spec => write_spec(&mut out, src, top, &acc),
+        Target::Spec => write_spec(&mut out, src, top, Some(&acc), mounts.as_ref()),
     }
     Ok(Some(out))
 }
@@ -458,13 +469,21 @@ fn set_edited<'a>(
 }
 
 /// Writes config.json: every top-level member as it was, the merged
-/// process in place of the first `process` and none of the others.
-fn write_spec(out: &mut Vec<u8>, src: &[u8], top: &[Member], process: &[OutMember]) {
+/// process (when given) in place of the first `process` and none of the
+/// others, and the edited `mounts` list (when given) in place of the one
+/// at its index.
+fn write_spec(
+    out: &mut Vec<u8>,
+    src: &[u8],
+    top: &[Member],
+    process: Option<&[OutMember]>,
+    mounts: Option<&(usize, Node)>,
+) {
     out.push(b'{');
     let mut first = true;
     let mut process_written = false;
-    for m in top {
-        let is_process = key_matches(&m.key, "process");
+    for (i, m) in top.iter().enumerate() {
+        let is_process = process.is_some() && key_matches(&m.key, "process");
         if is_process && process_written {
             continue;
         }
@@ -472,12 +491,21 @@ fn write_spec(out: &mut Vec<u8>, src: &[u8], top: &[Member], process: &[OutMembe
             out.push(b',');
         }
         first = false;
-        if is_process {
-            process_written = true;
-            out.extend_from_slice(b"\"process\":");
-            go_merge::write_obj(out, src, process);
-        } else {
-            go_merge::write_member(out, src, m);
+        match (process, mounts) {
+            (Some(p), _) if is_process => {
+                process_written = true;
+                out.extend_from_slice(b"\"process\":");
+                go_merge::write_obj(out, src, p);
+            }
+            (_, Some((at, list))) if *at == i => {
+                match &m.key_span {
+                    Some(span) => out.extend_from_slice(&src[span.clone()]),
+                    None => gojson::write_string(out, &m.key),
+                }
+                out.push(b':');
+                gojson::write(out, src, list);
+            }
+            _ => go_merge::write_member(out, src, m),
         }
     }
     out.push(b'}');
@@ -626,6 +654,31 @@ mod tests {
         let mut edits = Edits::default();
         edits.rlimits.insert("RLIMIT_MEMLOCK".into(), want);
         assert_eq!(patched(src, &edits), None);
+    }
+
+    #[test]
+    fn shm_size_is_written_with_or_without_process_edits() {
+        use crate::core::decision::MountEdit;
+        let src = r#"{"process": {"env": ["A=1"], "Env": ["B=2"]},
+            "mounts": [{"destination": "/dev/shm", "type": "tmpfs", "source": "shm", "options": ["nosuid", "size=65536k"]}]}"#;
+        let mut e = Edits::default();
+        e.mounts
+            .insert("/dev/shm".into(), MountEdit { size: 1 << 30 });
+        let out = patched(src, &e).unwrap();
+        // The process keeps its bytes (both keys) when only a mount changes.
+        assert!(out.contains(r#"{"env": ["A=1"], "Env": ["B=2"]}"#), "{out}");
+        let again = reread(&out);
+        assert_eq!(again.mounts[0].options, vec!["nosuid", "size=1048576k"]);
+        assert_eq!(again.env.get("B"), Some("2"));
+        e.env.insert("C".into(), json!("3"));
+        let out = patched(src, &e).unwrap();
+        let again = reread(&out);
+        assert_eq!(again.mounts[0].options, vec!["nosuid", "size=1048576k"]);
+        assert_eq!(again.env.get("C"), Some("3"));
+        // Already large enough: nothing to write.
+        let big = src.replace("65536k", "2g");
+        e.env.clear();
+        assert_eq!(patched(&big, &e), None);
     }
 
     #[test]

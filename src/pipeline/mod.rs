@@ -16,6 +16,7 @@
 //! invalid, GPU containers are refused naming the error, and nothing is
 //! probed or read.
 
+mod local;
 pub mod policy;
 pub mod runtime;
 pub mod scans;
@@ -26,7 +27,7 @@ pub use scans::Scans;
 use crate::config::ConfigError;
 use crate::core::container::Container;
 use crate::core::cri_facts::CriRuntime;
-use crate::core::decide::{self, Inputs};
+use crate::core::decide::{self, HostLocal, Inputs};
 use crate::core::decision::Decision;
 use crate::core::detect::{self, Detection};
 use crate::core::facts::{HostReport, HostSource};
@@ -124,7 +125,10 @@ pub fn decide(policy: &Policy, case: Case, host: HostChoice) -> Decision {
     };
     let judge = Judge::new(cfg, case);
     let report = judge.needs_host().then(|| host.report(cfg));
-    judge.on_host(report.as_ref())
+    match host {
+        HostChoice::FromConfig => judge.on_this_host(report.as_ref()),
+        HostChoice::File(_) => judge.on_host(report.as_ref()),
+    }
 }
 
 /// The decision under a config that cannot be used.
@@ -196,6 +200,26 @@ impl<'c> Judge<'c> {
     /// Decides on one host (None: its facts were not gathered). A report
     /// given for a container that needs none is not used.
     pub fn on_host(&self, host: Option<&HostReport>) -> Decision {
+        self.decide_on(host, HostLocal::default())
+    }
+
+    /// [`Judge::on_host`] for the host this process runs on, where the
+    /// container starts: what only this host can say is read too
+    /// (`local.rs`).
+    pub fn on_this_host(&self, host: Option<&HostReport>) -> Decision {
+        let local = match host.filter(|_| self.needs_host()) {
+            Some(r) => local::read(
+                &self.container,
+                &self.detection,
+                self.config,
+                r.facts.as_ref(),
+            ),
+            None => HostLocal::default(),
+        };
+        self.decide_on(host, local)
+    }
+
+    fn decide_on(&self, host: Option<&HostReport>, local: HostLocal) -> Decision {
         let host = host.filter(|_| self.needs_host());
         let facts = host.and_then(|r| r.facts.as_ref());
         let found = facts.map(|f| {
@@ -215,6 +239,7 @@ impl<'c> Judge<'c> {
             kernel_image,
             scanned,
             compat,
+            local,
         })
     }
 }

@@ -5,7 +5,7 @@
 //! refused, naming the error; other containers are none of its business.
 
 use crate::config::{self, ConfigError};
-use crate::core::policy::{Config, DetectConfig, Mode, Syslog};
+use crate::core::policy::{Config, DetectConfig, MetricsConfig, Mode, Syslog};
 use crate::core::runtime_engines::{Engine, Engines};
 use std::path::Path;
 
@@ -74,6 +74,12 @@ impl Policy {
             Ok(c) => c.log.target(),
             Err(_) => Syslog::System,
         }
+    }
+
+    /// `[metrics]`: where decisions are counted (None under a config that
+    /// cannot be used).
+    pub fn metrics(&self) -> Option<&MetricsConfig> {
+        self.0.as_ref().ok().map(|c| &c.metrics)
     }
 
     /// The per-engine runtime roots and chains (`[runtime.engines]`); the

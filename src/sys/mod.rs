@@ -6,6 +6,8 @@
 //! and itself.
 
 pub mod fsutil;
+pub mod limits;
 pub mod logging;
+pub mod metrics;
 pub mod policy_file;
 pub mod time;

@@ -32,7 +32,7 @@ const MAX_SYMLINKS: usize = 40;
 
 /// Whether `uid` may own what gpu-guard trusts as policy: root, or the
 /// effective uid running gpu-guard (a rootless user's own files, tests).
-fn trusted_owner(uid: u32) -> bool {
+pub(crate) fn trusted_owner(uid: u32) -> bool {
     uid == 0 || uid == nix::unistd::geteuid().as_raw()
 }
 
@@ -96,7 +96,7 @@ fn lstat(p: &Path) -> Result<fs::Metadata, PolicyFileError> {
 /// Checking the directories makes the later open safe without openat2:
 /// once every directory on the way is writable only by trusted users, no
 /// one else can swap an entry between this walk and the open.
-fn resolve_trusted(path: &Path) -> Result<PathBuf, PolicyFileError> {
+pub(crate) fn resolve_trusted(path: &Path) -> Result<PathBuf, PolicyFileError> {
     let abs = std::path::absolute(path).map_err(PolicyFileError::Unreadable)?;
     let mut walk = Walk::start(path)?;
     walk.push_front(&abs, false);
@@ -233,7 +233,7 @@ impl<'a> Walk<'a> {
 }
 
 /// The file type in words, for "not a regular file" messages.
-fn kind_of(m: &fs::Metadata) -> &'static str {
+pub(crate) fn kind_of(m: &fs::Metadata) -> &'static str {
     use std::os::unix::fs::FileTypeExt;
     let t = m.file_type();
     if t.is_dir() {

@@ -22,6 +22,7 @@ mod fleet_affinity;
 mod fleet_cli;
 mod fleet_inputs;
 mod hook_trust_audit;
+mod host_tuning;
 mod nvidia_settings;
 mod output_style;
 mod precreate_handoff;

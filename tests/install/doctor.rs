@@ -432,19 +432,73 @@ fn hook_files_and_engines_not_registered() {
 #[test]
 fn cdi_and_private_directories() {
     let root = node("doctor-dirs", "a100");
-    put(&root, "etc/cdi/nvidia.yaml", "cdiVersion: 0.5.0\n", 0o644);
-    let (_, v) = doctor(&root);
+    // NVIDIA's spec for the running driver (a100: 535.104.05), its files
+    // there: ok. The judgement is `host`'s (core::cdi), on the host root.
+    let lib = "usr/lib/x86_64-linux-gnu/libcuda.so";
+    put(&root, &format!("{lib}.535.104.05"), "", 0o644);
+    put(&root, "dev/nvidia0", "", 0o644);
+    let spec = |version: &str, node: &str| {
+        format!(
+            "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: \"0\"\n  containerEdits:\n    deviceNodes:\n    - path: {node}\n      type: c\n      major: 195\ncontainerEdits:\n  mounts:\n  - hostPath: /{lib}.{version}\n    containerPath: /{lib}.{version}\n"
+        )
+    };
+    put(
+        &root,
+        "etc/cdi/nvidia.yaml",
+        &spec("535.104.05", "/dev/nvidia0"),
+        0o644,
+    );
+    let (code, v) = doctor(&root);
+    assert_eq!(code, 0, "{v:#}");
     expect(&v, "cdi", "ok", &["/etc/cdi (1 spec)"]);
+    // After a driver change the spec names the old driver's libraries:
+    // CDI containers would fail, so it is an error, with host paths.
+    put(
+        &root,
+        "etc/cdi/nvidia.yaml",
+        &spec("530.30.02", "/dev/nvidia0"),
+        0o644,
+    );
+    let (code, v) = doctor(&root);
+    assert_eq!(code, 1, "{v:#}");
+    expect(
+        &v,
+        "cdi",
+        "error",
+        &[
+            "530.30.02",
+            "/etc/cdi/nvidia.yaml",
+            "nvidia-ctk cdi generate",
+        ],
+    );
+    let msg = check(&v, "cdi")["message"].as_str().unwrap().to_string();
+    assert!(!msg.contains(&root.display().to_string()), "{msg}");
+    // A spec others could have written is refused at start: an error too.
+    put(
+        &root,
+        "etc/cdi/nvidia.yaml",
+        &spec("535.104.05", "/dev/nvidia0"),
+        0o666,
+    );
+    let (code, v) = doctor(&root);
+    assert_eq!(code, 1, "{v:#}");
+    expect(&v, "cdi", "error", &["could be written by others"]);
+    // A spec that is not one (no kind) is not checked: a warning.
+    put(&root, "etc/cdi/nvidia.yaml", "cdiVersion: 0.5.0\n", 0o644);
+    let (code, v) = doctor(&root);
+    assert_eq!(code, 0, "{v:#}");
+    expect(&v, "cdi", "warning", &["were not checked"]);
+    // The directories are the config's.
+    let off = "etc/gpu-guard/config.d/50-cdi.toml";
+    put(&root, off, "[host]\ncdi_spec_dirs = []\n", 0o644);
+    let (_, v) = doctor(&root);
+    expect(&v, "cdi", "ok", &["host.cdi_spec_dirs is empty"]);
+    fs::remove_file(root.join(off)).unwrap();
     fs::remove_dir_all(root.join("etc/cdi")).unwrap();
     put(&root, "etc/cdi", "not a directory", 0o644);
     let (code, v) = doctor(&root);
     assert_eq!(code, 0, "{v:#}");
-    expect(
-        &v,
-        "cdi",
-        "warning",
-        &["cannot read the CDI spec directory /etc/cdi"],
-    );
+    expect(&v, "cdi", "warning", &["CDI spec directory /etc/cdi"]);
     fs::remove_file(root.join("etc/cdi")).unwrap();
     fs::set_permissions(
         root.join("var/lib/gpu-guard"),

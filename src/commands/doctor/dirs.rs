@@ -1,14 +1,15 @@
 //! doctor's checks of directories: the hooks.d directories podman and
 //! CRI-O read (a gpu-guard hook file there calls a binary that must
-//! exist), the CDI spec directories, and gpu-guard's cache and state
+//! exist), the CDI specs (core::cdi's judgement), and gpu-guard's cache and state
 //! directories (the private-directory rule).
 
 use super::{engines, Check, Node};
+use crate::core::cdi::{audit, CdiSpecs, HostPaths, PathState, SpecState};
 use crate::install::podman;
 use std::path::{Path, PathBuf};
 
-pub fn all(node: &Node) -> Vec<Check> {
-    let mut out = vec![active_hooks(node), cdi(node)];
+pub fn all(node: &Node, driver: Option<&str>) -> Vec<Check> {
+    let mut out = vec![active_hooks(node), cdi(node, driver)];
     out.extend(private_dirs(node));
     out
 }
@@ -63,49 +64,100 @@ fn active_hooks(node: &Node) -> Check {
     }
 }
 
-/// The CDI spec directories (the CDI specification's defaults): a
-/// directory that exists must be readable, since NVIDIA's runtime and the
-/// engines read the specs in it to set GPU devices up. Whether a spec is
-/// stale is judged at container start for containers that ask for CDI
-/// devices (README, "Host health and tuning").
-fn cdi(node: &Node) -> Check {
-    let mut seen = Vec::new();
-    for d in ["/etc/cdi", "/var/run/cdi"] {
-        let fs = node.fs(Path::new(d));
-        if std::fs::symlink_metadata(&fs).is_err() {
-            continue;
-        }
-        match std::fs::read_dir(&fs) {
-            Ok(rd) => {
-                let specs = rd
-                    .filter_map(|e| e.ok())
-                    .filter(|e| {
-                        let n = e.file_name();
-                        let n = n.to_string_lossy();
-                        n.ends_with(".yaml") || n.ends_with(".json")
-                    })
-                    .count();
-                seen.push(format!("{d} ({specs} spec{})", if specs == 1 { "" } else { "s" }));
-            }
-            Err(e) => {
-                return Check::warning(
-                    "cdi",
-                    format!("cannot read the CDI spec directory {d}: {e}; CDI devices from it cannot be set up"),
-                    format!("make {d} a readable directory (`nvidia-ctk cdi generate --output={d}/nvidia.yaml` writes NVIDIA's spec)"),
-                )
-            }
+/// A host mounted at `--host-root`, as the CDI judgement asks about it:
+/// each host path looked up below the root.
+struct MountedPaths<'a>(&'a Node);
+
+impl HostPaths for MountedPaths<'_> {
+    fn state(&self, path: &str, nofollow: bool) -> PathState {
+        let here = self.0.fs(Path::new(path));
+        crate::host::cdi::RealPaths.state(&here.to_string_lossy(), nofollow)
+    }
+}
+
+/// The CDI specs of `host.cdi_spec_dirs`, read and judged as `gpu-guard
+/// host` judges them (`host::cdi::load`, `core::cdi::audit`; the judgement
+/// the hooks make for a container that asks for CDI devices is the same).
+/// A spec of an NVIDIA kind that lacks something on this host (a stale
+/// driver version, a missing mount or device node) or that others could
+/// have written is an error: GPU containers that use its devices fail or
+/// are refused. A directory or file that cannot be read is a warning.
+fn cdi(node: &Node, driver: Option<&str>) -> Check {
+    let dirs = &node.config.host.cdi_spec_dirs;
+    if dirs.is_empty() {
+        return Check::ok("cdi", "off in the config (host.cdi_spec_dirs is empty)");
+    }
+    let root = node
+        .host_root
+        .to_string_lossy()
+        .trim_end_matches('/')
+        .to_string();
+    let host_path = |s: &str| match root.is_empty() {
+        true => s.to_string(),
+        false => s.replace(&format!("{root}/"), "/"),
+    };
+    let here: Vec<String> = dirs
+        .iter()
+        .map(|d| node.fs(Path::new(d)).to_string_lossy().into_owned())
+        .collect();
+    let specs = crate::host::cdi::load(&here);
+    let kinds = crate::core::detect::nvidia_cdi_kinds(&node.config.detect);
+    let mounted = MountedPaths(node);
+    let paths: &dyn HostPaths = match root.is_empty() {
+        true => &crate::host::cdi::RealPaths,
+        false => &mounted,
+    };
+    // One entry at a time, so each finding is known by the spec it is about.
+    let mut errors = Vec::new();
+    let mut warnings: Vec<String> = specs.problems.iter().map(|p| host_path(p)).collect();
+    for e in &specs.entries {
+        let one = CdiSpecs {
+            entries: vec![e.clone()],
+            problems: vec![],
+            ..specs.clone()
+        };
+        let lines = audit(&one, &kinds, driver, paths).into_iter().map(|f| {
+            let fix = f.fix.filter(|x| !x.is_empty());
+            host_path(&fix.map_or(f.message.clone(), |x| format!("{} (fix: {x})", f.message)))
+        });
+        match (e.untrusted.is_some(), &e.state) {
+            (true, _) | (false, SpecState::Read(_)) => errors.extend(lines),
+            _ => warnings.extend(lines),
         }
     }
-    match seen.is_empty() {
-        true => Check::ok(
-            "cdi",
-            "no CDI spec directory (/etc/cdi, /var/run/cdi): CDI devices are not in use",
-        ),
-        false => Check::ok(
-            "cdi",
-            format!("CDI spec directories readable: {}", seen.join(", ")),
-        ),
+    let fix = "regenerate or fix each spec as its message says (`nvidia-ctk cdi generate` writes NVIDIA's), then `gpu-guard doctor` again";
+    match (errors.is_empty(), warnings.is_empty()) {
+        (false, _) => Check::error("cdi", [errors, warnings].concat().join("; "), fix),
+        (true, false) => Check::warning("cdi", warnings.join("; "), fix),
+        (true, true) => Check::ok("cdi", cdi_summary(node, dirs, &specs)),
     }
+}
+
+/// What the spec directories hold, when nothing is wrong with them.
+fn cdi_summary(node: &Node, dirs: &[String], specs: &CdiSpecs) -> String {
+    let present: Vec<&String> = dirs
+        .iter()
+        .filter(|d| std::fs::symlink_metadata(node.fs(Path::new(d))).is_ok())
+        .collect();
+    if present.is_empty() {
+        return format!(
+            "no CDI spec directory ({}): CDI devices are not in use",
+            dirs.join(", ")
+        );
+    }
+    let each: Vec<String> = present
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let i = dirs.iter().position(|x| x == *d).unwrap_or(i);
+            let n = specs.entries.iter().filter(|e| e.priority == i).count();
+            format!("{d} ({n} spec{})", if n == 1 { "" } else { "s" })
+        })
+        .collect();
+    format!(
+        "CDI specs readable, trusted, and NVIDIA's match this host: {}",
+        each.join(", ")
+    )
 }
 
 /// The directories gpu-guard keeps private files in: the host facts cache,

@@ -99,15 +99,14 @@ fn mode(cfg: &Config) -> Check {
     )
 }
 
-/// The host's facts: the probe as a container start makes it.
-pub fn host(node: &Node) -> Vec<Check> {
-    let report = crate::host::probe(&node.config.host);
+/// The host's facts: `report` is the probe as a container start makes it.
+pub fn host(node: &Node, report: &HostReport) -> Vec<Check> {
     let dev = if node.host_root == Path::new("/") {
         crate::host::ProbePaths::from_env().dev
     } else {
         node.fs(Path::new("/dev"))
     };
-    let mut out = vec![nvml(&report, node.config.host.probe_timeout_ms)];
+    let mut out = vec![nvml(report, node.config.host.probe_timeout_ms)];
     let Some(facts) = &report.facts else {
         return out;
     };

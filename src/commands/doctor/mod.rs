@@ -10,8 +10,10 @@
 //! - each engine install recorded or that is present: its effective
 //!   registration (`install::registration::effective_registration`), the
 //!   runtime its wrapper chains, its hook files ([`engines`]);
-//! - CDI spec directories and gpu-guard's cache and state directories (the
-//!   private-directory rule, `sys::fsutil::check_private_dir`) ([`dirs`]).
+//! - the CDI specs of `host.cdi_spec_dirs`, read and judged as `host` judges
+//!   them (`host::cdi::load`, `core::cdi::audit`), and gpu-guard's cache and
+//!   state directories (the private-directory rule,
+//!   `sys::fsutil::check_private_dir`) ([`dirs`]).
 //!
 //! Exit status: 0 nothing would break or bypass containers (warnings may be
 //! printed); 1 a check is an error; 2 bad usage or an invalid config (the
@@ -134,9 +136,14 @@ struct Summary {
 /// `gpu-guard doctor`.
 pub fn main(config: Option<&Path>, args: &DoctorArgs) -> i32 {
     let (mut checks, node, config_ok) = host_checks::config_checks(config, args);
-    checks.extend(host_checks::host(&node));
+    let report = crate::host::probe(&node.config.host);
+    checks.extend(host_checks::host(&node, &report));
     checks.extend(engines::all(&node));
-    checks.extend(dirs::all(&node));
+    let driver = report
+        .facts
+        .as_ref()
+        .and_then(|f| f.driver_version.as_deref());
+    checks.extend(dirs::all(&node, driver));
     let worst = checks.iter().map(|c| c.status).max().unwrap_or(Status::Ok);
     if args.json {
         let count = |s: Status| checks.iter().filter(|c| c.status == s).count();

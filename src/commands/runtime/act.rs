@@ -13,7 +13,7 @@
 use crate::commands::runtime::outcome::{Act, Effects, MarkerChange, Outcome};
 use crate::commands::runtime::parse::Call;
 use crate::core::decision::Decision;
-use crate::core::policy::Syslog;
+use crate::core::policy::{MetricsConfig, Syslog};
 use crate::core::report;
 use crate::oci::{marker, spec_file};
 use crate::pipeline::runtime::RuntimeProblem;
@@ -23,21 +23,30 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 
 /// Carries out `outcome` for `call`, then execs `real` with `args`; the
-/// exit status when it does not exec.
+/// exit status when it does not exec. A decision is logged and counted in
+/// the metrics (`[metrics]`; None or no textfile: off) first.
 pub fn carry_out(
     syslog: &Syslog,
+    metrics: Option<&MetricsConfig>,
     call: &Call,
     outcome: Outcome,
     real: &Path,
     args: &[OsString],
 ) -> i32 {
     if let Some(d) = &outcome.decision {
+        let fallback = logging::Fallback::RuntimeLog(call.log.clone());
         if matches!(outcome.act, Act::Audit(_)) {
             audit(syslog, call, d);
         } else {
-            let fallback = logging::Fallback::RuntimeLog(call.log.clone());
-            logging::record(d, syslog, fallback);
+            logging::record(d, syslog, fallback.clone());
         }
+        crate::sys::metrics::count(
+            metrics,
+            d,
+            crate::sys::metrics::Entry::Runtime,
+            syslog,
+            fallback,
+        );
     }
     match outcome.act {
         Act::Refuse => match &outcome.decision {

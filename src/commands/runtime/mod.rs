@@ -22,6 +22,7 @@ use std::ffi::OsString;
 use std::path::Path;
 
 pub fn main(config_flag: Option<&Path>, args: Vec<OsString>) -> i32 {
+    crate::sys::metrics::mark_start();
     let policy = Policy::load(config_flag);
     let call = parse::call(&args, policy.engines());
     // The chain of the engine that invoked us (its root says which),
@@ -37,5 +38,12 @@ pub fn main(config_flag: Option<&Path>, args: Vec<OsString>) -> i32 {
         }
     };
     let outcome = decide::outcome(&policy, &call, &real);
-    act::carry_out(&policy.syslog(), &call, outcome, &real, &args)
+    act::carry_out(
+        &policy.syslog(),
+        policy.metrics(),
+        &call,
+        outcome,
+        &real,
+        &args,
+    )
 }

@@ -1,7 +1,11 @@
-//! Tuning environment variables from host policy (`[tuning]` in config.toml).
+//! Tuning from host policy (`[tuning]` in config.toml): environment
+//! variables, rlimits (`memlock`, `stack`) and the size of `/dev/shm`
+//! ([`shm`]).
 //!
 //! A variable the image or the user set is never touched: their value is a
-//! decision someone made, ours is a default.
+//! decision someone made, ours is a default. A limit is only ever raised.
+
+pub mod shm;
 
 use crate::core::container::Container;
 use crate::core::decision::Rlimit;
@@ -125,43 +129,75 @@ pub fn plan(
 }
 
 /// The rlimit type the memlock rule sets (runtime-spec `process.rlimits`).
-const MEMLOCK: &str = "RLIMIT_MEMLOCK";
+pub const MEMLOCK: &str = "RLIMIT_MEMLOCK";
+/// The rlimit type the stack rule sets.
+pub const STACK: &str = "RLIMIT_STACK";
 
-/// The rlimits to raise (`tuning.memlock`). RDMA and GPUDirect RDMA pin
-/// memory with ibv_reg_mr, which fails past RLIMIT_MEMLOCK
-/// (NVIDIA/nvidia-container-toolkit#2037). Only ever raises: soft and hard
-/// are compared separately with what the container set, each kept when it
-/// is already at least as high; nothing is returned when both are. Like the
-/// env rules, off when tuning is off or the container's annotation turns it off.
-pub fn rlimits(c: &Container, cfg: &TuningConfig) -> BTreeMap<String, Rlimit> {
-    let mut out = BTreeMap::new();
-    let Some(want) = cfg.memlock.value() else {
-        return out;
-    };
-    if !cfg.enabled
-        || c.annotations
+/// Whether tuning is on for this container: `tuning.enabled`, and no
+/// `<disable_annotation>=off` on it.
+fn tuning_on(c: &Container, cfg: &TuningConfig) -> bool {
+    cfg.enabled
+        && !c
+            .annotations
             .get(&cfg.disable_annotation)
             .is_some_and(|v| is_off(v))
-    {
+}
+
+/// The rlimits to raise: `tuning.memlock` (RDMA and GPUDirect RDMA pin
+/// memory with ibv_reg_mr, which fails past RLIMIT_MEMLOCK;
+/// NVIDIA/nvidia-container-toolkit#2037) and `tuning.stack` (NGC images
+/// ask for `--ulimit stack=67108864`: deep recursion in compilers and
+/// data loaders). Only ever raises: soft and hard are compared separately
+/// with what the container set, each kept when it is already at least as
+/// high; a type is left out when both are. The container's value is the
+/// entry runc applies, the last of its type (core::container). Like the
+/// env rules, off when tuning is off or the container's annotation turns
+/// it off.
+pub fn rlimits(c: &Container, cfg: &TuningConfig) -> BTreeMap<String, Rlimit> {
+    rlimits_over(c, cfg, &BTreeMap::new())
+}
+
+/// [`rlimits`] for a container whose spec, where it lists no entry of a
+/// type, inherits the limit in `inherited` (crate::sys::limits: runc's
+/// own): an added entry keeps the inherited soft or hard value where that
+/// is higher, so writing it never lowers what the container would have had.
+pub fn rlimits_over(
+    c: &Container,
+    cfg: &TuningConfig,
+    inherited: &BTreeMap<String, Rlimit>,
+) -> BTreeMap<String, Rlimit> {
+    let mut out = BTreeMap::new();
+    if !tuning_on(c, cfg) {
         return out;
     }
-    let r = match c.rlimits.get(MEMLOCK) {
-        None => Rlimit {
-            soft: want,
-            hard: want,
-        },
-        Some(have) => {
-            let r = Rlimit {
-                soft: have.soft.max(want),
-                hard: have.hard.max(want),
-            };
-            if r == *have {
-                return out;
+    for (kind, limit) in [(MEMLOCK, cfg.memlock), (STACK, cfg.stack)] {
+        let Some(want) = limit.value() else {
+            continue;
+        };
+        let r = match c.rlimits.get(kind) {
+            None => match inherited.get(kind) {
+                Some(have) => Rlimit {
+                    soft: have.soft.max(want),
+                    hard: have.hard.max(want),
+                },
+                None => Rlimit {
+                    soft: want,
+                    hard: want,
+                },
+            },
+            Some(have) => {
+                let r = Rlimit {
+                    soft: have.soft.max(want),
+                    hard: have.hard.max(want),
+                };
+                if r == *have {
+                    continue;
+                }
+                r
             }
-            r
-        }
-    };
-    out.insert(MEMLOCK.to_string(), r);
+        };
+        out.insert(kind.to_string(), r);
+    }
     out
 }
 
@@ -276,6 +312,67 @@ mod tests {
         let mut c = Container::default();
         c.annotations
             .insert("gpu-guard.tuning".into(), "off".into());
+        assert!(rlimits(&c, &cfg).is_empty());
+    }
+
+    #[test]
+    fn stack_is_raised_like_memlock() {
+        use crate::core::policy::Limit;
+        let mut cfg = Config::default().tuning;
+        cfg.stack = Limit::Bytes(64 << 20);
+        let mut c = Container::default();
+        assert_eq!(
+            rlimits(&c, &cfg)[STACK],
+            Rlimit {
+                soft: 64 << 20,
+                hard: 64 << 20
+            }
+        );
+        // Docker's default: soft 8 MiB, hard unlimited; only soft is raised.
+        c.rlimits.insert(
+            STACK.into(),
+            Rlimit {
+                soft: 8 << 20,
+                hard: u64::MAX,
+            },
+        );
+        assert_eq!(
+            rlimits(&c, &cfg)[STACK],
+            Rlimit {
+                soft: 64 << 20,
+                hard: u64::MAX
+            }
+        );
+        // Memlock off: only the stack; both set: both, separately.
+        assert_eq!(rlimits(&c, &cfg).len(), 1);
+        cfg.memlock = Limit::Unlimited;
+        let r = rlimits(&c, &cfg);
+        assert_eq!(r.len(), 2);
+        assert_eq!(r[MEMLOCK].soft, u64::MAX);
+        cfg.stack = Limit::Unlimited;
+        assert_eq!(rlimits(&c, &cfg)[STACK].soft, u64::MAX);
+        // Never lowered.
+        cfg.stack = Limit::Bytes(1 << 20);
+        assert!(!rlimits(&c, &cfg).contains_key(STACK));
+        // No entry in the spec: the inherited limit is the floor, so the
+        // added entry keeps an unlimited hard limit unlimited.
+        cfg.stack = Limit::Bytes(64 << 20);
+        let inherited = BTreeMap::from([(
+            STACK.to_string(),
+            Rlimit {
+                soft: 8 << 20,
+                hard: u64::MAX,
+            },
+        )]);
+        let bare = Container::default();
+        assert_eq!(
+            rlimits_over(&bare, &cfg, &inherited)[STACK],
+            Rlimit {
+                soft: 64 << 20,
+                hard: u64::MAX
+            }
+        );
+        cfg.enabled = false;
         assert!(rlimits(&c, &cfg).is_empty());
     }
 

@@ -1,0 +1,427 @@
+//! The judgement of resolved CDI devices against the host ([`judge`]) and
+//! the host-wide audit of the spec directories ([`audit`]).
+
+use super::{
+    driver_version_in, resolve, split_name, CdiSpecs, Edits, HostPaths, NotChecked, PathState,
+    Resolved, SpecEntry, SpecState, GENERATED_KINDS, MAX_DEVICES,
+};
+use crate::core::decision::{Check, Finding, Severity};
+use crate::core::sanitize::esc;
+use std::collections::BTreeSet;
+
+/// Problems named one by one in a finding's details; the rest are counted.
+const MAX_NAMED: usize = 8;
+
+/// What one spec's edits lack on this host, for the container's devices.
+#[derive(Debug, Default)]
+struct Lacks {
+    /// (path, version) tied to another driver than the running one.
+    stale: Vec<(String, String)>,
+    /// What is missing, as a phrase ("mount /x", "device node /dev/y").
+    missing: Vec<String>,
+}
+
+/// Checks one set of edits against the host.
+fn check_edits(edits: &Edits, driver: Option<&str>, host: &dyn HostPaths, lacks: &mut Lacks) {
+    let stale_or = |p: &str, lacks: &mut Lacks| -> bool {
+        match (driver_version_in(p), driver) {
+            (Some(v), Some(d)) if v != d => {
+                lacks.stale.push((p.to_string(), v.to_string()));
+                true
+            }
+            _ => false,
+        }
+    };
+    for m in edits.mounts.iter().flatten() {
+        let Some(p) = m.host_path.as_deref().filter(|p| p.starts_with('/')) else {
+            continue;
+        };
+        if !stale_or(p, lacks) && host.state(p, false) == PathState::Missing {
+            lacks.missing.push(format!("mount {p}"));
+        }
+    }
+    for d in edits.device_nodes.iter().flatten() {
+        // With its type and major number given, the runtime creates the
+        // node without looking at the host (fillMissingInfo).
+        let described = d.kind.as_deref().is_some_and(|k| !k.is_empty())
+            && (d.major.unwrap_or(0) != 0 || d.kind.as_deref() == Some("p"));
+        let Some(p) = d.host_path.as_deref().or(d.path.as_deref()) else {
+            continue;
+        };
+        if described || !p.starts_with('/') {
+            continue;
+        }
+        match host.state(p, true) {
+            PathState::Missing => lacks.missing.push(format!("device node {p}")),
+            PathState::Other => lacks
+                .missing
+                .push(format!("device node {p} (not a device)")),
+            _ => {}
+        }
+    }
+    for h in edits.hooks.iter().flatten() {
+        for a in h.args.iter().flatten() {
+            if let (Some(v), Some(d)) = (a.strip_prefix("--host-driver-version="), driver) {
+                if v != d {
+                    lacks
+                        .stale
+                        .push((format!("hook argument {a}"), v.to_string()));
+                }
+            }
+        }
+        let Some(p) = h.path.as_deref().filter(|p| p.starts_with('/')) else {
+            continue;
+        };
+        if host.state(p, false) == PathState::Missing {
+            lacks.missing.push(format!("hook {p}"));
+        }
+    }
+}
+
+/// `nvidia-ctk cdi generate --output=PATH` for the spec at `path` (the
+/// toolkit's `--format` follows the file's extension only when given), and
+/// NVIDIA's refresh unit where it is installed
+/// (deployments/systemd/nvidia-cdi-refresh.service, which writes
+/// /var/run/cdi/nvidia.yaml).
+fn regenerate(path: &str, refresh_unit: bool) -> String {
+    let format = if path.ends_with(".json") {
+        " --format=json"
+    } else {
+        ""
+    };
+    let mut fix = format!(
+        "regenerate the spec for the running driver: nvidia-ctk cdi generate --output={}{format}",
+        esc(path)
+    );
+    if refresh_unit {
+        fix.push_str(", or systemctl restart nvidia-cdi-refresh.service");
+    }
+    fix
+}
+
+fn listed(items: impl IntoIterator<Item = String>) -> Vec<String> {
+    let all: Vec<String> = items.into_iter().collect();
+    let mut out: Vec<String> = all.iter().take(MAX_NAMED).map(|s| esc(s)).collect();
+    if all.len() > MAX_NAMED {
+        out.push(format!("{} more", all.len() - MAX_NAMED));
+    }
+    out
+}
+
+/// The findings for what one spec's edits lack.
+fn lack_findings(
+    path: &str,
+    what: &str,
+    lacks: Lacks,
+    driver: Option<&str>,
+    severity: Severity,
+    refresh_unit: bool,
+) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let fix = regenerate(path, refresh_unit);
+    if let Some((first, _)) = lacks.stale.first() {
+        let old: BTreeSet<&str> = lacks.stale.iter().map(|(_, v)| v.as_str()).collect();
+        let old: Vec<&str> = old.into_iter().collect();
+        out.push(
+            Finding::new(
+                Check::Host,
+                severity,
+                format!(
+                    "CDI spec {} was generated for NVIDIA driver {}, but this host runs {}: {what} would get the old driver's files ({}{}) and fail to start",
+                    esc(path),
+                    old.join(", "),
+                    esc(driver.unwrap_or("?")),
+                    esc(first),
+                    if lacks.stale.len() > 1 { ", ..." } else { "" }
+                ),
+            )
+            .with_fix(fix.clone())
+            .with_details(listed(lacks.stale.iter().map(|(p, _)| p.clone()))),
+        );
+    }
+    if let Some(first) = lacks.missing.first() {
+        out.push(
+            Finding::new(
+                Check::Host,
+                severity,
+                format!(
+                    "CDI spec {} names {} that this host does not have ({}{}): {what} would fail to start with `no such file or directory`",
+                    esc(path),
+                    if lacks.missing.len() == 1 { "a path".to_string() } else { format!("{} paths", lacks.missing.len()) },
+                    esc(first),
+                    if lacks.missing.len() > 1 { ", ..." } else { "" }
+                ),
+            )
+            .with_fix(fix)
+            .with_details(listed(lacks.missing)),
+        );
+    }
+    out
+}
+
+/// What [`judge`] gathers over the requested devices.
+#[derive(Default)]
+struct Gathered<'a> {
+    out: Vec<Finding>,
+    /// Per spec file: the devices whose edits were checked, and what lacks.
+    checked: Vec<(&'a str, Vec<String>, Lacks)>,
+    /// Spec files whose top-level edits were checked.
+    seen_top: BTreeSet<&'a str>,
+    /// Files not read that might change what a device gets.
+    uncertain: BTreeSet<&'a str>,
+}
+
+impl<'a> Gathered<'a> {
+    /// Checks the edits of a device found in `e`'s spec `s`.
+    fn found(
+        &mut self,
+        q: &str,
+        e: &'a SpecEntry,
+        s: &'a super::Spec,
+        dev: &Edits,
+        driver: Option<&str>,
+        host: &dyn HostPaths,
+    ) {
+        if let Some(why) = &e.untrusted {
+            self.out.push(untrusted_finding(q, &e.path, why));
+        }
+        let i = match self.checked.iter().position(|(p, _, _)| *p == e.path) {
+            Some(i) => i,
+            None => {
+                self.checked.push((&e.path, Vec::new(), Lacks::default()));
+                self.checked.len() - 1
+            }
+        };
+        let (_, devices, lacks) = &mut self.checked[i];
+        devices.push(q.to_string());
+        if self.seen_top.insert(&e.path) {
+            check_edits(&s.edits, driver, host, lacks);
+        }
+        check_edits(dev, driver, host, lacks);
+    }
+}
+
+/// The findings for a GPU container that asks for the CDI devices
+/// `requested` (fully qualified names of NVIDIA kinds, as written): an
+/// error for each device that cannot be resolved, or whose spec names
+/// paths this host lacks, ties it to another driver than `driver`, or
+/// could have been written by others; a warning for spec files that could
+/// not be read and might define it.
+pub fn judge(
+    requested: &[String],
+    specs: &CdiSpecs,
+    driver: Option<&str>,
+    host: &dyn HostPaths,
+) -> Vec<Finding> {
+    let mut g = Gathered::default();
+    for q in requested.iter().take(64) {
+        let Some((kind, name)) = split_name(q) else {
+            continue;
+        };
+        if GENERATED_KINDS.contains(&kind) {
+            continue;
+        }
+        let unread = unread_for(specs, kind);
+        match resolve(specs, kind, name) {
+            Resolved::Found(e, s, dev) => {
+                g.found(q, e, s, dev, driver, host);
+                // A file not read from a directory as late as this one's
+                // may override (or clash with) the definition checked.
+                g.uncertain.extend(
+                    unread
+                        .iter()
+                        .filter(|u| u.priority >= e.priority)
+                        .map(|u| u.path.as_str()),
+                );
+            }
+            Resolved::Conflict(files) => g.out.push(conflict_finding(q, &files)),
+            // It may be defined in a file that was not read: a warning,
+            // not a refusal of a container that may well start.
+            Resolved::Missing if !unread.is_empty() => {
+                g.uncertain.extend(unread.iter().map(|u| u.path.as_str()));
+            }
+            Resolved::Missing => g.out.push(missing_finding(q, kind, specs)),
+        }
+    }
+    let mut out = g.out;
+    for (path, devices, mut lacks) in g.checked {
+        dedup(&mut lacks);
+        let what = devices.join(", ");
+        out.extend(lack_findings(
+            path,
+            &what,
+            lacks,
+            driver,
+            Severity::Error,
+            specs.refresh_unit,
+        ));
+    }
+    out.extend(g.uncertain.into_iter().take(MAX_NAMED).filter_map(|p| {
+        let e = specs.entries.iter().find(|e| e.path == p)?;
+        Some(not_read_finding(e, Severity::Warning))
+    }));
+    out
+}
+
+fn conflict_finding(device: &str, files: &[&str]) -> Finding {
+    Finding::error(
+        Check::Host,
+        format!(
+            "CDI device {} is defined in {}, all in one directory: CDI refuses a device defined twice, so the container would fail to start",
+            esc(device),
+            files.iter().map(|f| esc(f)).collect::<Vec<_>>().join(" and ")
+        ),
+    )
+    .with_fix("remove all but one of the spec files that define it (nvidia-ctk cdi list shows the devices)")
+}
+
+/// Files that might define a device of `kind` but were not checked: those
+/// that could not be read, and valid ones of that kind with too many devices.
+fn unread_for<'a>(specs: &'a CdiSpecs, kind: &str) -> Vec<&'a SpecEntry> {
+    specs
+        .entries
+        .iter()
+        .filter(|e| match &e.state {
+            SpecState::Unreadable(_) => true,
+            SpecState::NotChecked(NotChecked::TooMany { kind: k, .. }) => k == kind,
+            _ => false,
+        })
+        .collect()
+}
+
+fn untrusted_finding(device: &str, path: &str, why: &str) -> Finding {
+    Finding::error(
+        Check::Host,
+        format!(
+            "CDI device {} comes from {}, which others could have written ({}): a CDI spec decides what is mounted into the container and which hooks run as root",
+            esc(device),
+            esc(path),
+            esc(why)
+        ),
+    )
+    .with_fix(format!(
+        "make it root's: chown root {0} && chmod go-w {0} (and its directory), or remove it",
+        esc(path)
+    ))
+}
+
+fn missing_finding(device: &str, kind: &str, specs: &CdiSpecs) -> Finding {
+    let fix = if kind.starts_with("nvidia.com/") {
+        "generate the spec: nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml (nvidia-ctk cdi list shows the devices it defines)".to_string()
+    } else {
+        format!(
+            "check the tool that writes the CDI spec of kind {} (NVIDIA's device plugin writes k8s.device-plugin.nvidia.com/gpu)",
+            esc(kind)
+        )
+    };
+    let skipped = specs.entries.iter().filter_map(|e| match &e.state {
+        SpecState::NotChecked(NotChecked::Invalid(why)) => {
+            Some(format!("{} is not a valid CDI spec: {why}", e.path))
+        }
+        _ => None,
+    });
+    Finding::error(
+        Check::Host,
+        format!(
+            "CDI device {} is not defined in any CDI spec in {}: the container would fail to start (unresolvable CDI devices)",
+            esc(device),
+            esc(&specs.dirs.join(", "))
+        ),
+    )
+    .with_fix(fix)
+    .with_details(listed(skipped))
+}
+
+fn not_read_finding(e: &SpecEntry, severity: Severity) -> Finding {
+    let (what, fix) = match &e.state {
+        SpecState::Unreadable(why) => (
+            format!("CDI spec {} could not be read ({})", esc(&e.path), esc(why)),
+            "make it a regular file root can read, or remove it",
+        ),
+        SpecState::NotChecked(NotChecked::TooMany { kind, devices }) => (
+            format!(
+                "CDI spec {} defines {devices} devices of {}, more than gpu-guard reads ({MAX_DEVICES})",
+                esc(&e.path),
+                esc(kind)
+            ),
+            "split it, or regenerate it with nvidia-ctk cdi generate",
+        ),
+        SpecState::NotChecked(NotChecked::Invalid(why)) => (
+            format!(
+                "CDI spec {} is not a valid CDI spec ({}): CDI runtimes skip it",
+                esc(&e.path),
+                esc(why)
+            ),
+            "fix or remove it",
+        ),
+        SpecState::Read(_) => (format!("CDI spec {}", esc(&e.path)), ""),
+    };
+    Finding::new(
+        Check::Host,
+        severity,
+        format!("{what}; the devices it defines were not checked"),
+    )
+    .with_fix(fix)
+}
+
+/// `gpu-guard host`'s warnings about the spec directories: every problem
+/// the reader met, every spec others could have written, and for each
+/// spec of an NVIDIA kind (`kinds`) what its devices lack on this host.
+pub fn audit(
+    specs: &CdiSpecs,
+    kinds: &[&str],
+    driver: Option<&str>,
+    host: &dyn HostPaths,
+) -> Vec<Finding> {
+    let mut out: Vec<Finding> = specs
+        .problems
+        .iter()
+        .map(|p| Finding::warning(Check::Host, p.clone()))
+        .collect();
+    for e in &specs.entries {
+        if let Some(why) = &e.untrusted {
+            out.push(
+                Finding::warning(
+                    Check::Host,
+                    format!(
+                        "CDI spec {} could be written by others ({}); GPU containers that use its devices are refused",
+                        esc(&e.path),
+                        esc(why)
+                    ),
+                )
+                .with_fix(format!("chown root {0} && chmod go-w {0}", esc(&e.path))),
+            );
+        }
+        let SpecState::Read(s) = &e.state else {
+            out.push(not_read_finding(e, Severity::Warning));
+            continue;
+        };
+        if !kinds.contains(&s.kind.as_str()) || GENERATED_KINDS.contains(&s.kind.as_str()) {
+            continue;
+        }
+        let mut lacks = Lacks::default();
+        check_edits(&s.edits, driver, host, &mut lacks);
+        for (_, d) in &s.devices {
+            check_edits(d, driver, host, &mut lacks);
+        }
+        dedup(&mut lacks);
+        let what = format!("containers that use {}", esc(&s.kind));
+        out.extend(lack_findings(
+            &e.path,
+            &what,
+            lacks,
+            driver,
+            Severity::Warning,
+            specs.refresh_unit,
+        ));
+    }
+    out
+}
+
+/// Drops repeats (every device of NVIDIA's spec names the same nodes).
+fn dedup(l: &mut Lacks) {
+    let mut seen = BTreeSet::new();
+    l.stale.retain(|(p, _)| seen.insert(p.clone()));
+    let mut seen = BTreeSet::new();
+    l.missing.retain(|p| seen.insert(p.clone()));
+}

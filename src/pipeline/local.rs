@@ -1,0 +1,74 @@
+//! What only the host a container starts on can say about it, read when
+//! the pipeline decides for this host (the hooks, the wrapper, `check`
+//! without `--host`), never for a host described by a facts file or node
+//! labels (docs/interfaces.md, "Host health and tuning"):
+//!
+//! - the resource limits the container inherits where its spec sets none,
+//!   when `tuning.memlock` or `tuning.stack` would raise one;
+//! - for `tuning.shm_size`, the host's RAM (a tmpfs without `size=` gets
+//!   half) and the size of a bind-mounted `/dev/shm`'s source (statfs(2));
+//! - the CDI spec check of the devices the container asks for
+//!   (`host.cdi_spec_dirs`, core::cdi).
+//!
+//! Each is read only when the container's decision can use it.
+
+use crate::core::cdi;
+use crate::core::container::Container;
+use crate::core::decide::HostLocal;
+use crate::core::detect::Detection;
+use crate::core::facts::HostFacts;
+use crate::core::policy::Config;
+use crate::core::tuning::{self, shm};
+
+/// Reads what `c`'s decision on this host needs.
+pub(crate) fn read(
+    c: &Container,
+    det: &Detection,
+    cfg: &Config,
+    facts: Option<&HostFacts>,
+) -> HostLocal {
+    let mut out = HostLocal::default();
+    if cfg.tuning.memlock.value().is_some() || cfg.tuning.stack.value().is_some() {
+        out.rlimits = crate::sys::limits::inherited(&[tuning::MEMLOCK, tuning::STACK]);
+    }
+    let (ram, bind) = shm::needs(c, &cfg.tuning);
+    if ram {
+        out.shm.ram = nix::sys::sysinfo::sysinfo().ok().map(|s| s.ram_total());
+    }
+    if let Some(source) = bind {
+        out.shm.bind_size = Some(filesystem_size(source));
+    }
+    if !det.cdi_devices.is_empty() && !cfg.host.cdi_spec_dirs.is_empty() {
+        let specs = crate::host::cdi::load(&cfg.host.cdi_spec_dirs);
+        let driver = facts.and_then(|f| f.driver_version.as_deref());
+        out.cdi = cdi::judge(
+            &det.cdi_devices,
+            &specs,
+            driver,
+            &crate::host::cdi::RealPaths,
+        );
+    }
+    out
+}
+
+/// The size of the filesystem at `path` (statfs(2): blocks × block size),
+/// as `df` shows a tmpfs's `size=`.
+fn filesystem_size(path: &str) -> Result<u64, String> {
+    let s = nix::sys::statfs::statfs(path).map_err(|e| e.desc().to_string())?;
+    let block = u64::try_from(s.block_size()).map_err(|_| "a negative block size".to_string())?;
+    Ok(s.blocks().saturating_mul(block))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_filesystem_has_a_size() {
+        assert!(filesystem_size("/").unwrap() > 0);
+        assert_eq!(
+            filesystem_size("/nonexistent/x").unwrap_err(),
+            "No such file or directory"
+        );
+    }
+}
