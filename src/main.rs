@@ -31,7 +31,7 @@ fn main() -> ExitCode {
             network::exec(&args[1..])
         }
         Command::Check(a) if a.attest || a.plain_http || a.registry_ca.is_some() => {
-            eprintln!("gpu-guard check: --attest, --plain-http and --registry-ca need --image docker://...");
+            eprintln!("gpu-guard: error: --attest, --plain-http and --registry-ca need --image docker://...");
             2
         }
         Command::Check(a) => gpu_guard::commands::check::main(config, a),
@@ -51,7 +51,7 @@ fn main() -> ExitCode {
                 0
             }
             Err(e) => {
-                eprintln!("gpu-guard: cannot render the man page: {e}");
+                eprintln!("gpu-guard: error: cannot render the man page: {e}");
                 2
             }
         },

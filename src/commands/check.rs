@@ -38,7 +38,7 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
             return usage(e);
         }
         eprintln!(
-            "gpu-guard check: {}",
+            "gpu-guard: error: {}",
             crate::core::sanitize::one_line(&e.to_string())
         );
     }

@@ -38,7 +38,7 @@ pub fn main(config: Option<&Path>, args: &HostArgs) -> i32 {
     match host_command_inner(config, args) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("gpu-guard: {e}");
+            eprintln!("gpu-guard: error: {e}");
             EXIT_NO_FACTS
         }
     }
@@ -91,8 +91,10 @@ fn host_command_inner(config: Option<&Path>, args: &HostArgs) -> Result<i32, Hos
         }
         return Ok(exit_status(&report));
     }
-    // The engines install registered: each one's chain, and drift.
-    let (info, warnings) = crate::commands::install::host_lines(cfg);
+    // The engines install registered: each one's chain, and drift; and
+    // the CDI spec directories' problems.
+    let (info, mut warnings) = crate::commands::install::host_lines(cfg);
+    warnings.extend(cdi_warnings(cfg, facts));
     if args.json {
         let text = serde_json::to_string_pretty(facts).map_err(HostCommandError::Encode)?;
         println!("{text}");
@@ -107,9 +109,14 @@ fn host_command_inner(config: Option<&Path>, args: &HostArgs) -> Result<i32, Hos
         for line in info {
             println!("{line}");
         }
+        // The engines' and the CDI specs' state is part of the report for
+        // people, below the table, as it always was.
+        for w in &warnings {
+            println!("warning: {w}");
+        }
     }
-    // Problems go to stderr in both forms, one line each (the facts, and
-    // the table, stay on stdout for scripts).
+    // The probe's problems and every error go to stderr in both forms,
+    // one line each (the facts, and the table, stay on stdout for scripts).
     print_problems(&report);
     let no_driver_reported = report
         .problems
@@ -121,8 +128,10 @@ fn host_command_inner(config: Option<&Path>, args: &HostArgs) -> Result<i32, Hos
             report.source
         );
     }
-    for w in warnings.iter().chain(&cdi_warnings(cfg, facts)) {
-        eprintln!("gpu-guard: warning: {w}");
+    if args.json {
+        for w in &warnings {
+            eprintln!("gpu-guard: warning: {w}");
+        }
     }
     print_chain_problems(&chains);
     if !chains.is_empty() {

@@ -110,7 +110,7 @@ fn finish(verb: &str, name: &str, result: Result<i32, InstallError>) -> i32 {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("gpu-guard: {verb} {name}: {e}");
+            eprintln!("gpu-guard: error: {verb} {name}: {e}");
             2
         }
     }

@@ -30,7 +30,7 @@ fn beside_self() -> Option<PathBuf> {
 /// argv[0]); returns only when that fails, with exit status 2.
 pub fn exec(args: &[OsString]) -> i32 {
     let Some(bin) = beside_self() else {
-        eprintln!("gpu-guard: cannot find this binary's directory to run {NETWORK_BINARY}");
+        eprintln!("gpu-guard: error: cannot find this binary's directory to run {NETWORK_BINARY}");
         return 2;
     };
     let err = std::process::Command::new(&bin).args(args).exec();

@@ -188,6 +188,6 @@ fn a_file_named_like_a_transport_and_unread_transports() {
         let (code, _, err) = check(t.path(), arg);
         assert_eq!(code, 2, "{arg}: {err}");
         assert!(err.contains(want), "{arg}: {err}");
-        assert!(err.starts_with("gpu-guard check: --image: "), "{err}");
+        assert!(err.starts_with("gpu-guard: error: --image: "), "{err}");
     }
 }

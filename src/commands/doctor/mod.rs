@@ -159,7 +159,7 @@ pub fn main(config: Option<&Path>, args: &DoctorArgs) -> i32 {
         match serde_json::to_string_pretty(&report) {
             Ok(s) => println!("{s}"),
             Err(e) => {
-                eprintln!("gpu-guard: doctor: cannot print the report: {e}");
+                eprintln!("gpu-guard: error: doctor: cannot print the report: {e}");
                 return EXIT_USAGE;
             }
         }
