@@ -99,21 +99,7 @@ fn host_command_inner(config: Option<&Path>, args: &HostArgs) -> Result<i32, Hos
         let text = serde_json::to_string_pretty(facts).map_err(HostCommandError::Encode)?;
         println!("{text}");
     } else {
-        print!("{}", render_table(&report));
-        if let Some(line) = crate::config::chained_runtime_line(&loaded) {
-            println!("{line}");
-        }
-        if let Some(line) = crate::config::drop_ins_line(&loaded) {
-            println!("{line}");
-        }
-        for line in info {
-            println!("{line}");
-        }
-        // The engines' and the CDI specs' state is part of the report for
-        // people, below the table, as it always was.
-        for w in &warnings {
-            println!("warning: {w}");
-        }
+        print_human(&loaded, &report, &info, &warnings);
     }
     // The probe's problems and every error go to stderr in both forms,
     // one line each (the facts, and the table, stay on stdout for scripts).
@@ -183,6 +169,30 @@ fn chain_problems(cfg: &crate::core::policy::Config) -> Vec<RuntimeProblem> {
         }
     }
     out
+}
+
+/// The report for people: the table, the chain and drop-in lines, each
+/// engine's line, and the engines' and CDI specs' warnings below it, as
+/// they always were.
+fn print_human(
+    loaded: &crate::config::Loaded,
+    report: &HostReport,
+    info: &[String],
+    warnings: &[String],
+) {
+    print!("{}", render_table(report));
+    if let Some(line) = crate::config::chained_runtime_line(loaded) {
+        println!("{line}");
+    }
+    if let Some(line) = crate::config::drop_ins_line(loaded) {
+        println!("{line}");
+    }
+    for line in info {
+        println!("{line}");
+    }
+    for w in warnings {
+        println!("warning: {w}");
+    }
 }
 
 /// A chained runtime that cannot be run, on stderr like every problem.
