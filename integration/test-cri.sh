@@ -22,6 +22,8 @@
 #   e. a GPU pod asking for less (drop ALL, no_new_privs) keeps asking for less;
 #   f. a pod with a CDI annotation nvidia.com/gpu=0 is a GPU pod, and
 #      install gave gpu-guard's runtime container_annotations cdi.k8s.io/*;
+#      the node's CDI spec is read: one left from the previous driver
+#      refuses the pod with `nvidia-ctk cdi generate`;
 #   g. scoped exceptions (a config.d drop-in beside gg.toml; default
 #      profile "restricted", namespace gpu-operator exempt): a root GPU pod
 #      in the exempt namespace starts with the exception's profile, the
@@ -70,6 +72,32 @@ exec runc "\$@"
 EOF
 chmod +x "$T/bin/nvidia-container-runtime"
 GG_SYSLOG=false GG_RUNTIME_PATH="$T/bin/nvidia-container-runtime" gg_config "$T/gg.toml" tesla-535
+# The node's CDI specs (host.cdi_spec_dirs), in this test's own directory:
+# a spec as `nvidia-ctk cdi generate` writes it for the running driver
+# (tesla-535: 535.104.05), whose driver library exists on this "host".
+mkdir -p "$T/cdi" "$T/driver"
+: > "$T/driver/libcuda.so.535.104.05"
+cdi_spec() { # DRIVER_VERSION: the spec written for that driver
+    cat > "$T/cdi/nvidia.yaml" <<EOF
+cdiVersion: 0.5.0
+kind: nvidia.com/gpu
+devices:
+- name: "0"
+  containerEdits:
+    deviceNodes:
+    - path: /dev/nvidia0
+      type: c
+      major: 195
+      minor: 0
+containerEdits:
+  mounts:
+  - hostPath: $T/driver/libcuda.so.$1
+    containerPath: /usr/lib/x86_64-linux-gnu/libcuda.so.$1
+    options: [ro, nosuid, nodev, bind]
+EOF
+}
+cdi_spec 535.104.05
+sed -i "s|^cdi_spec_dirs = .*|cdi_spec_dirs = [\"$T/cdi\"]|" "$T/gg.toml"
 
 # Capability names of a /proc/PID/status mask, numbered as the kernel
 # headers number them (linux-libc-dev), sorted, space-separated.
@@ -252,6 +280,13 @@ check_eq "f: CDI pod CapEff is the allowlist" "$(capnames "$(field "$F" CapEff)"
 r=$(cri pod --name cdi-refuse --handler gpu-guard --image localhost/gg-cuda13:1 --annotation "$CDI" -- sleep 1000)
 check_eq "f: CDI pod needing CUDA 13.0 refused at StartContainer" "$(jget "$r" .ok)/$(jget "$r" .stage)" false/StartContainer
 check_contains "f: CDI refusal is gpu-guard's" "$(jget "$r" .error)" "gpu-guard refused container"
+# The driver upgraded, the spec not regenerated: it mounts the previous
+# driver's library, and the pod is refused with the command that fixes it.
+cdi_spec 535.54.03
+r=$(cri pod --name cdi-stale --handler gpu-guard --image localhost/gg-busybox:1 --annotation "$CDI" -- sleep 1000)
+check_eq "f: CDI pod with a stale spec refused at StartContainer" "$(jget "$r" .ok)/$(jget "$r" .stage)" false/StartContainer
+check_contains "f: the stale spec's refusal names the regeneration" "$(jget "$r" .error)" "nvidia-ctk cdi generate --output=$T/cdi/nvidia.yaml"
+cdi_spec 535.104.05
 check_eq "f: install passes CDI annotations through for handler gpu-guard" \
     "$(jget "$(cri status)" '.info.config.containerd.runtimes["gpu-guard"] | any(.. | strings; . == "cdi.k8s.io/*")')" true
 
