@@ -6,7 +6,8 @@
 #     medians, ratio (goal <= 1.05).
 #  3. with GG_BASELINE=/path/to/an/older/gpu-guard: that binary's hook against
 #     this one's, interleaved on the same bundle, median ratio (a refactor
-#     must keep start-up within 5 %).
+#     must keep start-up within 5 %). GG_BASELINE_DROP="table ..." leaves
+#     tables the baseline predates out of its copy of the config.
 # Usage: integration/bench-hook.sh [rounds]   (as root; NO_BUILD=1 skips the build)
 . "$(dirname "$0")/lib.sh"
 need_root
@@ -23,6 +24,13 @@ new_scratch
 cp "$GG" "$T/gpu-guard" && GG="$T/gpu-guard"
 if [ -n "${GG_BASELINE:-}" ]; then cp "$GG_BASELINE" "$T/gpu-guard-baseline" && GG_BASELINE="$T/gpu-guard-baseline"; fi
 GG_SYSLOG=false gg_config "$T/config.toml" h100x8
+# The baseline reads the same config without the tables it predates
+# (an older binary refuses keys it does not know).
+cp "$T/config.toml" "$T/config-baseline.toml"
+for table in ${GG_BASELINE_DROP:-}; do
+    awk -v t="[$table]" '$0 == t {skip = 1; next} /^\[/ {skip = 0} !skip' "$T/config-baseline.toml" > "$T/config-baseline.toml.new"
+    mv "$T/config-baseline.toml.new" "$T/config-baseline.toml"
+done
 
 # The env of nvidia/cuda:12.4.1 plus what an NGC PyTorch image adds: 60 entries.
 mapfile -t IMG < "$REPO_DIR/tests/data/images/cuda-12.4.1-base-ubuntu2204.env"
@@ -49,7 +57,7 @@ rss = peak_rss_kib(hook, stdin=state)
 print(f"hook prestart alone: median {h:.2f} ms wall (spawn of /bin/true: {base:.2f} ms; hook net {h - base:.2f} ms); "
       f"peak RSS {rss / 1024:.1f} MiB  [targets: < 2 ms, < 8 MiB]")
 if baseline:
-    old = [baseline, "--config", f"{t}/config.toml", "hook", "prestart"]
+    old = [baseline, "--config", f"{t}/config-baseline.toml", "hook", "prestart"]
     r = interleave({"new": dict(argv=hook, stdin=state), "old": dict(argv=old, stdin=state)}, rounds * 5)
     a, b = median(r["new"]), median(r["old"])
     print(f"start-up against {baseline}: this build {a:.2f} ms, baseline {b:.2f} ms, ratio {a / b:.3f}  "

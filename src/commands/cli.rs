@@ -247,7 +247,9 @@ pub struct HostArgs {
 read (its error is listed); 2 bad usage, or a PATH that cannot be opened.\n\
 With --rootfs, each PATH is a container root filesystem: the libraries of the config's \
 kernel_image.libraries are checked against the GPUs of --host as a container start would, \
-and the kernel-image findings are printed (exit 1 if one is an error)."
+and the kernel-image findings are printed (exit 1 if one is an error).\n\
+With --rootfs --libraries, each rootfs's GPU libraries are resolved as glibc's loader will \
+resolve them at start (exit 1 if a finding is an error under [libraries] severity)."
 )]
 pub struct ScanArgs {
     /// ELF files or directories (walked)
@@ -256,12 +258,18 @@ pub struct ScanArgs {
     /// Print JSON
     #[arg(long)]
     pub json: bool,
-    /// Treat each PATH as a container rootfs and print the kernel-image findings
-    #[arg(long, requires = "host")]
+    /// Treat each PATH as a container rootfs and print the kernel-image findings (needs --host)
+    #[arg(long)]
     pub rootfs: bool,
     /// Host facts JSON file giving the GPUs and driver to judge against (with --rootfs)
     #[arg(long, value_name = "FILE", requires = "rootfs")]
     pub host: Option<PathBuf>,
+    /// With --rootfs: resolve the rootfs's GPU libraries as the loader will in a GPU container (driver libraries injected, ldconfig rerun) and print the resolution tree like lddtree, the missing libraries and the CUDA runtimes; with --host also the findings
+    #[arg(long, requires = "rootfs")]
+    pub libraries: bool,
+    /// With --libraries: the container's environment entry (NVIDIA_DRIVER_CAPABILITIES, LD_LIBRARY_PATH); repeatable
+    #[arg(long = "env", value_name = "KEY=VALUE", requires = "libraries")]
+    pub env: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -25,6 +25,7 @@ use crate::commands::output::{print_decision, usage};
 use crate::config;
 use crate::core::container::Container;
 use crate::core::decision::{Check, Finding};
+use crate::core::libraries::LibraryScan;
 use crate::core::policy::{Config, Enforcement};
 use crate::core::sanitize::esc_bounded;
 use crate::image::scan::ImageScan;
@@ -146,6 +147,77 @@ pub fn limits() -> Limits {
     l
 }
 
+/// The container `img` runs as, with `env` added: its config's env, and
+/// its WorkingDir as the process's cwd (image-spec config.md).
+pub fn image_container(img: &Image, env: &[(String, String)]) -> Container {
+    let mut container = container_for(&img.env(), env);
+    container.cwd = img
+        .config()
+        .config()
+        .as_ref()
+        .and_then(|c| c.working_dir().clone())
+        .filter(|w| w.starts_with('/'));
+    container
+}
+
+/// What the kernel-image and libraries scans read from the image's layers
+/// (`[kernel_image]`, `[libraries]`): one header pass serves both.
+pub type ImageScans = (
+    Option<crate::image::scan::ImageScan>,
+    Option<crate::core::libraries::LibraryScan>,
+);
+
+/// Both scans of an image (a file, a registry's or the docker daemon's),
+/// each `None` when its severity is `off`.
+pub fn image_scans(
+    img: &Image,
+    container: &Container,
+    cfg: &crate::core::policy::Config,
+) -> Result<ImageScans, crate::image::ImageError> {
+    let kernel = cfg.kernel_image.severity != Enforcement::Off;
+    let libs = cfg.libraries.severity != Enforcement::Off;
+    let start = start_env(img, container);
+    match (kernel, libs) {
+        (true, true) => {
+            let mut tap = crate::image::libraries::LibraryTap::default();
+            let (scan, tree) =
+                crate::image::scan::scan_with(img, &cfg.kernel_image, Some(&mut tap))?;
+            let l = crate::image::libraries::scan_from(img, &tree, tap, &start)?;
+            Ok((Some(scan), Some(l.scan)))
+        }
+        (true, false) => Ok((
+            Some(crate::image::scan::scan(img, &cfg.kernel_image)?),
+            None,
+        )),
+        (false, true) => Ok((
+            None,
+            Some(crate::image::libraries::scan(img, &start, false)?.scan),
+        )),
+        (false, false) => Ok((None, None)),
+    }
+}
+
+/// How `container` starts from `img` for the libraries scan: with GPUs,
+/// its env and working directory, on the image's machine.
+pub fn start_env(img: &Image, container: &Container) -> crate::scan::ldso::resolve::StartEnv {
+    let mut start = crate::scan::ldso::resolve::StartEnv::from_env(
+        &container.env,
+        container.cwd.as_deref(),
+        true,
+    );
+    start.machine = img_machine(img);
+    start
+}
+
+/// The ELF machine of the image's platform (its config's architecture).
+fn img_machine(img: &Image) -> Option<u16> {
+    match img.info().platform.split('/').nth(1) {
+        Some("arm64") => Some(crate::scan::elf_dynamic::EM_AARCH64),
+        Some("amd64") => Some(crate::scan::elf_dynamic::EM_X86_64),
+        _ => None,
+    }
+}
+
 pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
     let Some(arg) = &args.image else {
         return usage("--image PATH is missing");
@@ -187,17 +259,13 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
         Ok(i) => i,
         Err(e) => return usage(e),
     };
-    let container = container_for(&img.env(), &env);
-    let scan = if cfg.kernel_image.severity == Enforcement::Off {
-        None
-    } else {
-        match crate::image::scan::scan(&img, &cfg.kernel_image) {
-            Ok(s) => Some(s),
-            Err(e) => return usage(e),
-        }
+    let container = image_container(&img, &env);
+    let (scan, libraries) = match image_scans(&img, &container, &cfg) {
+        Ok(s) => s,
+        Err(e) => return usage(e),
     };
     let image = report(&img, &container, scan.as_ref());
-    judge(cfg, args, container, scan, &image)
+    judge(cfg, args, container, (scan, libraries), &image)
 }
 
 /// Judges an image already read (from a file here, or from a registry or
@@ -207,14 +275,15 @@ pub fn judge(
     cfg: Config,
     args: &CheckArgs,
     container: Container,
-    scan: Option<ImageScan>,
+    (scan, libraries): (Option<ImageScan>, Option<LibraryScan>),
     image: &ImageReport,
 ) -> i32 {
     let notes = scan.as_ref().map(|s| s.notes.clone()).unwrap_or_default();
     let scans = match scan {
         Some(s) => Scans::made(Some(s.scanned), Some(s.compat)),
         None => Scans::made(None, None),
-    };
+    }
+    .with_libraries(libraries);
     // Judged as `docker run --gpus all` starts it: GPUs attached whatever
     // runtime is chained, so no chained runtime is asked for.
     let case = Case::new(container, args.stage.stage()).with_scans(scans);

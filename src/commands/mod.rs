@@ -14,3 +14,4 @@ pub mod network;
 pub mod output;
 pub mod runtime;
 pub mod scan;
+pub mod scan_libraries;

@@ -35,6 +35,9 @@ struct FileResult {
 /// followed; files that are not ELF or fatbin are skipped); a file named
 /// on the command line is always reported, ELF or not.
 pub fn main(config: Option<&Path>, args: &ScanArgs) -> i32 {
+    if args.rootfs && args.libraries {
+        return crate::commands::scan_libraries::main(config, args);
+    }
     if args.rootfs {
         return rootfs_command(config, args);
     }

@@ -159,6 +159,9 @@ pub struct Container {
     pub uid: Option<u32>,
     /// Absolute path of the root filesystem, when known.
     pub rootfs: Option<PathBuf>,
+    /// `process.cwd`, when the spec sets it (the loader resolves relative
+    /// `LD_LIBRARY_PATH` entries from it).
+    pub cwd: Option<String>,
     /// The OCI runtime the runtime wrapper execs for this container, when
     /// known: NVIDIA's runtime there acts on the env's GPU requests.
     pub chained_runtime: Option<String>,

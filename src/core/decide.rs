@@ -36,6 +36,10 @@ pub struct Inputs<'a> {
     pub scanned: Option<&'a Scanned>,
     /// The compat-library scan, done when [`forward_compat_need`] says so.
     pub compat: Option<&'a CompatScan>,
+    /// The `library` and `cuda-runtime` findings on this host
+    /// (core::libraries::assess), and the scan they come from.
+    pub libraries: Vec<Finding>,
+    pub library_scan: Option<&'a crate::core::library_scan::LibraryScan>,
     /// What only the host the container starts on can say, read there;
     /// empty for a host described by a facts file or labels.
     pub local: HostLocal,
@@ -212,6 +216,8 @@ pub fn decide(inp: &Inputs) -> Decision {
     let mut findings = Vec::new();
     let visible = host_and_requirement_findings(inp, &mut d, &mut findings);
     findings.extend(inp.kernel_image.iter().cloned());
+    findings.extend(inp.libraries.iter().cloned());
+    d.libraries = inp.library_scan.cloned();
     findings.extend(inp.local.cdi.iter().cloned());
 
     if inp.stage == Stage::Edit {

@@ -35,6 +35,10 @@ pub enum Check {
     /// CUDA forward and minor-version compatibility (docs/interfaces.md,
     /// "Decision JSON").
     Compat,
+    /// A library the loader will not find at start (core::libraries).
+    Library,
+    /// A CUDA runtime the image ships that the driver is too old for.
+    CudaRuntime,
 }
 
 impl Check {
@@ -48,6 +52,8 @@ impl Check {
             Check::Security => "security",
             Check::Config => "config",
             Check::Compat => "compat",
+            Check::Library => "library",
+            Check::CudaRuntime => "cuda-runtime",
         }
     }
 }
@@ -184,6 +190,10 @@ pub struct Decision {
     /// Extension: where host facts came from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_source: Option<String>,
+    /// What the container's libraries need, when its rootfs was read
+    /// (core::libraries; docs/interfaces.md "Container content").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub libraries: Option<crate::core::library_scan::LibraryScan>,
     /// The driver and CUDA versions of the host facts decided on, for the
     /// metrics' `gpu_guard_host_info`. Not part of the JSON.
     #[serde(skip)]
@@ -205,6 +215,7 @@ impl Decision {
             container_id: None,
             visible_gpus: None,
             host_source: None,
+            libraries: None,
             host_versions: None,
             withheld_edits: Edits::default(),
         }

@@ -148,9 +148,51 @@ pub struct Config {
     pub runtime: RuntimeConfig,
     pub kernel_image: KernelImageConfig,
     pub compat: CompatConfig,
+    pub libraries: LibrariesConfig,
     pub log: LogConfig,
     pub metrics: MetricsConfig,
     pub admission: super::admission::AdmissionConfig,
+}
+
+/// `[libraries]`: the libraries scan of a container's rootfs
+/// (core::libraries): what its findings do, its cache and its budgets.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LibrariesConfig {
+    /// `warn` (default): warnings; `enforce`: refuse a container whose
+    /// libraries will not load or whose CUDA runtime the driver cannot run;
+    /// `off`: no scan.
+    #[serde(with = "crate::core::enforcement::spelling::off_warn_enforce")]
+    pub severity: Enforcement,
+    /// An unfinished scan under `enforce`: `warn` or `refuse`.
+    #[serde(with = "crate::core::enforcement::spelling::warn_refuse")]
+    pub on_incomplete: Enforcement,
+    /// Results kept by the identity of every file they read; empty: none.
+    pub cache_dir: String,
+    /// Directories walked per container.
+    pub max_dirs: u64,
+    /// ELF files parsed per container.
+    pub max_files: u64,
+    /// Bytes read per container (headers and dynamic sections, not sizes).
+    pub max_bytes: u64,
+    /// Bytes read from any one file: past this it is not judged.
+    pub max_file_bytes: u64,
+    pub time_budget_ms: u64,
+}
+
+impl Default for LibrariesConfig {
+    fn default() -> LibrariesConfig {
+        LibrariesConfig {
+            severity: Enforcement::Warn,
+            on_incomplete: Enforcement::Warn,
+            cache_dir: "/run/gpu-guard/libraries".into(),
+            max_dirs: 100_000,
+            max_files: 20_000,
+            max_bytes: 256 << 20,
+            max_file_bytes: 4 << 20,
+            time_budget_ms: 2_000,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -385,6 +427,7 @@ impl Default for Config {
             runtime: RuntimeConfig::default(),
             kernel_image: KernelImageConfig::default(),
             compat: CompatConfig::default(),
+            libraries: LibrariesConfig::default(),
             log: LogConfig::default(),
             metrics: MetricsConfig::default(),
             admission: super::admission::AdmissionConfig::default(),

@@ -308,6 +308,29 @@ fn compat_cuts(subject: &Subject, c: &mut Cuts) {
     }
 }
 
+/// The CUDA runtimes the image ships (core::libraries): the decision
+/// compares the host's CUDA with each runtime's major and, within it, its
+/// minor (minor-version compatibility), so both are cuts; a shipped CUDA 13
+/// runtime is a driver bound on nodes.
+fn runtime_cuts(subject: &Subject, c: &mut Cuts) {
+    let Some(scan) = subject.libraries() else {
+        return;
+    };
+    for rt in &scan.cuda_runtimes {
+        let Ok(v) = crate::core::version::Version::parse(&rt.version) else {
+            continue;
+        };
+        let p = version_parts(&v);
+        c.cuda.extend(cut_pair(&p, 2));
+        c.cuda.extend([vec![p[0], 0], vec![p[0] + 1, 0]]);
+    }
+    let allow = subject.config().requirements.minor_version_compatibility
+        == crate::core::policy::MinorVersionCompat::Allow;
+    if allow && !scan.cuda_runtimes.is_empty() {
+        table_cuts(c);
+    }
+}
+
 /// A request naming GPUs by index needs that many: the count matters.
 fn count_cuts(subject: &Subject) -> Option<Vec<Point>> {
     let req = &subject.detection().request;
@@ -335,6 +358,7 @@ pub(super) fn axes(subject: &Subject) -> Vec<Axis> {
     requirement_cuts(subject, &mut c);
     scan_cuts(subject, &mut c);
     compat_cuts(subject, &mut c);
+    runtime_cuts(subject, &mut c);
     if reads_more(subject) {
         with_majors(&mut c.cuda);
     }

@@ -30,6 +30,7 @@ use crate::core::decision::{Check, Decision, Finding};
 use crate::core::detect::Detection;
 use crate::core::facts::HostReport;
 use crate::core::kernel_image::Scanned;
+use crate::core::libraries::LibraryScan;
 use crate::core::policy::Config;
 use crate::core::requirement::Requirement;
 use crate::pipeline::{Case, Judge};
@@ -77,7 +78,8 @@ impl<'a> Subject<'a> {
     /// host is judged with them, and the label affinity is written from them.
     pub fn new(config: &'a Config, mut case: Case) -> Subject<'a> {
         let rootfs = case.container.rootfs.clone();
-        case.scans = case.scans.read_now(rootfs.as_deref(), config);
+        let scans = std::mem::take(&mut case.scans);
+        case.scans = scans.read_now(rootfs.as_deref(), &case.container, config);
         let judge = Judge::new(config, case);
         Subject {
             requirements: judge.requirements(),
@@ -105,6 +107,11 @@ impl<'a> Subject<'a> {
     /// The image's forward-compatibility libraries (None: not read).
     pub fn compat(&self) -> Option<&CompatScan> {
         self.judge.scans().compat()
+    }
+
+    /// What the image's libraries need (None: not read).
+    pub fn libraries(&self) -> Option<&LibraryScan> {
+        self.judge.scans().libraries()
     }
 
     /// True when the image's GPU code was scanned (kernel-image findings).

@@ -42,6 +42,7 @@ mod decoder;
 mod digest;
 mod error;
 mod layer;
+pub mod libraries;
 mod open;
 mod platform;
 mod readat;
@@ -49,6 +50,7 @@ pub mod reference;
 pub mod registry_source;
 pub mod scan;
 mod source;
+pub mod stream_elf;
 mod tar_guard;
 mod tree;
 

@@ -16,6 +16,7 @@
 //! budget, sized for a container start, does not: reading an image is
 //! bounded by the image reader's own [`super::Limits`].
 
+use super::libraries::{candidate, LibraryTap};
 use super::{ContentRef, Image, ImageError, ImageFile, Kind, ReadAtBuf, Tree, MAX_READAT_BYTES};
 use crate::core::kernel_image::{Image as Code, Library, Outcome, Scanned};
 use crate::core::policy::KernelImageConfig;
@@ -211,6 +212,17 @@ type Results = HashMap<ContentRef, FileResult>;
 
 /// Reads the configured libraries and the compat libraries of `img`.
 pub fn scan(img: &Image, cfg: &KernelImageConfig) -> Result<ImageScan, ImageError> {
+    scan_with(img, cfg, None).map(|(s, _)| s)
+}
+
+/// [`scan`], its header pass also reading what the libraries scan needs
+/// (`libs`: image::libraries, so `check --image` streams every layer once
+/// for both), and the final tree.
+pub fn scan_with(
+    img: &Image,
+    cfg: &KernelImageConfig,
+    mut libs: Option<&mut LibraryTap>,
+) -> Result<(ImageScan, Tree), ImageError> {
     let patterns: Vec<Pattern> = crate::scan::libraries::patterns(cfg)
         .into_iter()
         .map(|(_, p)| p)
@@ -219,10 +231,25 @@ pub fn scan(img: &Image, cfg: &KernelImageConfig) -> Result<ImageScan, ImageErro
     let mut results: Results = HashMap::new();
     let mut out = ImageScan::default();
     let max_entries = cfg.max_entries;
-    let tree = img.index_with(&|p| is_lib(p) || maybe_compat(p), &mut |c, f, r| {
-        let res = read_file(f, r, is_lib(&f.path), maybe_compat(&f.path), max_entries)?;
-        out.stats.first_pass_files += 1;
-        results.insert(c, res);
+    let tapped = libs.is_some();
+    let wanted = |p: &str| is_lib(p) || maybe_compat(p) || (tapped && candidate(p));
+    let tree = img.index_with(&wanted, &mut |c, f, r| {
+        let (code, note) = (is_lib(&f.path), maybe_compat(&f.path));
+        let mut res = None;
+        let mut read = |r: &mut dyn Read| -> io::Result<()> {
+            if code || note {
+                res = Some(read_file(f, r, code, note, max_entries)?);
+            }
+            Ok(())
+        };
+        match libs.as_deref_mut() {
+            Some(tap) if candidate(&f.path) => tap.visit(c, f, r, &mut read)?,
+            _ => read(r)?,
+        }
+        if let Some(res) = res {
+            out.stats.first_pass_files += 1;
+            results.insert(c, res);
+        }
         Ok(())
     })?;
     let libs = final_libraries(img, &tree, &is_lib)?;
@@ -259,7 +286,7 @@ pub fn scan(img: &Image, cfg: &KernelImageConfig) -> Result<ImageScan, ImageErro
             note,
         });
     }
-    Ok(out)
+    Ok((out, tree))
 }
 
 /// The final libraries, in path order, one per distinct content.

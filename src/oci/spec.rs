@@ -231,6 +231,8 @@ pub struct ProcessView {
     pub no_new_privileges: bool,
     pub selinux_label: String,
     pub apparmor_profile: String,
+    /// `process.cwd`: the loader resolves relative search paths from it.
+    pub cwd: String,
 }
 
 impl ProcessView {
@@ -253,6 +255,14 @@ impl ProcessView {
             ),
             "nonewprivileges" => self.no_new_privileges.decode(v, "process.noNewPrivileges"),
             "selinuxlabel" => self.selinux_label.decode(v, "process.selinuxLabel"),
+            // Read when it is a string only: the type errors of a spec are
+            // runc's to report (spec_file keeps them), not this view's.
+            "cwd" => {
+                if let Some(c) = v.as_str() {
+                    self.cwd = c.to_string();
+                }
+                Ok(())
+            }
             "apparmorprofile" => self.apparmor_profile.decode(v, "process.apparmorProfile"),
             _ => Ok(()),
         }
@@ -524,6 +534,7 @@ impl SpecView {
             rlimits: process.rlimit_map(),
             uid: process.uid,
             rootfs: rootfs(self.root.as_ref().map(|r| r.path.as_str()), bundle),
+            cwd: (!process.cwd.is_empty()).then(|| process.cwd.clone()),
             chained_runtime: None,
             cri_runtime: None,
             assume_attached: false,

@@ -226,9 +226,15 @@ impl<'c> Judge<'c> {
             self.scans
                 .on_host(&self.container, &self.detection, f, self.config)
         });
-        let (kernel_image, scanned, compat) = match found {
-            Some(s) => (s.kernel_image, s.scanned, s.compat),
-            None => (Vec::new(), None, None),
+        let (kernel_image, scanned, compat, libraries, library_scan) = match found {
+            Some(s) => (
+                s.kernel_image,
+                s.scanned,
+                s.compat,
+                s.libraries,
+                s.library_scan,
+            ),
+            None => (Vec::new(), None, None, Vec::new(), None),
         };
         decide::decide(&Inputs {
             container: &self.container,
@@ -239,6 +245,8 @@ impl<'c> Judge<'c> {
             kernel_image,
             scanned,
             compat,
+            libraries,
+            library_scan,
             local,
         })
     }

@@ -16,6 +16,7 @@ use crate::core::decision::Finding;
 use crate::core::detect::{self, Detection};
 use crate::core::facts::HostFacts;
 use crate::core::kernel_image::{self, Scanned};
+use crate::core::libraries::{self, LibraryScan};
 use crate::core::policy::{Config, Enforcement};
 use std::cell::OnceCell;
 use std::path::Path;
@@ -87,6 +88,8 @@ pub struct Scans {
     kernel_image: Slot<Scanned>,
     /// The CUDA forward-compatibility library (`usr/local/cuda/compat`).
     compat: Slot<CompatScan>,
+    /// What the container's libraries need at start (`[libraries]`).
+    libraries: Slot<LibraryScan>,
 }
 
 impl Default for Scans {
@@ -95,8 +98,18 @@ impl Default for Scans {
         Scans {
             kernel_image: Slot::Rootfs(OnceCell::new()),
             compat: Slot::Rootfs(OnceCell::new()),
+            libraries: Slot::Rootfs(OnceCell::new()),
         }
     }
+}
+
+/// The libraries scan of a GPU container's rootfs: its loader environment
+/// from its env and working directory, judged as given GPUs (only GPU
+/// containers are judged). Host-independent, so one scan serves every
+/// host of a fleet.
+fn read_libraries(rootfs: &Path, c: &Container, cfg: &Config) -> LibraryScan {
+    let inputs = crate::scan::ldso::resolve::StartEnv::from_env(&c.env, c.cwd.as_deref(), true);
+    crate::scan::ldso::scan_rootfs(rootfs, &inputs, &cfg.libraries, false).scan
 }
 
 /// What the scans give one host's decision.
@@ -105,6 +118,9 @@ pub(crate) struct OnHost<'a> {
     pub kernel_image: Vec<Finding>,
     pub scanned: Option<&'a Scanned>,
     pub compat: Option<&'a CompatScan>,
+    /// The `library` and `cuda-runtime` findings on this host, and the scan.
+    pub libraries: Vec<Finding>,
+    pub library_scan: Option<&'a LibraryScan>,
 }
 
 impl Scans {
@@ -113,16 +129,27 @@ impl Scans {
         Scans {
             kernel_image: Slot::Made(kernel_image),
             compat: Slot::Made(compat),
+            libraries: Slot::Made(None),
         }
+    }
+
+    /// With the libraries scan made (the image reader's).
+    pub fn with_libraries(mut self, libraries: Option<LibraryScan>) -> Scans {
+        self.libraries = Slot::Made(libraries);
+        self
     }
 
     /// Every scan made now, from `rootfs` where none was made: fleets scan
     /// once, up front, so every host is judged with the same scans and the
     /// label affinity is written from them. The kernel-image scan is read
     /// unless `[kernel_image]` is off.
-    pub fn read_now(self, rootfs: Option<&Path>, cfg: &Config) -> Scans {
+    pub fn read_now(self, rootfs: Option<&Path>, c: &Container, cfg: &Config) -> Scans {
         let kernel = cfg.kernel_image.severity != Enforcement::Off;
+        let libs = cfg.libraries.severity != Enforcement::Off;
         Scans {
+            libraries: self
+                .libraries
+                .read_now(rootfs, libs, |r| read_libraries(r, c, cfg)),
             kernel_image: self.kernel_image.read_now(rootfs, kernel, |r| {
                 crate::scan::libraries::scan_rootfs(r, &cfg.kernel_image)
             }),
@@ -142,6 +169,11 @@ impl Scans {
         self.compat.in_hand()
     }
 
+    /// The libraries scan in hand (made, or read already).
+    pub fn libraries(&self) -> Option<&LibraryScan> {
+        self.libraries.in_hand()
+    }
+
     /// True when the image's GPU code is (or will be) scanned: fleets say
     /// so in their affinity notes.
     pub fn reads_gpu_code(&self, rootfs: Option<&Path>, cfg: &Config) -> bool {
@@ -158,13 +190,18 @@ impl Scans {
         cfg: &Config,
     ) -> OnHost<'a> {
         let rootfs = c.rootfs.as_deref();
-        if !self.kernel_image.made_or_readable(rootfs) && !self.compat.made_or_readable(rootfs) {
+        if !self.kernel_image.made_or_readable(rootfs)
+            && !self.compat.made_or_readable(rootfs)
+            && !self.libraries.made_or_readable(rootfs)
+        {
             // Nothing to scan (`check --env`, a spec without a rootfs): a
             // fleet's host costs no device resolution here.
             return OnHost {
                 kernel_image: Vec::new(),
                 scanned: None,
                 compat: None,
+                libraries: Vec::new(),
+                library_scan: None,
             };
         }
         let severity = cfg.kernel_image.severity;
@@ -185,10 +222,21 @@ impl Scans {
         let kernel_image = scanned
             .map(|s| kernel_image::assess_on_host(s, &det.request, facts, severity))
             .unwrap_or_default();
+        let library_scan = self.libraries.get(
+            rootfs,
+            || cfg.libraries.severity != Enforcement::Off,
+            |r| read_libraries(r, c, cfg),
+        );
+        let minor = cfg.requirements.minor_version_compatibility;
+        let libraries = library_scan
+            .map(|s| libraries::assess(s, Some(facts), &cfg.libraries, minor))
+            .unwrap_or_default();
         OnHost {
             kernel_image,
             scanned,
             compat,
+            libraries,
+            library_scan,
         }
     }
 }

@@ -15,8 +15,10 @@ pub mod cache;
 pub mod compat_lib;
 
 pub mod elf;
+pub mod elf_dynamic;
 pub mod fatbin;
 pub mod glob;
+pub mod ldso;
 pub mod libraries;
 pub mod read;
 pub mod rootfs;

@@ -164,7 +164,7 @@ pub fn config(base: &Path, extra: &str) -> PathBuf {
     fs::write(
         &p,
         format!(
-            "[host]\ncache_file = \"\"\n[kernel_image]\ncache_dir = \"\"\n[log]\nsyslog = false\n{extra}"
+            "[host]\ncache_file = \"\"\n[kernel_image]\ncache_dir = \"\"\n[libraries]\ncache_dir = \"\"\n[log]\nsyslog = false\n{extra}"
         ),
     )
     .unwrap();

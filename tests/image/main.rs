@@ -29,6 +29,8 @@ mod image_check_stream;
 mod image_compat;
 mod image_reader;
 mod image_transports;
+mod libraries_loader;
+mod libraries_scan;
 mod memlock;
 mod minor_version;
 mod pipeline_paths;

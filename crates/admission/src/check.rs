@@ -83,7 +83,7 @@ fn read_layers(
     (
         Needs,
         ImageReport,
-        Option<ImageScan>,
+        image_check::ImageScans,
         gpu_guard::core::container::Container,
     ),
     String,
@@ -99,15 +99,9 @@ fn read_layers(
     let img =
         remote::open_image(c, r, res, platform, image_check::limits(), None).map_err(named)?;
     let env = image_check::parse_env(args)?;
-    let container = image_check::container_for(&img.env(), &env);
-    let scan = if cfg.kernel_image.severity == Enforcement::Off {
-        None
-    } else {
-        Some(
-            gpu_guard::image::scan::scan(&img, &cfg.kernel_image)
-                .map_err(|e| named(e.to_string()))?,
-        )
-    };
+    let container = image_check::image_container(&img, &env);
+    let (scan, libraries) =
+        image_check::image_scans(&img, &container, cfg).map_err(|e| named(e.to_string()))?;
     let info = img.info();
     let none = ImageScan::default();
     let s = scan.as_ref().unwrap_or(&none);
@@ -119,9 +113,10 @@ fn read_layers(
         &s.scanned,
         &s.compat,
         &s.notes,
-    );
+    )
+    .with_library_scan(libraries.clone());
     let report = image_check::report(&img, &container, scan.as_ref());
-    Ok((needs, report, scan, container))
+    Ok((needs, report, (scan, libraries), container))
 }
 
 pub fn main(config: Option<&Path>, args: &CheckArgs) -> i32 {
@@ -180,15 +175,22 @@ fn registry_check(cfg: &Config, args: &CheckArgs, image: &str) -> i32 {
     };
     if !args.attest {
         match remote::attested(&c, &r, &res) {
-            Ok(Some((n, at))) => {
+            Ok(Some((n, at))) if n.usable(cfg) => {
                 let origin = Origin::Attestation(at);
                 let container = image_check::container_for(&n.env, &env);
                 let report = report_from_needs(&r, &n, &origin, &container);
                 let scan =
                     (cfg.kernel_image.severity != Enforcement::Off).then(|| scan_from_needs(&n));
-                return image_check::judge(cfg.clone(), args, container, scan, &report);
+                let libraries = n.library_scan.clone();
+                return image_check::judge(
+                    cfg.clone(),
+                    args,
+                    container,
+                    (scan, libraries),
+                    &report,
+                );
             }
-            Ok(None) => {}
+            Ok(_) => {}
             Err(e) => return usage(e),
         }
     }
@@ -239,17 +241,13 @@ fn daemon_check(config: Option<&Path>, args: &CheckArgs, name: &str) -> i32 {
         Ok(i) => i,
         Err(e) => return usage(e),
     };
-    let container = image_check::container_for(&img.env(), &env);
-    let scan = if cfg.kernel_image.severity == Enforcement::Off {
-        None
-    } else {
-        match gpu_guard::image::scan::scan(&img, &cfg.kernel_image) {
-            Ok(s) => Some(s),
-            Err(e) => return usage(e),
-        }
+    let container = image_check::image_container(&img, &env);
+    let scans = match image_check::image_scans(&img, &container, &cfg) {
+        Ok(s) => s,
+        Err(e) => return usage(e),
     };
-    let report = image_check::report(&img, &container, scan.as_ref());
-    image_check::judge(cfg, args, container, scan, &report)
+    let report = image_check::report(&img, &container, scans.0.as_ref());
+    image_check::judge(cfg, args, container, scans, &report)
 }
 
 /// Pushes `needs` as the attestation of `res`'s manifest and says so on stderr.

@@ -5,14 +5,17 @@
 //! reads no layers: the config's env (the requirements: `NVIDIA_REQUIRE_*`,
 //! `CUDA_VERSION`, ...), the GPU code of each library in the `scan --json`
 //! entry spelling (`sass sm_90a`, `ptx compute_90` with its PTX ISA), the
-//! forward-compatibility libraries with their notes, and how complete the
-//! scan was. An attestation is a cache, not a trust boundary: anyone who
+//! forward-compatibility libraries with their notes, how complete the
+//! scan was, and what the image's libraries need of the loader (the
+//! Decision's `libraries` object: missing libraries and shipped CUDA
+//! runtimes; docs/interfaces.md, "Container content"). An attestation is a cache, not a trust boundary: anyone who
 //! can push to the repository can write one, so the node's own check still
 //! decides at container start.
 
 use gpu_guard::core::arch::{Arch, Kind, Variant};
 use gpu_guard::core::compat::{CompatLib, CompatNote, CompatScan};
 use gpu_guard::core::kernel_image::{Image, Library, Scanned};
+use gpu_guard::core::libraries::LibraryScan;
 use serde::{Deserialize, Serialize};
 
 pub const MEDIA_TYPE: &str = "application/vnd.gpu-guard.needs.v1+json";
@@ -42,6 +45,10 @@ pub struct Needs {
     /// Lines about how the image was read.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// The libraries scan (`[libraries]`), when it ran. An attestation
+    /// without it is not used where that scan is on: the layers are read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub library_scan: Option<LibraryScan>,
     /// `gpu-guard <version>`: which scanner wrote it.
     pub producer: String,
 }
@@ -192,8 +199,23 @@ impl Needs {
             compat: compat_entries,
             compat_truncated: compat.truncated,
             notes: notes.to_vec(),
+            library_scan: None,
             producer: format!("gpu-guard {}", env!("CARGO_PKG_VERSION")),
         }
+    }
+
+    /// With the libraries scan of the same read.
+    pub fn with_library_scan(mut self, scan: Option<LibraryScan>) -> Needs {
+        self.library_scan = scan;
+        self
+    }
+
+    /// Can these needs stand for the layers under `cfg`? Not when the
+    /// libraries scan is on and they lack it (an attestation written with
+    /// that scan off, or by a gpu-guard before it).
+    pub fn usable(&self, cfg: &gpu_guard::core::policy::Config) -> bool {
+        self.library_scan.is_some()
+            || cfg.libraries.severity == gpu_guard::core::policy::Enforcement::Off
     }
 
     pub fn to_json(&self) -> Vec<u8> {

@@ -137,8 +137,8 @@ pub fn place(needs: &Needs, cfg: &Config) -> Placement {
     let (scanned, compat) = needs.scanned();
     // Through the one pipeline (gpu_guard::pipeline), as `check --image`
     // judges a node: the scans in hand, GPUs attached.
-    let case =
-        Case::new(container, Stage::Edit).with_scans(Scans::made(Some(scanned), Some(compat)));
+    let scans = Scans::made(Some(scanned), Some(compat)).with_libraries(needs.library_scan.clone());
+    let case = Case::new(container, Stage::Edit).with_scans(scans);
     let subject = Subject::new(cfg, case);
     // No GPU node at all could run it, whatever its labels say (a CUDA
     // newer than any driver: labels could claim one, no driver has it).

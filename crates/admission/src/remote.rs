@@ -4,7 +4,7 @@
 //! ([`gpu_guard::image::Image::open_manifest`]) and never written to disk.
 
 use crate::needs::{self, Needs};
-use gpu_guard::core::policy::Config;
+use gpu_guard::core::policy::{Config, Enforcement};
 use gpu_guard::image::{BlobSource, Digest, Image, Limits, Options};
 use gpu_guard_registry::{Client, Options as ClientOptions, Platform, Reference, Resolved};
 use std::io::{self, Read};
@@ -117,9 +117,25 @@ pub fn open_image(
     .map_err(|e| e.to_string())
 }
 
-/// The image's needs from its layers (the scan `check --image` runs).
+/// The image's needs from its layers (the scans `check --image` runs, in
+/// one pass over the layers; the kernel-image scan even when `off`, as the
+/// needs hold what it found).
 pub fn needs_from_image(img: &Image, cfg: &Config) -> Result<Needs, String> {
-    let scan = gpu_guard::image::scan::scan(img, &cfg.kernel_image).map_err(|e| e.to_string())?;
+    let (scan, libraries) = if cfg.libraries.severity == Enforcement::Off {
+        let scan =
+            gpu_guard::image::scan::scan(img, &cfg.kernel_image).map_err(|e| e.to_string())?;
+        (scan, None)
+    } else {
+        let container = gpu_guard::commands::image_check::image_container(img, &[]);
+        let start = gpu_guard::commands::image_check::start_env(img, &container);
+        let mut tap = gpu_guard::image::libraries::LibraryTap::default();
+        let (scan, tree) =
+            gpu_guard::image::scan::scan_with(img, &cfg.kernel_image, Some(&mut tap))
+                .map_err(|e| e.to_string())?;
+        let l = gpu_guard::image::libraries::scan_from(img, &tree, tap, &start)
+            .map_err(|e| e.to_string())?;
+        (scan, Some(l.scan))
+    };
     let info = img.info();
     Ok(Needs::from_scan(
         info.manifest_digest.as_deref().unwrap_or(""),
@@ -129,7 +145,8 @@ pub fn needs_from_image(img: &Image, cfg: &Config) -> Result<Needs, String> {
         &scan.scanned,
         &scan.compat,
         &scan.notes,
-    ))
+    )
+    .with_library_scan(libraries))
 }
 
 /// The attestation of exactly `res`'s manifest, when there is a usable one.
@@ -165,7 +182,9 @@ pub fn read_needs(
     deadline: Option<Instant>,
 ) -> Result<(Needs, Origin), String> {
     if let Some((n, at)) = attested(client, r, res)? {
-        return Ok((n, Origin::Attestation(at)));
+        if n.usable(cfg) {
+            return Ok((n, Origin::Attestation(at)));
+        }
     }
     let img = open_image(client, r, res, platform, limits, deadline)?;
     Ok((needs_from_image(&img, cfg)?, Origin::Layers))

@@ -561,3 +561,178 @@ fn webhook_terms_admit_exactly_what_check_nodes_allows() {
         other => panic!("cuda>=99.0: {other:?}"),
     }
 }
+
+/// The shipped config with `[libraries] severity` set.
+fn libraries_severity(shipped: &str, severity: &str) -> String {
+    let at = shipped.find("[libraries]\n").unwrap();
+    let (head, tail) = shipped.split_at(at);
+    let tail = tail.replacen(
+        "\nseverity = \"warn\"\n",
+        &format!("\nseverity = \"{severity}\"\n"),
+        1,
+    );
+    assert!(tail.contains(&format!("severity = \"{severity}\"")));
+    format!("{head}{tail}")
+}
+
+/// GFD labels of an H100 node on this driver and CUDA.
+fn gfd_labels(driver: &str, cuda: &str) -> k8s_rules::Labels {
+    let d: Vec<&str> = driver.split('.').collect();
+    let c: Vec<&str> = cuda.split('.').collect();
+    [
+        ("kubernetes.io/os", "linux"),
+        ("kubernetes.io/arch", "amd64"),
+        ("nvidia.com/cuda.driver-version.major", d[0]),
+        ("nvidia.com/cuda.driver-version.minor", d[1]),
+        ("nvidia.com/cuda.driver-version.revision", d[2]),
+        ("nvidia.com/cuda.driver-version.full", driver),
+        ("nvidia.com/cuda.runtime-version.major", c[0]),
+        ("nvidia.com/cuda.runtime-version.minor", c[1]),
+        ("nvidia.com/cuda.runtime-version.full", cuda),
+        ("nvidia.com/gpu.compute.major", "9"),
+        ("nvidia.com/gpu.compute.minor", "0"),
+        ("nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3"),
+        ("nvidia.com/gpu.count", "8"),
+        ("nvidia.com/gpu.present", "true"),
+        ("gpu-guard.io/brand", "tesla"),
+        ("gpu-guard.io/brand.tesla", "true"),
+        ("gpu-guard.io/driver.branch", d[0]),
+        ("gpu-guard.io/compute.min", "9.0"),
+        ("gpu-guard.io/compute.min.major", "9"),
+        ("gpu-guard.io/compute.min.minor", "0"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+/// Issue 18 through the registry: an image whose base declares CUDA 12.4
+/// while its pip wheel ships CUDA 13's runtime is refused on a CUDA 12.4
+/// host under `[libraries] severity = "enforce"`, read from its layers, from
+/// its attestation (which carries the libraries scan), and placed by the
+/// webhook only on CUDA 13 nodes. An attestation written with that scan off
+/// is not used while it is on: the layers are read again.
+#[test]
+fn a_shipped_cuda_13_runtime_is_judged_from_the_registry_and_its_attestation() {
+    let Some(reg) = Registry::start(false, false) else {
+        return;
+    };
+    let dir = support::tempdir("rt13");
+    let layout = dir.join("layout");
+    let sp = "usr/local/lib/python3.11/site-packages";
+    let lib = format!("{sp}/nvidia/cu13/lib/libcudart.so.13");
+    let meta = format!("{sp}/nvidia_cuda_runtime-13.0.96.dist-info/METADATA");
+    let l1 = support::layer(&[
+        (lib.as_str(), b"\x7fELF not parsed".as_slice()),
+        (
+            meta.as_str(),
+            b"Metadata-Version: 2.1\nName: nvidia-cuda-runtime\nVersion: 13.0.96\n",
+        ),
+    ]);
+    let env = env_of("cuda-12.4.1-base-ubuntu2204");
+    let env: Vec<&str> = env.iter().map(String::as_str).collect();
+    let layers = vec![l1];
+    support::oci_layout(&layout, &env, &layers);
+    reg.push(&layout, "team/wheels", "cu13");
+    let enforce = dir.join("enforce.toml");
+    let shipped = std::fs::read_to_string(config(&dir)).unwrap();
+    std::fs::write(&enforce, libraries_severity(&shipped, "enforce")).unwrap();
+    let off = dir.join("libs-off.toml");
+    std::fs::write(&off, libraries_severity(&shipped, "off")).unwrap();
+    let host = data("hosts/h100x8.json");
+    let img = format!("docker://{}/team/wheels:cu13", reg.host);
+    let run = |cfg: &Path, extra: &[&str]| {
+        let mut a = vec!["--image", img.as_str(), "--plain-http"];
+        a.extend_from_slice(extra);
+        a.extend_from_slice(&["--host", host.to_str().unwrap(), "--json"]);
+        check(cfg, &a, &[])
+    };
+    // The webhook places it on CUDA 13 nodes only.
+    let placed_on_cuda_13_only = || {
+        let mut c: gpu_guard::core::policy::Config =
+            gpu_guard::config::load(Some(&enforce)).unwrap();
+        c.admission.plain_http_registries = vec![reg.host.clone()];
+        let j = gpu_guard_admission::webhook::RegistryJudge::new(c).unwrap();
+        use gpu_guard_admission::judge::ImageJudge;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let (_, res) = j
+            .resolve(&format!("{}/team/wheels:cu13", reg.host), deadline)
+            .unwrap();
+        match j.judge(res, deadline).unwrap() {
+            gpu_guard_admission::judge::Placement::Terms { terms, .. } => {
+                let t = serde_json::to_value(&terms).unwrap();
+                assert!(k8s_rules::validate(&t).is_empty(), "{t}");
+                assert!(
+                    k8s_rules::admits(&t, "n13", &gfd_labels("580.65.06", "13.0")),
+                    "{t}"
+                );
+                assert!(
+                    !k8s_rules::admits(&t, "n124", &gfd_labels("550.54.15", "12.4")),
+                    "{t}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    };
+    let local = check(
+        &enforce,
+        &[
+            "--image",
+            layout.to_str().unwrap(),
+            "--host",
+            host.to_str().unwrap(),
+            "--json",
+        ],
+        &[],
+    );
+    let lv = decision(&local);
+    assert_eq!(local.status.code(), Some(1), "{lv}");
+    assert_eq!(lv["libraries"]["cuda_runtimes"][0]["path"], lib, "{lv}");
+    assert!(
+        lv["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["check"] == "cuda-runtime" && f["severity"] == "error"),
+        "{lv}"
+    );
+    // From the layers.
+    let o = run(&enforce, &[]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(results(&decision(&o)), results(&lv));
+    // The webhook, from the layers (no attestation yet).
+    placed_on_cuda_13_only();
+    // An attestation written with the libraries scan off: not used here.
+    let a = run(&off, &["--attest"]);
+    assert_eq!(
+        a.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&a.stderr)
+    );
+    let gets = || {
+        reg.log_lines(&format!(
+            "GET /v2/team/wheels/blobs/{}",
+            support::sha256(&layers[0])
+        ))
+    };
+    let before = gets();
+    let o = run(&enforce, &[]);
+    assert_eq!(results(&decision(&o)), results(&lv));
+    assert!(gets() > before, "the layers were read again");
+    // With it: used, the same decision.
+    let a = run(&enforce, &["--attest"]);
+    assert_eq!(
+        a.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&a.stderr)
+    );
+    let before = gets();
+    let o = run(&enforce, &[]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(results(&decision(&o)), results(&lv));
+    assert_eq!(gets(), before, "the attested read fetched the layer");
+    // Placed by the webhook from the attestation too.
+    placed_on_cuda_13_only();
+}

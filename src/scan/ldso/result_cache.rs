@@ -1,0 +1,161 @@
+//! The libraries scan's results kept by the identity of everything they
+//! were read from, so the next start of the same image reads no ELF file:
+//! the warm path is the rootfs walk (names, inode numbers, sizes and times,
+//! super::walk) plus one small file read.
+//!
+//! The key is a 128-bit fingerprint ([`Fingerprint`]) of the walk's and of
+//! every other input (the container's loader environment, the model's
+//! version and the budgets; the CPU's hwcaps levels are the host's,
+//! constant for its cache). One JSON file per key in `libraries.cache_dir`,
+//! written 0600 through a unique temporary name and a rename
+//! (crate::sys::fsutil::write_with_mode), in a directory only its owner
+//! can write (as the kernel-image cache, scan::cache); an entry that does
+//! not parse or whose key differs is ignored. A result a budget cut short
+//! is not kept.
+
+use crate::core::libraries::LibraryScan;
+use serde::{Deserialize, Serialize};
+use std::hash::{DefaultHasher, Hasher};
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+
+/// Bumped whenever the model or the result format changes.
+pub const MODEL_VERSION: u32 = 1;
+/// A real entry is a few KiB.
+const MAX_ENTRY_BYTES: u64 = 4 << 20;
+
+#[derive(Serialize, Deserialize)]
+struct Stored {
+    version: u32,
+    key: String,
+    scan: LibraryScan,
+}
+
+/// The cache directory; None from [`ResultCache::open`]: scan without.
+pub struct ResultCache {
+    dir: PathBuf,
+}
+
+/// A 128-bit fingerprint of a byte stream: two SipHash streams (std's
+/// `DefaultHasher`, fixed keys), the second told apart by a leading byte.
+/// Not SHA-256: its first use asks the CPU for its features, which in a
+/// virtual machine costs a fresh hook process more than the whole warm
+/// scan. What it fingerprints (names, inode numbers, nanosecond times of
+/// one host's files) cannot be chosen by an image to collide with
+/// another's; an accidental collision among n entries has odds about
+/// n²/2¹²⁹. Its values may change with the Rust release: then the cache
+/// only misses.
+pub struct Fingerprint {
+    a: DefaultHasher,
+    b: DefaultHasher,
+}
+
+impl Default for Fingerprint {
+    fn default() -> Fingerprint {
+        let mut b = DefaultHasher::new();
+        b.write_u8(0xa5);
+        Fingerprint {
+            a: DefaultHasher::new(),
+            b,
+        }
+    }
+}
+
+impl Fingerprint {
+    pub fn update(&mut self, bytes: impl AsRef<[u8]>) {
+        let bytes = bytes.as_ref();
+        self.a.write(bytes);
+        self.b.write(bytes);
+    }
+
+    /// 32 hex digits.
+    pub fn hex(&self) -> String {
+        format!("{:016x}{:016x}", self.a.finish(), self.b.finish())
+    }
+}
+
+/// The key of one scan: the walk's digest and the other inputs.
+pub fn key(walk_digest: &str, inputs: &[&str]) -> String {
+    let mut h = Fingerprint::default();
+    h.update(MODEL_VERSION.to_le_bytes());
+    h.update(walk_digest.as_bytes());
+    for i in inputs {
+        h.update((i.len() as u64).to_le_bytes());
+        h.update(i.as_bytes());
+    }
+    h.hex()
+}
+
+impl ResultCache {
+    /// Opens (creating, 0700) the directory; failure means no cache.
+    pub fn open(dir: &str) -> Option<ResultCache> {
+        if dir.is_empty() {
+            return None;
+        }
+        let dir = PathBuf::from(dir);
+        if !dir.is_dir() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&dir)
+                .ok()?;
+        }
+        if let Err(e) = crate::sys::fsutil::check_private_dir(&dir) {
+            log::debug!("libraries cache not used: {e}");
+            return None;
+        }
+        Some(ResultCache { dir })
+    }
+
+    fn path_for(&self, key: &str) -> PathBuf {
+        self.dir.join(format!("v{MODEL_VERSION}-{key}.json"))
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn get(&self, key: &str) -> Option<LibraryScan> {
+        let bytes = crate::sys::fsutil::read_limited(&self.path_for(key), MAX_ENTRY_BYTES).ok()?;
+        let s: Stored = serde_json::from_slice(&bytes).ok()?;
+        (s.version == MODEL_VERSION && s.key == key).then_some(s.scan)
+    }
+
+    /// Stores a result; failures are ignored (the next start scans again).
+    pub fn put(&self, key: &str, scan: &LibraryScan) {
+        let s = Stored {
+            version: MODEL_VERSION,
+            key: key.to_string(),
+            scan: scan.clone(),
+        };
+        if let Ok(bytes) = serde_json::to_vec(&s) {
+            let _ = crate::sys::fsutil::write_with_mode(&self.path_for(key), &bytes, 0o600, true);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roundtrip_and_mismatch() {
+        let d = std::env::temp_dir().join(format!("gg-libcache-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        let c = ResultCache::open(d.to_str().unwrap()).unwrap();
+        let k = key("digest", &["a", "b"]);
+        assert_ne!(k, key("digest", &["ab"]));
+        assert!(c.get(&k).is_none());
+        let scan = LibraryScan {
+            judged: 3,
+            ..LibraryScan::default()
+        };
+        c.put(&k, &scan);
+        assert_eq!(c.get(&k), Some(scan));
+        std::fs::copy(c.path_for(&k), c.path_for("other")).unwrap();
+        assert!(c.get("other").is_none());
+        std::fs::write(c.path_for(&k), b"{").unwrap();
+        assert!(c.get(&k).is_none());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
