@@ -176,9 +176,7 @@ fn host_and_requirement_findings<'a>(
                 }
             } else {
                 check_requirements(c, facts, &visible, cfg, inp.scanned, findings);
-                if let Some(scan) = inp.compat {
-                    findings.extend(forward_compat_findings(c, facts, &visible, cfg, scan));
-                }
+                findings.extend(forward_compat_findings(c, facts, &visible, cfg, inp.compat));
             }
         }
         None => {
