@@ -118,6 +118,33 @@ after:  $podman_after"
 [ -s /usr/share/man/man1/gpu-guard.1.gz ] || fail "man page missing"
 zcat /usr/share/man/man1/gpu-guard.1.gz | grep -q '^.TH gpu-guard' || fail "man page is not roff for gpu-guard"
 [ -s /usr/share/doc/gpu-guard/LICENSE ] && [ -s /usr/share/doc/gpu-guard/README.md ] || fail "docs missing"
+# A man page per subcommand, generated from the command line (crates/assets).
+for sub in check hook runtime host scan install uninstall doctor admission; do
+    page=/usr/share/man/man1/gpu-guard-$sub.1.gz
+    [ -s "$page" ] || fail "man page gpu-guard-$sub(1) missing"
+    zcat "$page" | grep -q "^.TH gpu-guard-$sub 1" || fail "$page is not roff for gpu-guard-$sub"
+done
+# Completions where Debian's bash-completion, zsh and fish look; bash's
+# offers the subcommands, never the hidden ones.
+comp=/usr/share/bash-completion/completions/gpu-guard
+complete_word() {  # what bash offers for `gpu-guard WORD<TAB>`
+    bash -c "source $comp && f=\$(complete -p gpu-guard | sed -n 's/.*-F \([^ ]*\).*/\1/p') && COMP_WORDS=(gpu-guard $1) COMP_CWORD=1 && \$f gpu-guard $1 gpu-guard && printf '%s\n' \"\${COMPREPLY[@]}\""
+}
+words=$(complete_word d) || fail "bash completion does not load"
+echo "$words" | grep -qx doctor || fail "bash completion does not offer doctor: $words"
+complete_word _ | grep -q __probe && fail "bash completion offers the hidden __probe"
+grep -q '^#compdef gpu-guard' /usr/share/zsh/vendor-completions/_gpu-guard || fail "zsh completion missing"
+if command -v zsh >/dev/null; then zsh -n /usr/share/zsh/vendor-completions/_gpu-guard || fail "zsh completion does not parse"; fi
+grep -q '^complete -c gpu-guard' /usr/share/fish/vendor_completions.d/gpu-guard.fish || fail "fish completion missing"
+if command -v fish >/dev/null; then fish -n /usr/share/fish/vendor_completions.d/gpu-guard.fish || fail "fish completion does not parse"; fi
+# kubectl's plugin name runs gpu-guard.
+[ "$(readlink /usr/bin/kubectl-gpu_guard)" = gpu-guard ] || fail "/usr/bin/kubectl-gpu_guard is not a link to gpu-guard"
+/usr/bin/kubectl-gpu_guard check --help | grep -q '^Usage: kubectl gpu-guard check' || fail "kubectl-gpu_guard does not say kubectl gpu-guard"
+if command -v kubectl >/dev/null; then
+    kubectl gpu-guard --version | grep -q '^gpu-guard ' || fail "kubectl gpu-guard --version"
+fi
+/usr/bin/gpu-guard --version | grep -Eqx 'gpu-guard [0-9.]+ \(commit ([0-9a-f]{12}|unknown), built ([0-9]{4}-[0-9]{2}-[0-9]{2}|unknown)\)' \
+    || fail "--version lacks the commit and the build date: $(/usr/bin/gpu-guard --version)"
 # postinst never edits engine configs; it only prints hints.
 if [ -e "$work/daemon.json.orig" ]; then
     cmp -s "$daemon_json" "$work/daemon.json.orig" || fail "postinst changed daemon.json"
@@ -125,7 +152,7 @@ else
     [ ! -e "$daemon_json" ] || fail "postinst created daemon.json"
 fi
 [ "$(engines_state)" = "$engines_before" ] || fail "postinst registered an engine: /var/lib/gpu-guard/engines changed during dpkg -i"
-pass "dpkg -i: files, link, conffile, inactive hook, man page, docs; no engine touched, podman runs a GPU container as before"
+pass "dpkg -i: files, links, conffile, inactive hook, man pages, completions, docs; no engine touched, podman runs a GPU container as before"
 
 # --- register with docker and podman from the package ---------------------------
 gpu-guard install docker
@@ -136,6 +163,20 @@ gpu-guard install podman
 [ -f /etc/containers/oci/hooks.d/gpu-guard-precreate.json ] || fail "precreate hook missing"
 [ -f /etc/containers/oci/hooks.d/gpu-guard-prestart.json ] || fail "install podman did not activate the prestart hook"
 pass "gpu-guard install docker/podman"
+
+# doctor from the package sees both registrations as the engines merge them
+# (no GPU here: its host checks are errors, so it exits 1).
+set +e
+doctor=$(gpu-guard doctor --json)
+doctor_rc=$?
+set -e
+[ "$doctor_rc" = 1 ] || fail "doctor on a host without a GPU exited $doctor_rc, not 1"
+for c in engine.docker engine.podman hooks.podman config; do
+    echo "$doctor" | jq -e --arg c "$c" '.checks[] | select(.name == $c) | .status == "ok"' >/dev/null \
+        || fail "doctor: $c is not ok: $(echo "$doctor" | jq -c --arg c "$c" '.checks[] | select(.name == $c)')"
+done
+echo "$doctor" | jq -e '.checks[] | select(.name == "host.driver") | .status == "error"' >/dev/null || fail "doctor: no driver is not an error"
+pass "gpu-guard doctor: docker and podman run gpu-guard as installed"
 
 if command -v dockerd >/dev/null && command -v docker >/dev/null; then
     if pid=$(pidof dockerd); then
@@ -209,13 +250,12 @@ left=$(find /etc /var/lib /usr /run -name '*gpu-guard*' -not -path '*/target/*' 
 pass "dpkg --purge: no engine names gpu-guard, nothing left behind"
 
 # --- rpm -----------------------------------------------------------------------
-expected="/etc/gpu-guard/config.toml
-/usr/bin/gpu-guard
-/usr/bin/gpu-guard-runtime
-/usr/share/doc/gpu-guard/LICENSE
-/usr/share/doc/gpu-guard/README.md
-/usr/share/gpu-guard/hooks.d/gpu-guard-prestart.json
-/usr/share/man/man1/gpu-guard.1.gz"
+expected=$(printf '%s\n' /etc/gpu-guard/config.toml /usr/bin/gpu-guard /usr/bin/gpu-guard-runtime \
+    /usr/bin/kubectl-gpu_guard /usr/share/doc/gpu-guard/LICENSE /usr/share/doc/gpu-guard/README.md \
+    /usr/share/gpu-guard/hooks.d/gpu-guard-prestart.json /usr/share/man/man1/gpu-guard.1.gz \
+    /usr/share/bash-completion/completions/gpu-guard /usr/share/zsh/site-functions/_gpu-guard \
+    /usr/share/fish/vendor_completions.d/gpu-guard.fish \
+    $(for s in admission check doctor hook host install runtime scan uninstall; do echo "/usr/share/man/man1/gpu-guard-$s.1.gz"; done) | sort)
 [ "$(rpm -qpl "$rpmfile" | sort)" = "$expected" ] || fail "rpm -qpl: $(rpm -qpl "$rpmfile")"
 rpm -qp --qf '[%{FILENAMES} %{FILEFLAGS:fflags}\n]' "$rpmfile" | grep -qx '/etc/gpu-guard/config.toml cn' \
     || fail "config.toml is not %config(noreplace) in the rpm"

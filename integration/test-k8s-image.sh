@@ -71,7 +71,7 @@ chmod +x "$T/fake/nsenter"
 
 run_init() {
     local args=(--rm --network none "${RUNOPTS[@]}" -v "$T/fake:/fake:ro" -v "$T/record:/record"
-        -e NSENTER=/fake/nsenter)
+        -e NSENTER=/fake/nsenter "${EXTRA[@]}")
     local k src dst
     while IFS=$'\t' read -r src dst; do
         mkdir -p "$H$src"
@@ -84,6 +84,7 @@ run_init() {
     timeout 120 "$ENGINE" run "${args[@]}" "$IMAGE" "${cmd[@]}" 2>&1
 }
 
+EXTRA=()
 OUT=$(run_init)
 RC=$?
 check_eq "first run: init container succeeds" "$RC" 0
@@ -135,6 +136,27 @@ check_eq "failed restart: the retry restarts" "$(wc -l < "$T/record/restarts" 2>
 check_not_contains "failed restart: the retry does not claim nothing to do" "$OUT" "already registered"
 run_init >/dev/null
 check_eq "failed restart: then nothing more" "$(wc -l < "$T/record/restarts" 2>/dev/null)" 1
+
+# A k3s node: k3s writes its containerd config.toml anew from a template at
+# every start, so the template is edited (its k3s base kept), the generated
+# file is left alone, and k3s-agent is what restarts.
+H="$T/k3s-host"
+KD=/var/lib/rancher/k3s/agent/etc/containerd
+mkdir -p "$H$KD"
+cp "$REPO_DIR/tests/data/install/k3s/config.toml" "$H$KD/config.toml"
+rm -f "$T/record/restarts"
+EXTRA=(-v "$H$KD:/host$KD" -e "CONFIG_PATH=$KD/config.toml.tmpl" -e RESTART_UNIT=k3s-agent)
+OUT=$(run_init)
+check_eq "k3s: init container succeeds" "$?" 0
+printf '%s\n' "$OUT" | sed 's/^/    | /'
+TMPL=$(cat "$H$KD/config.toml.tmpl" 2>/dev/null)
+check_contains "k3s: the template keeps k3s's base" "$TMPL" '{{ template "base" . }}'
+check_contains "k3s: the template registers gpu-guard" "$TMPL" 'BinaryName = "/opt/gpu-guard/bin/gpu-guard-runtime"'
+if cmp -s "$REPO_DIR/tests/data/install/k3s/config.toml" "$H$KD/config.toml"; then pass "k3s: the generated config.toml is left to k3s"; else fail "k3s: the generated config.toml was edited"; fi
+check_contains "k3s: k3s-agent restarted" "$(cat "$T/record/restarts" 2>/dev/null)" "systemctl restart k3s-agent"
+run_init >/dev/null
+check_eq "k3s: second run restarts nothing" "$(wc -l < "$T/record/restarts" 2>/dev/null)" 1
+EXTRA=()
 
 # The saved archive is what a node without a registry would load:
 # `ctr -n k8s.io images import`, then run by containerd.

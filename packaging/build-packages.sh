@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the release binary, the gpu-guard(1) man page (rendered from the
-# clap definition by the hidden `gpu-guard man`), the .deb and the .rpm,
+# Builds the release binary, the man pages and shell completions (rendered
+# from the clap definition by crates/assets), the .deb and the .rpm,
 # and prints their sizes against the targets (binary < 6 MB, .deb < 3 MB).
 # Needs: cargo-deb, cargo-generate-rpm (cargo install --locked ...).
 # Output: target/debian/*.deb, target/generate-rpm/*.rpm.
@@ -11,11 +11,18 @@ for tool in cargo-deb cargo-generate-rpm; do
     command -v "$tool" >/dev/null || { echo "build-packages: $tool is not installed (cargo install --locked $tool)" >&2; exit 1; }
 done
 
+# Reproducible: file times and `--version`'s date from the commit (build.rs),
+# unless the caller sets SOURCE_DATE_EPOCH.
+if [ -z "${SOURCE_DATE_EPOCH:-}" ] && epoch=$(git log -1 --format=%ct 2>/dev/null); then
+    export SOURCE_DATE_EPOCH="$epoch"
+fi
 cargo build --release --locked -p gpu-guard -p gpu-guard-admission
-mkdir -p target/man
-target/release/gpu-guard man > target/man/gpu-guard.1
+# gpu-guard(1), a page per subcommand and the bash, zsh and fish
+# completions, from the same command-line definition (crates/assets).
+rm -rf target/assets
+cargo run --release --locked -q -p gpu-guard-assets -- target/assets >/dev/null
 # -n: no name or timestamp in the header, so the package is reproducible.
-gzip -9 -n -f target/man/gpu-guard.1
+gzip -9 -n -f target/assets/man/*.1
 
 rm -f target/debian/gpu-guard_*.deb target/generate-rpm/gpu-guard-*.rpm
 rm -f target/debian/gpu-guard-admission_*.deb

@@ -15,7 +15,7 @@ fn main() -> ExitCode {
     if let Some((config, rest)) = runtime_invocation(&args) {
         return exit(gpu_guard::commands::runtime::main(config.as_deref(), rest));
     }
-    let cli = match Cli::try_parse_from(&args) {
+    let cli = match parse(&args) {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
@@ -31,7 +31,7 @@ fn main() -> ExitCode {
             network::exec(&args[1..])
         }
         Command::Check(a) if a.attest || a.plain_http || a.registry_ca.is_some() => {
-            eprintln!("gpu-guard check: --attest, --plain-http and --registry-ca need --image docker://...");
+            eprintln!("gpu-guard: error: --attest, --plain-http and --registry-ca need --image docker://...");
             2
         }
         Command::Check(a) => gpu_guard::commands::check::main(config, a),
@@ -42,6 +42,7 @@ fn main() -> ExitCode {
         Command::Scan(a) => gpu_guard::commands::scan::main(config, a),
         Command::Install(a) => gpu_guard::commands::install::command(config, a),
         Command::Uninstall(a) => gpu_guard::commands::install::uninstall(config, a),
+        Command::Doctor(a) => gpu_guard::commands::doctor::main(config, a),
         Command::Probe(a) => gpu_guard::commands::host::probe_child(a),
         Command::Man => match gpu_guard::commands::cli::man_page() {
             Ok(page) => {
@@ -50,12 +51,31 @@ fn main() -> ExitCode {
                 0
             }
             Err(e) => {
-                eprintln!("gpu-guard: cannot render the man page: {e}");
+                eprintln!("gpu-guard: error: cannot render the man page: {e}");
                 2
             }
         },
     };
     exit(code)
+}
+
+/// The name kubectl runs `kubectl gpu-guard ...` as: a plugin is an
+/// executable `kubectl-NAME` on PATH, a `-` in the command spelled `_` in
+/// the file name (kubernetes.io/docs/tasks/extend-kubectl/kubectl-plugins,
+/// "Naming a plugin"). The packages ship it as a symlink to gpu-guard.
+const KUBECTL_PLUGIN: &str = "kubectl-gpu_guard";
+
+/// The command line; invoked as the kubectl plugin, gpu-guard behaves the
+/// same and its help and errors say `kubectl gpu-guard`.
+fn parse(args: &[OsString]) -> Result<Cli, clap::Error> {
+    use clap::{CommandFactory, FromArgMatches};
+    let argv0 = args.first().map(std::path::Path::new);
+    if argv0.and_then(|p| p.file_name()) == Some(std::ffi::OsStr::new(KUBECTL_PLUGIN)) {
+        let mut cmd = Cli::command().bin_name("kubectl gpu-guard");
+        let matches = cmd.try_get_matches_from_mut(args)?;
+        return Cli::from_arg_matches(&matches);
+    }
+    Cli::try_parse_from(args)
 }
 
 fn exit(code: i32) -> ExitCode {

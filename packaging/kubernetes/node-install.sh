@@ -13,12 +13,19 @@
 #
 # Environment: ENGINE (containerd | crio, default containerd), SET_DEFAULT
 # (true: make gpu-guard the default runtime), RESTART_RUNTIME (false: leave
-# the restart to the admin).
+# the restart to the admin), CONFIG_PATH (the engine's config, host path;
+# k3s: /var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl, RKE2:
+# /var/lib/rancher/rke2/agent/etc/containerd/config.toml.tmpl, whose
+# directory must be mounted under $HOST_ROOT), RESTART_UNIT (the systemd unit
+# to restart, default $ENGINE; k3s, k3s-agent, rke2-server or rke2-agent on
+# k3s and RKE2 nodes, which render their template at start).
 set -eu
 
 ENGINE=${ENGINE:-containerd}
 SET_DEFAULT=${SET_DEFAULT:-false}
 RESTART_RUNTIME=${RESTART_RUNTIME:-true}
+CONFIG_PATH=${CONFIG_PATH:-}
+RESTART_UNIT=${RESTART_UNIT:-$ENGINE}
 HOST_ROOT=${HOST_ROOT:-/host}
 BIN_DIR=${BIN_DIR:-/opt/gpu-guard/bin}
 
@@ -38,6 +45,7 @@ mkdir -p "$HOST_ROOT/etc/gpu-guard"
 
 set -- --host-root "$HOST_ROOT" --bin-dir "$BIN_DIR"
 [ "$SET_DEFAULT" = true ] && set -- "$@" --set-default
+[ -n "$CONFIG_PATH" ] && set -- "$@" --config-path "$CONFIG_PATH"
 # A restart owed by an earlier run that changed the config but failed to
 # restart (the init container is retried, and would otherwise find nothing
 # to change and never restart). Kept in the host's gpu-guard state dir.
@@ -61,9 +69,9 @@ fi
 if [ "$RESTART_RUNTIME" = true ]; then
     # NSENTER: only for tests (busybox sh runs its own applet for a bare
     # `nsenter`, whatever PATH says).
-    ${NSENTER:-nsenter} --target 1 --mount --uts --ipc --net --pid -- systemctl restart "$ENGINE"
-    echo "gpu-guard: restarted $ENGINE"
+    ${NSENTER:-nsenter} --target 1 --mount --uts --ipc --net --pid -- systemctl restart "$RESTART_UNIT"
+    echo "gpu-guard: restarted $RESTART_UNIT"
 else
-    echo "gpu-guard: restart $ENGINE on this node to apply"
+    echo "gpu-guard: restart $RESTART_UNIT on this node to apply"
 fi
 rm -f "$pending"

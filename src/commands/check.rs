@@ -4,7 +4,7 @@
 
 use crate::commands::cli::CheckArgs;
 use crate::commands::fleet_report;
-use crate::commands::output::{print_decision, usage};
+use crate::commands::output::{print_decision, usage, EXIT_USAGE};
 use crate::config;
 use crate::core::container::Container;
 use crate::core::cri_facts::CriRuntime;
@@ -38,7 +38,7 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
             return usage(e);
         }
         eprintln!(
-            "gpu-guard check: {}",
+            "gpu-guard: error: {}",
             crate::core::sanitize::one_line(&e.to_string())
         );
     }
@@ -78,7 +78,15 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
             decision.findings.push(cri_note());
         }
     }
-    print_decision(&decision, args.json)
+    let code = print_decision(&decision, args.json);
+    // The decision shows what the hook and wrapper would do under this
+    // config (refuse GPU containers, start the rest); the exit status is
+    // the one every subcommand gives an invalid config (README, "Output
+    // and exit status").
+    if loaded.is_err() {
+        return EXIT_USAGE;
+    }
+    code
 }
 
 /// The CRI runtime `--engine` stands for: the evidence the wrapper gets

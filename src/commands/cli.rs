@@ -8,7 +8,8 @@ use std::path::PathBuf;
 #[derive(Debug, Parser)]
 #[command(
     name = "gpu-guard",
-    version,
+    // `0.1.0 (commit 1ea0b3b5c2d1, built 2026-12-01)`, from build.rs.
+    version = env!("GPU_GUARD_VERSION_LINE"),
     about = "Refuses GPU containers that cannot work on this host; starts the rest tuned and locked down",
     long_about = "gpu-guard runs beside the NVIDIA container toolkit as an OCI hook and as an OCI \
 runtime wrapper. It detects GPU containers, checks what the image declares \
@@ -40,6 +41,8 @@ pub enum Command {
     Install(InstallArgs),
     /// Undo `gpu-guard install`
     Uninstall(UninstallArgs),
+    /// Check what this node needs (config, host facts, each engine's registration, chains, hooks, CDI, state directories) and print each problem with its fix
+    Doctor(DoctorArgs),
     /// Serve the Kubernetes mutating admission webhook (runs gpu-guard-admission)
     Admission(AdmissionArgs),
     /// Print the gpu-guard(1) man page (roff)
@@ -102,8 +105,8 @@ pub struct CheckArgs {
     /// An OCI config.json
     #[arg(long, value_name = "FILE")]
     pub spec: Option<PathBuf>,
-    /// A container image to judge, read without unpacking: an OCI image layout directory, a docker-archive tar (`docker save`), an OCI archive tar, a registry image `docker://HOST[:PORT]/REPO[:TAG|@DIGEST]` (streamed, never written to disk) or `docker-daemon:NAME[:TAG]` (the local docker's). Judged as started with all GPUs (`--gpus all`) unless --env NVIDIA_VISIBLE_DEVICES=... (or the image) says otherwise
-    #[arg(long, value_name = "PATH", conflicts_with_all = ["bundle", "spec"])]
+    /// A container image to judge, read without unpacking: an OCI image layout directory, a docker-archive tar (`docker save`) or an OCI archive tar, as a path or in skopeo's spelling (`oci:DIR[:REF]`, `oci-archive:FILE[:REF]`, `docker-archive:FILE[:REPO:TAG|:@N]`; `./oci:x` is the file `oci:x`); a registry image `docker://HOST[:PORT]/REPO[:TAG|@DIGEST]` (streamed, never written to disk) or `docker-daemon:NAME[:TAG]` (the local docker's). Judged as started with all GPUs (`--gpus all`) unless --env NVIDIA_VISIBLE_DEVICES=... (or the image) says otherwise
+    #[arg(long, value_name = "IMAGE", conflicts_with_all = ["bundle", "spec"])]
     pub image: Option<PathBuf>,
     /// With --image docker://: push what was found as an attestation (an OCI artifact whose subject is the image), which later reads use instead of the layers
     #[arg(long, requires = "image")]
@@ -351,6 +354,30 @@ pub struct UninstallArgs {
     /// Accepted for scripts that pass install's options to uninstall; unused
     #[arg(long, value_name = "DIR", hide = true)]
     pub bin_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Checks, each with a stable name: config (valid and trusted, drop-ins included), config.mode, \
+host.nvml (answered within host.probe_timeout_ms), host.driver, host.gpus, host.device-nodes, \
+engine.ENGINE (its effective registration, or present but not registered), chain.ENGINE (the \
+runtime its wrapper execs exists, is executable and is what install chained), hooks.ENGINE and \
+hooks (hook files valid and calling gpu-guard), cdi, dirs.host-cache, dirs.scan-cache, dirs.state \
+(the private-directory rule).
+
+Exit status: 0 nothing would break or bypass containers (warnings may be printed); 1 a check \
+is an error; 2 bad usage, or an invalid config (reported as the config check; the other checks \
+still run with the built-in defaults).")]
+pub struct DoctorArgs {
+    /// Print the checks as one JSON object: {"status", "checks": [{"name", "status", "message", "fix"}], "summary"}
+    #[arg(long)]
+    pub json: bool,
+    /// The host's root filesystem when run in a container with it mounted (a DaemonSet); all other paths are host paths
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    pub host_root: PathBuf,
+    /// Where `gpu-guard install` recorded what it changed (host path)
+    #[arg(long, value_name = "DIR", default_value = crate::install::DEFAULT_STATE_DIR)]
+    pub state_dir: PathBuf,
 }
 
 /// Renders gpu-guard(1) from the definition above.

@@ -195,7 +195,7 @@ fn print_affinity(
     if args.json {
         for n in &a.notes {
             eprintln!(
-                "gpu-guard check: affinity: {}",
+                "gpu-guard: warning: affinity: {}",
                 crate::core::sanitize::one_line(n)
             );
         }

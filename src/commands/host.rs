@@ -38,7 +38,7 @@ pub fn main(config: Option<&Path>, args: &HostArgs) -> i32 {
     match host_command_inner(config, args) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("gpu-guard: {e}");
+            eprintln!("gpu-guard: error: {e}");
             EXIT_NO_FACTS
         }
     }
@@ -64,58 +64,62 @@ fn host_command_inner(config: Option<&Path>, args: &HostArgs) -> Result<i32, Hos
     let report = probe(&cfg.host);
     let chains = chain_problems(cfg);
     let Some(facts) = &report.facts else {
-        let p = report.problems.first();
-        let msg = p.map(|p| p.message.as_str()).unwrap_or("the probe failed");
-        match p.and_then(|p| p.fix.as_deref()) {
-            Some(fix) => eprintln!("gpu-guard: {msg} (fix: {fix})"),
-            None => eprintln!("gpu-guard: {msg}"),
+        if report.problems.is_empty() {
+            eprintln!("gpu-guard: error: the probe failed");
         }
-        for p in &chains {
-            eprintln!("gpu-guard: error: {} (fix: {})", p.message, p.fix);
-        }
+        print_problems(&report);
+        print_chain_problems(&chains);
         return Ok(EXIT_NO_FACTS);
     };
     if args.node_labels {
-        return node_labels(facts, args);
+        // Labels of a host without a driver or with a lost GPU are written
+        // (stale labels would place pods on a node that cannot run them),
+        // but the exit status says the host cannot run GPU containers.
+        node_labels(facts, args)?;
+        print_problems(&report);
+        if facts.driver_version.is_none() || facts.gpus.is_empty() {
+            let what = if facts.driver_version.is_none() {
+                "no NVIDIA driver"
+            } else {
+                "no GPUs"
+            };
+            eprintln!(
+                "gpu-guard: error: no GPU facts to label ({what} per {})",
+                report.source
+            );
+            return Ok(EXIT_HOST_ERROR);
+        }
+        return Ok(exit_status(&report));
     }
+    // The engines install registered: each one's chain, and drift; and
+    // the CDI spec directories' problems.
+    let (info, mut warnings) = crate::commands::install::host_lines(cfg);
+    warnings.extend(cdi_warnings(cfg, facts));
     if args.json {
         let text = serde_json::to_string_pretty(facts).map_err(HostCommandError::Encode)?;
         println!("{text}");
-        for p in &report.problems {
-            eprintln!("gpu-guard: {}: {}", problem_label(&p.kind), one_line(p));
-        }
-        for w in crate::commands::install::host_lines(cfg).1 {
-            eprintln!("gpu-guard: warning: {w}");
-        }
-        for w in cdi_warnings(cfg, facts) {
-            eprintln!("gpu-guard: warning: {w}");
-        }
-        for p in &chains {
-            eprintln!("gpu-guard: error: {} (fix: {})", p.message, p.fix);
-        }
     } else {
-        print!("{}", render_table(&report));
-        if let Some(line) = crate::config::chained_runtime_line(&loaded) {
-            println!("{line}");
-        }
-        if let Some(line) = crate::config::drop_ins_line(&loaded) {
-            println!("{line}");
-        }
-        // The engines install registered: each one's chain, and drift.
-        let (info, warnings) = crate::commands::install::host_lines(cfg);
-        for line in info {
-            println!("{line}");
-        }
-        for w in warnings {
-            println!("warning: {w}");
-        }
-        for w in cdi_warnings(cfg, facts) {
-            println!("warning: {w}");
-        }
-        for p in &chains {
-            println!("error: {}\n  fix: {}", p.message, p.fix);
+        print_human(&loaded, &report, &info, &warnings);
+    }
+    // The probe's problems and every error go to stderr in both forms,
+    // one line each (the facts, and the table, stay on stdout for scripts).
+    print_problems(&report);
+    let no_driver_reported = report
+        .problems
+        .iter()
+        .any(|p| p.kind == HostProblemKind::NoDriver);
+    if facts.driver_version.is_none() && !no_driver_reported {
+        eprintln!(
+            "gpu-guard: error: no NVIDIA driver ({} has no driver version)",
+            report.source
+        );
+    }
+    if args.json {
+        for w in &warnings {
+            eprintln!("gpu-guard: warning: {w}");
         }
     }
+    print_chain_problems(&chains);
     if !chains.is_empty() {
         // No container starts through the wrapper: as bad as a lost GPU.
         return Ok(EXIT_HOST_ERROR);
@@ -167,18 +171,49 @@ fn chain_problems(cfg: &crate::core::policy::Config) -> Vec<RuntimeProblem> {
     out
 }
 
+/// The report for people: the table, the chain and drop-in lines, each
+/// engine's line, and the engines' and CDI specs' warnings below it, as
+/// they always were.
+fn print_human(
+    loaded: &crate::config::Loaded,
+    report: &HostReport,
+    info: &[String],
+    warnings: &[String],
+) {
+    print!("{}", render_table(report));
+    if let Some(line) = crate::config::chained_runtime_line(loaded) {
+        println!("{line}");
+    }
+    if let Some(line) = crate::config::drop_ins_line(loaded) {
+        println!("{line}");
+    }
+    for line in info {
+        println!("{line}");
+    }
+    for w in warnings {
+        println!("warning: {w}");
+    }
+}
+
+/// A chained runtime that cannot be run, on stderr like every problem.
+fn print_chain_problems(chains: &[RuntimeProblem]) {
+    for p in chains {
+        eprintln!("gpu-guard: error: {} (fix: {})", p.message, p.fix);
+    }
+}
+
 /// `--node-labels [--write [--output PATH]]`: gpu-guard's node labels,
 /// printed, or written atomically where node-feature-discovery's local
 /// source reads them (a reader sees the old file or the new one).
 fn node_labels(
     facts: &crate::core::facts::HostFacts,
     args: &HostArgs,
-) -> Result<i32, HostCommandError> {
+) -> Result<(), HostCommandError> {
     use crate::fleet::labels;
     let text = labels::feature_file(&labels::node_labels(facts));
     if !args.write {
         print!("{text}");
-        return Ok(EXIT_FACTS);
+        return Ok(());
     }
     let path = args
         .output
@@ -191,16 +226,28 @@ fn node_labels(
         }
     })?;
     eprintln!("gpu-guard: wrote node labels to {}", path.display());
-    Ok(EXIT_FACTS)
+    Ok(())
 }
 
-/// 1 when a problem is an error (no driver, lost GPU), else 0.
+/// Each host problem, one line on stderr.
+fn print_problems(report: &HostReport) {
+    for p in &report.problems {
+        eprintln!("gpu-guard: {}: {}", problem_label(&p.kind), one_line(p));
+    }
+}
+
+/// 1 when a problem is an error (no driver, lost GPU), or the facts name
+/// no driver (a facts file can say so without a problem), else 0.
 fn exit_status(report: &HostReport) -> i32 {
     let error = report
         .problems
         .iter()
         .any(|p| problem_label(&p.kind) == "error");
-    if error {
+    let no_driver = report
+        .facts
+        .as_ref()
+        .is_some_and(|f| f.driver_version.is_none());
+    if error || no_driver {
         EXIT_HOST_ERROR
     } else {
         EXIT_FACTS
@@ -223,7 +270,7 @@ fn one_line(p: &HostProblem) -> String {
     }
 }
 
-/// The host for people: driver line, one row per GPU, MIG devices, problems.
+/// The host for people: driver line, one row per GPU, MIG devices.
 fn render_table(report: &HostReport) -> String {
     let mut out = String::new();
     let Some(f) = &report.facts else {
@@ -295,12 +342,6 @@ fn render_table(report: &HostReport) -> String {
             }
         }
     }
-    for p in &report.problems {
-        let _ = writeln!(out, "{}: {}", problem_label(&p.kind), p.message);
-        if let Some(fix) = &p.fix {
-            let _ = writeln!(out, "  fix: {fix}");
-        }
-    }
     out
 }
 
@@ -344,10 +385,9 @@ mod tests {
         assert!(t.contains("NVIDIA A100-SXM4-40GB"), "{t}");
         assert!(t.contains("40960 MiB"), "{t}");
         assert!(t.contains("MIG MIG-x"), "{t}");
-        assert!(
-            t.contains("warning: something is off\n  fix: do this"),
-            "{t}"
-        );
+        // Problems are not part of the table: they go to stderr.
+        assert!(!t.contains("something is off"), "{t}");
+        assert_eq!(one_line(&r.problems[0]), "something is off (fix: do this)");
         let none = render_table(&HostReport::from_facts(HostFacts::default(), "no driver"));
         assert!(none.contains("Driver -, CUDA -"), "{none}");
         assert!(none.contains("No GPUs"), "{none}");

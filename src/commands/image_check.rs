@@ -219,8 +219,16 @@ fn img_machine(img: &Image) -> Option<u16> {
 }
 
 pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
-    let Some(path) = &args.image else {
+    let Some(arg) = &args.image else {
         return usage("--image PATH is missing");
+    };
+    let image_ref = match crate::image::reference::parse(arg.as_os_str()) {
+        Ok(r) => r,
+        Err(e) => return usage(format!("--image: {e}")),
+    };
+    let Some(file) = image_ref.path() else {
+        // main hands these to gpu-guard-admission before they get here.
+        return usage("--image: registry and docker-daemon images are read by gpu-guard-admission, installed beside gpu-guard");
     };
     let platform = match args.platform.as_deref().map(Platform::parse).transpose() {
         Ok(p) => p.unwrap_or_default(),
@@ -239,12 +247,15 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
         Ok(c) => c,
         Err(e) => return usage(e),
     };
+    let (reference, source_index) = image_ref.selection();
     let opts = Options {
         platform,
-        reference: None,
+        reference,
+        source_index,
+        format: image_ref.format(),
         limits: limits(),
     };
-    let img = match Image::open(path, &opts) {
+    let img = match Image::open(file, &opts) {
         Ok(i) => i,
         Err(e) => return usage(e),
     };

@@ -3,7 +3,7 @@
 
 use crate::commands::cli::{EnginePaths, InstallArgs, UninstallArgs};
 use crate::install::registration::{effective_registration, installed, Registration};
-use crate::install::{apply, edit, engine_name, plan, restart_hint, InstallError, Options};
+use crate::install::{apply, edit, engine_name, plan, restart_hint_for, InstallError, Options};
 use std::path::{Path, PathBuf};
 
 /// gpu-guard's own config for this run: the one in effect, or the host's
@@ -110,7 +110,7 @@ fn finish(verb: &str, name: &str, result: Result<i32, InstallError>) -> i32 {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("gpu-guard: {verb} {name}: {e}");
+            eprintln!("gpu-guard: error: {verb} {name}: {e}");
             2
         }
     }
@@ -158,7 +158,7 @@ fn run(opts: &Options, dry_run: bool) -> Result<i32, InstallError> {
         };
         println!("{what} {}", c.path.display());
     }
-    match restart_hint(opts.engine) {
+    match restart_hint_for(opts.engine, opts.config_path.as_deref()) {
         Some(cmd) => println!("restart {name} to apply: {cmd}"),
         None => println!("podman reads hook files at each container start: no restart needed"),
     }

@@ -4,6 +4,7 @@
 
 pub mod check;
 pub mod cli;
+pub mod doctor;
 pub mod fleet_report;
 pub mod hook;
 pub mod host;

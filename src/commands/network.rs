@@ -13,8 +13,8 @@ pub const NETWORK_BINARY: &str = "gpu-guard-admission";
 
 /// An `--image` value read over the network rather than from a file.
 pub fn is_remote(image: &Path) -> bool {
-    let s = image.to_string_lossy();
-    s.starts_with("docker://") || s.starts_with("docker-daemon:")
+    // One parse of `--image` for both binaries (image::reference).
+    crate::image::reference::parse(image.as_os_str()).is_ok_and(|r| r.is_remote())
 }
 
 fn beside_self() -> Option<PathBuf> {
@@ -30,7 +30,7 @@ fn beside_self() -> Option<PathBuf> {
 /// argv[0]); returns only when that fails, with exit status 2.
 pub fn exec(args: &[OsString]) -> i32 {
     let Some(bin) = beside_self() else {
-        eprintln!("gpu-guard: cannot find this binary's directory to run {NETWORK_BINARY}");
+        eprintln!("gpu-guard: error: cannot find this binary's directory to run {NETWORK_BINARY}");
         return 2;
     };
     let err = std::process::Command::new(&bin).args(args).exec();

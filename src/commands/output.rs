@@ -13,7 +13,7 @@ pub const EXIT_USAGE: i32 = 2;
 /// Bad usage or unreadable input: one line on stderr, exit 2.
 pub fn usage(msg: impl std::fmt::Display) -> i32 {
     eprintln!(
-        "gpu-guard check: {}",
+        "gpu-guard: error: {}",
         crate::core::sanitize::one_line(&msg.to_string())
     );
     EXIT_USAGE

@@ -41,6 +41,12 @@ pub fn main(config: Option<&Path>, args: &ScanArgs) -> i32 {
     if args.rootfs {
         return rootfs_command(config, args);
     }
+    // A plain scan uses no policy, but an invalid config gets exit 2 from
+    // every subcommand (README, "Output and exit status").
+    if let Err(e) = crate::config::load(config) {
+        eprintln!("gpu-guard: error: {e}");
+        return EXIT_BAD_INPUT;
+    }
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut status = EXIT_OK;
@@ -82,7 +88,7 @@ fn rootfs_command(config: Option<&Path>, args: &ScanArgs) -> i32 {
     let (ki, facts) = match rootfs_inputs(config, args) {
         Ok(x) => x,
         Err(e) => {
-            eprintln!("gpu-guard: {e}");
+            eprintln!("gpu-guard: error: {e}");
             return EXIT_BAD_INPUT;
         }
     };
@@ -94,7 +100,7 @@ fn rootfs_command(config: Option<&Path>, args: &ScanArgs) -> i32 {
     let mut all = Vec::new();
     for rootfs in &args.paths {
         if !rootfs.is_dir() {
-            eprintln!("gpu-guard: {}: not a directory", shown(rootfs));
+            eprintln!("gpu-guard: error: {}: not a directory", shown(rootfs));
             status = EXIT_BAD_INPUT;
             continue;
         }

@@ -99,6 +99,47 @@ fn host_cuda_text(host: &FwdHost) -> String {
     }
 }
 
+/// The forward-compatibility finding when the image's content was not
+/// read (`check --env`, a spec without a rootfs, an image read without its
+/// scans): the requirement holds only through forward compatibility, and
+/// what decides whether it
+/// runs is what was not read: the compat library (`cuda-compat`, loaded by
+/// NVIDIA's hook) and whether the GPU may use it (data-center GPUs; the
+/// library's note lists the brands). A warning: it never changes the
+/// verdict, so fleets and affinities judge as before.
+pub fn unread_finding(need: &FwdNeed, host: &FwdHost) -> Option<Finding> {
+    let (var, v) = need.only_via_fwd.as_ref()?;
+    let why = format!(
+        "{} holds only through a forward-compatibility alternative (it needs CUDA {v}; the host has {})",
+        esc(var),
+        host_cuda_text(host)
+    );
+    let mut brands: Vec<String> = host.gpus.iter().map(|g| esc(&g.brand)).collect();
+    brands.sort();
+    brands.dedup();
+    let gpus = if brands.is_empty() {
+        String::new()
+    } else {
+        format!(" (this host's GPUs are {})", brands.join(", "))
+    };
+    let f = Finding::warning(
+        Check::Compat,
+        format!(
+            "{why}; the image's content was not read, so what decides whether it runs is unknown: \
+             the image's compat library (/{}/libcuda.so.*, which NVIDIA's hook loads) must list \
+             driver branch {} and the GPU must be a data-center GPU{gpus}; on other GPUs CUDA \
+             fails with error 804 (forward compatibility was attempted on non supported HW)",
+            compat::COMPAT_DIR,
+            host.driver.major()
+        ),
+    )
+    .with_fix(format!(
+        "check the image itself (`gpu-guard check --image IMAGE` or `--bundle DIR`) so its compat library is read, or install {}",
+        native_fix(Some(v))
+    ));
+    Some(f)
+}
+
 /// The `compat` findings for the image's compat libraries on this host.
 pub fn forward_findings(
     need: &FwdNeed,

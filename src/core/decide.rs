@@ -179,11 +179,9 @@ fn host_and_requirement_findings<'a>(
             } else {
                 let declared = inp.declared;
                 check_requirements(c, declared, facts, &visible, cfg, inp.scanned, findings);
-                if let Some(scan) = inp.compat {
-                    findings.extend(forward_compat_findings(
-                        c, declared, facts, &visible, cfg, scan,
-                    ));
-                }
+                findings.extend(forward_compat_findings(
+                    c, declared, facts, &visible, cfg, inp.compat,
+                ));
             }
         }
         None => {

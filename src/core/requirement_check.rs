@@ -352,14 +352,16 @@ pub fn forward_compat_need(
     })
 }
 
-/// The `compat` findings for forward compatibility, from the compat scan.
+/// The `compat` findings for forward compatibility, from the compat scan
+/// (`None`: the image's content was not read; then one warning when
+/// forward compatibility would decide).
 pub(crate) fn forward_compat_findings(
     c: &Container,
     declared: &Declared,
     facts: &HostFacts,
     visible: &[&Gpu],
     cfg: &Config,
-    scan: &CompatScan,
+    scan: Option<&CompatScan>,
 ) -> Vec<Finding> {
     let Some(need) = forward_compat_need(c, declared, facts, visible, cfg) else {
         return Vec::new();
@@ -375,16 +377,17 @@ pub(crate) fn forward_compat_findings(
         .cuda_driver_version
         .as_deref()
         .and_then(|v| Version::parse(v).ok());
-    compat_check::forward_findings(
-        &need,
-        &FwdHost {
-            gpus: visible,
-            driver: &driver,
-            cuda: cuda.as_ref(),
-        },
-        scan,
-        &cfg.compat,
-    )
+    let host = FwdHost {
+        gpus: visible,
+        driver: &driver,
+        cuda: cuda.as_ref(),
+    };
+    match scan {
+        Some(scan) => compat_check::forward_findings(&need, &host, scan, &cfg.compat),
+        None => compat_check::unread_finding(&need, &host)
+            .into_iter()
+            .collect(),
+    }
 }
 
 /// Handles `NVIDIA_DISABLE_REQUIRE`: returns true when the checks are to be

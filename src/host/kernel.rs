@@ -19,7 +19,7 @@ const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
 
 #[derive(Debug, thiserror::Error)]
 pub enum KernelError {
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}: {}", path.display(), reason(source))]
     Read {
         path: PathBuf,
         #[source]
@@ -27,6 +27,21 @@ pub enum KernelError {
     },
     #[error("{} is empty", path.display())]
     Empty { path: PathBuf },
+}
+
+/// Why a /proc file could not be read, without the procfs crate's own
+/// wording (`File not found: PATH`, `Unexpected IO error(...)`), which
+/// repeats the path and names the crate's internals.
+fn reason(e: &procfs::ProcError) -> String {
+    use procfs::ProcError as P;
+    match e {
+        P::NotFound(_) => "it does not exist".to_string(),
+        P::PermissionDenied(_) => "permission denied".to_string(),
+        P::Incomplete(_) => "its content is incomplete".to_string(),
+        P::Io(inner, _) => inner.to_string(),
+        P::Other(s) => s.clone(),
+        P::InternalError(_) => "its content is not in the format the kernel documents".to_string(),
+    }
 }
 
 fn read<T: Current>(over: Option<&Path>) -> Result<T, KernelError> {

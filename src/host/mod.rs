@@ -522,9 +522,19 @@ fn check_device_nodes(report: &mut HostReport, dev: &Path) {
     let Some(facts) = &report.facts else {
         return;
     };
-    if facts.driver_version.is_none() {
-        return;
+    if let Some(p) = device_nodes_problem(facts, dev) {
+        report.problems.push(p);
     }
+}
+
+/// The start of the device-node problem's message (`doctor` reports it as
+/// a check of its own).
+pub const DEVICE_NODES_MISSING: &str = "NVIDIA device nodes missing";
+
+/// The device nodes a host with a driver needs that are missing under
+/// `dev`, as a problem; None without a driver or when all are there.
+pub fn device_nodes_problem(facts: &HostFacts, dev: &Path) -> Option<HostProblem> {
+    facts.driver_version.as_ref()?;
     let mut names = vec!["nvidiactl".to_string(), "nvidia-uvm".to_string()];
     names.extend(
         facts
@@ -539,19 +549,20 @@ fn check_device_nodes(report: &mut HostReport, dev: &Path) {
         .filter(|p| std::fs::symlink_metadata(p).is_err())
         .map(|p| p.display().to_string())
         .collect();
-    if !missing.is_empty() {
-        report.problems.push(HostProblem {
-            kind: HostProblemKind::Degraded,
-            message: format!(
-                "NVIDIA device nodes missing: {}; GPU containers that need them will fail to start",
-                missing.join(", ")
-            ),
-            fix: Some(
-                "create them with `nvidia-modprobe -u -c 0` (or run `nvidia-smi` once as root); enable nvidia-persistenced so they exist after boot"
-                    .into(),
-            ),
-        });
+    if missing.is_empty() {
+        return None;
     }
+    Some(HostProblem {
+        kind: HostProblemKind::Degraded,
+        message: format!(
+            "{DEVICE_NODES_MISSING}: {}; GPU containers that need them will fail to start",
+            missing.join(", ")
+        ),
+        fix: Some(
+            "create them with `nvidia-modprobe -u -c 0` (or run `nvidia-smi` once as root); enable nvidia-persistenced so they exist after boot"
+                .into(),
+        ),
+    })
 }
 
 #[cfg(test)]

@@ -24,32 +24,77 @@ pub const DEFAULT_LIBRARY: &str = "libnvidia-ml.so.1";
 #[derive(Debug, thiserror::Error)]
 pub enum NvmlProbeError {
     /// The library could not be loaded: NVML is not installed (or the path is wrong).
-    #[error("cannot load {library}: {source}")]
+    #[error("cannot load {library}: {}", load_reason(library, source))]
     Load {
         library: String,
         #[source]
         source: NvmlError,
     },
     /// The library loaded but lacks an NVML entry point.
-    #[error("{library} is not a usable NVML library: {source}")]
+    #[error("{library} is not a usable NVML library: {}", describe(source))]
     NotNvml {
         library: String,
         #[source]
         source: NvmlError,
     },
     /// nvmlInit failed (driver not loaded, version mismatch, no permission, ...).
-    #[error("NVML could not start: {source}")]
+    #[error("NVML could not start: {}", describe(source))]
     Init {
         #[source]
         source: NvmlError,
     },
     /// A call after init failed.
-    #[error("NVML failed reading {what}: {source}")]
+    #[error("NVML failed reading {what}: {}", describe(source))]
     Query {
         what: String,
         #[source]
         source: NvmlError,
     },
+}
+
+/// An NVML error as a person can act on it: nvml-wrapper's own wording
+/// names its Rust internals (`a libloading error occurred`, ``Nvml::init()``,
+/// `Device.pci_info()`); the driver's conditions keep NVML's meaning
+/// (nvml.h `nvmlReturn_t`).
+pub fn describe(e: &NvmlError) -> String {
+    match e {
+        // dlopen's own message names the file and why (`cannot open shared
+        // object file: No such file or directory`).
+        NvmlError::LibloadingError(inner) => inner.to_string(),
+        NvmlError::FailedToLoadSymbol(sym) => {
+            format!("the library does not export {sym} (not an NVML library, or one older than this call)")
+        }
+        NvmlError::Utf8Error(_) | NvmlError::NulError(_) => {
+            "NVML returned text that is not valid UTF-8".to_string()
+        }
+        NvmlError::UnexpectedVariant(v) => {
+            format!(
+                "NVML returned a value this gpu-guard does not know ({v}); the driver may be newer"
+            )
+        }
+        NvmlError::IncorrectBits(_)
+        | NvmlError::StringTooLong { .. }
+        | NvmlError::SetReleaseFailed
+        | NvmlError::GetPciInfoFailed
+        | NvmlError::PciInfoToCFailed => "NVML returned data gpu-guard cannot read".to_string(),
+        NvmlError::Uninitialized => "NVML is not initialized".to_string(),
+        NvmlError::GpuLost => "the GPU fell off the bus or is otherwise inaccessible".to_string(),
+        NvmlError::Unknown => "an internal driver error occurred (NVML_ERROR_UNKNOWN)".to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// [`describe`], without the library's name that dlopen's message repeats
+/// (`libnvidia-ml.so.1: cannot open shared object file: ...`).
+fn load_reason(library: &str, e: &NvmlError) -> String {
+    let text = describe(e);
+    match text
+        .strip_prefix(library)
+        .and_then(|t| t.strip_prefix(": "))
+    {
+        Some(rest) => rest.to_string(),
+        None => text,
+    }
 }
 
 impl NvmlProbeError {
@@ -89,7 +134,7 @@ enum GpuError {
 
 fn gpu_err(what: &str, e: NvmlError) -> GpuError {
     if matches!(e, NvmlError::GpuLost) {
-        GpuError::Lost(format!("{what}: {e}"))
+        GpuError::Lost(format!("{what}: {}", describe(&e)))
     } else {
         GpuError::Other(NvmlProbeError::Query {
             what: what.to_string(),

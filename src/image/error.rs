@@ -53,6 +53,15 @@ pub enum ImageError {
     Ambiguous(String),
     #[error("no image named {0:?} in the archive")]
     NoSuchReference(String),
+    #[error("the archive holds {count} images; there is no image @{index} (they count from @0)")]
+    NoSuchIndex { index: usize, count: usize },
+    #[error("{path} is {found}, not {wanted} as its transport says; name it as {hint} or as a plain path")]
+    WrongFormat {
+        path: String,
+        wanted: &'static str,
+        found: &'static str,
+        hint: &'static str,
+    },
     #[error("{what}: entry {path:?} escapes the image root")]
     UnsafeEntry { what: String, path: String },
     #[error("{what}: tar extension header of {size} bytes is over the {limit}-byte limit")]

@@ -46,6 +46,7 @@ pub mod libraries;
 mod open;
 mod platform;
 mod readat;
+pub mod reference;
 pub mod registry_source;
 pub mod scan;
 mod source;
@@ -126,6 +127,12 @@ pub struct Options {
     /// (docker-archive) or a `org.opencontainers.image.ref.name` /
     /// `io.containerd.image.name` annotation (OCI).
     pub reference: Option<String>,
+    /// docker-archive `@N` (containers-transports(5)): the N-th image of
+    /// `manifest.json`, from 0.
+    pub source_index: Option<usize>,
+    /// The format the caller named (a transport, [`reference::ImageRef`]);
+    /// None: told from the content.
+    pub format: Option<Format>,
     pub limits: Limits,
 }
 

@@ -8,6 +8,7 @@
 use super::budget::Budget;
 use super::digest::{self, Digest};
 use super::layer::LayerRef;
+use super::reference::normalize_docker;
 use super::source::Source;
 use super::tree::normalize;
 use super::{Format, ImageError, ImageInfo, Options};
@@ -50,6 +51,13 @@ pub(super) fn open(path: &Path, opts: &Options, budget: &Budget) -> Result<Parts
             (s, Format::DockerArchive)
         }
     };
+    let recognised = match format {
+        Format::DockerArchive => source.has("manifest.json"),
+        _ => source.has("index.json") && source.has("oci-layout"),
+    };
+    if let Some(wanted) = opts.format.filter(|w| *w != format && recognised) {
+        return Err(wrong_format(shown, wanted, format));
+    }
     match format {
         Format::DockerArchive if source.has("manifest.json") => open_docker(source, shown, opts),
         Format::DockerArchive => Err(ImageError::NotAnImage(shown)),
@@ -168,27 +176,8 @@ fn open_docker(source: Source, shown: String, opts: &Options) -> Result<Parts, I
     let max = opts.limits.max_json_bytes;
     let list: Vec<DockerManifest> =
         parse_json("manifest.json", &source.read_small("manifest.json", max)?)?;
+    let m = choose_docker(&list, opts)?;
     let tags = |m: &DockerManifest| m.repo_tags.clone().unwrap_or_default();
-    let chosen: Vec<&DockerManifest> = match &opts.reference {
-        Some(r) => list
-            .iter()
-            .filter(|m| tags(m).iter().any(|t| t == r))
-            .collect(),
-        None => list.iter().collect(),
-    };
-    let m = match chosen.as_slice() {
-        [] if opts.reference.is_some() => {
-            return Err(ImageError::NoSuchReference(
-                opts.reference.clone().unwrap_or_default(),
-            ))
-        }
-        [] => return Err(ImageError::Missing("image in manifest.json".to_string())),
-        [m] => *m,
-        many => {
-            let names: Vec<String> = many.iter().map(|m| tags(m).join(" ")).collect();
-            return Err(ImageError::Ambiguous(names.join(", ")));
-        }
-    };
     let cpath = layout_path("manifest.json config", &m.config)?;
     let cbytes = source.read_small(&cpath, max)?;
     let cdigest = Digest::of_bytes(&cbytes);
@@ -228,6 +217,53 @@ fn open_docker(source: Source, shown: String, opts: &Options) -> Result<Parts, I
         opts,
         false,
     )
+}
+
+/// The image of a docker-archive's `manifest.json` that `opts` names.
+fn choose_docker<'a>(
+    list: &'a [DockerManifest],
+    opts: &Options,
+) -> Result<&'a DockerManifest, ImageError> {
+    let tags = |m: &DockerManifest| m.repo_tags.clone().unwrap_or_default();
+    // A tag is compared as docker normalizes both (`busybox` is
+    // `docker.io/library/busybox:latest`), as containers/image's
+    // docker-archive reader does.
+    let chosen: Vec<&DockerManifest> = match (&opts.reference, opts.source_index) {
+        (_, Some(index)) => match list.get(index) {
+            Some(m) => vec![m],
+            None => {
+                return Err(ImageError::NoSuchIndex {
+                    index,
+                    count: list.len(),
+                })
+            }
+        },
+        (Some(r), None) => {
+            let want = normalize_docker(r);
+            list.iter()
+                .filter(|m| {
+                    tags(m)
+                        .iter()
+                        .any(|t| t == r || normalize_docker(t) == want)
+                })
+                .collect()
+        }
+        (None, None) => list.iter().collect(),
+    };
+    let m: &DockerManifest = match chosen.as_slice() {
+        [] if opts.reference.is_some() => {
+            return Err(ImageError::NoSuchReference(
+                opts.reference.clone().unwrap_or_default(),
+            ))
+        }
+        [] => return Err(ImageError::Missing("image in manifest.json".to_string())),
+        [m] => m,
+        many => {
+            let names: Vec<String> = many.iter().map(|m| tags(m).join(" ")).collect();
+            return Err(ImageError::Ambiguous(names.join(", ")));
+        }
+    };
+    Ok(m)
 }
 
 /// Checks the platform of what was found and describes it.
@@ -341,6 +377,30 @@ pub(super) fn parse_json<T: for<'de> Deserialize<'de>>(
     })
 }
 
+/// The transport named one format, the content is another.
+fn wrong_format(path: String, wanted: Format, found: Format) -> ImageError {
+    let name = |f: Format| match f {
+        Format::OciLayout => "an OCI image layout directory",
+        Format::OciArchive => "an OCI archive",
+        Format::DockerArchive => "a docker-archive",
+        Format::Registry => "a registry image",
+        Format::DockerDaemon => "a docker daemon's image",
+    };
+    let hint = match found {
+        Format::OciLayout => "oci:PATH",
+        Format::OciArchive => "oci-archive:PATH",
+        Format::DockerArchive => "docker-archive:PATH",
+        Format::Registry => "docker://NAME",
+        Format::DockerDaemon => "docker-daemon:NAME",
+    };
+    ImageError::WrongFormat {
+        path,
+        wanted: name(wanted),
+        found: name(found),
+        hint,
+    }
+}
+
 /// A normalized layout path, or the error naming who pointed outside.
 fn layout_path(what: &str, p: &str) -> Result<String, ImageError> {
     match normalize(p) {
@@ -352,11 +412,11 @@ fn layout_path(what: &str, p: &str) -> Result<String, ImageError> {
     }
 }
 
+/// The image config through serde_json directly: oci-spec's `from_reader`
+/// wraps every decode error as `serde failed`, which says nothing a person
+/// can act on; serde_json's names the field and the position.
 fn parse_config(b: &[u8]) -> Result<ImageConfiguration, ImageError> {
-    ImageConfiguration::from_reader(b).map_err(|e| ImageError::BadJson {
-        what: "image config".to_string(),
-        msg: e.to_string(),
-    })
+    parse_json("image config", b)
 }
 
 /// Reads a descriptor's blob, bounded, and checks its size and digest.

@@ -239,6 +239,17 @@ pub fn restart_hint(engine: Engine) -> Option<&'static str> {
     }
 }
 
+/// [`restart_hint`] for the engine config at `config` (host path): k3s and
+/// RKE2 render a containerd template at their own start.
+pub fn restart_hint_for(engine: Engine, config: Option<&Path>) -> Option<&'static str> {
+    match config {
+        Some(c) if engine == Engine::Containerd && containerd::template::is_template(c) => {
+            containerd::template::restart_hint(c)
+        }
+        _ => restart_hint(engine),
+    }
+}
+
 pub(super) fn change(path: PathBuf, before: Option<String>, after: Option<String>) -> FileChange {
     FileChange {
         path,

@@ -13,8 +13,7 @@ use std::path::{Path, PathBuf};
 
 use super::state::{self, EngineState};
 use super::{
-    containerd, crio, docker, edit, engine_name, hooks, podman, restart_hint, Engine, InstallError,
-    Options,
+    containerd, crio, docker, edit, engine_name, hooks, podman, Engine, InstallError, Options,
 };
 
 /// Where one engine stands.
@@ -63,7 +62,7 @@ pub fn fix_command(engine: Engine, st: &EngineState, default_config: bool) -> St
     if !default_config {
         cmd.push_str(&format!(" --config-path {}", st.config.display()));
     }
-    match restart_hint(engine) {
+    match super::restart_hint_for(engine, Some(&st.config)) {
         Some(r) => format!("{cmd} && {r}"),
         None => cmd,
     }
@@ -170,4 +169,11 @@ pub fn installed(opts: &Options) -> Vec<Engine> {
             state::load(&o).ok().flatten().is_some()
         })
         .collect()
+}
+
+/// What install recorded for the engine of `opts` (its state file under
+/// the state directory), or None: for `doctor`, which checks the files and
+/// the chain that install recorded.
+pub fn recorded(opts: &Options) -> Result<Option<EngineState>, InstallError> {
+    state::load(opts)
 }

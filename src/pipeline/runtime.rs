@@ -43,53 +43,144 @@ fn is_executable(p: &Path) -> bool {
         .unwrap_or(false)
 }
 
+/// The search path when there is no PATH: systemd's default for services
+/// (systemd `src/basic/path-util.h`, `DEFAULT_PATH` with split-usr's
+/// `/sbin:/bin`), which engines and their runtimes run under.
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
 fn search_path() -> std::ffi::OsString {
-    std::env::var_os("PATH")
-        .unwrap_or_else(|| "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into())
+    std::env::var_os("PATH").unwrap_or_else(|| DEFAULT_PATH.into())
+}
+
+/// Whose filesystem the chained runtime is looked for in.
+#[derive(Clone, Copy)]
+pub enum Filesystem<'a> {
+    /// This process's: the wrapper, `host`, `check`, `doctor` on its own
+    /// node. Bare names on this process's PATH; gpu-guard itself known by
+    /// its inode too ([`crate::config::runtime_is_self`]).
+    Own,
+    /// A host's filesystem mounted at a directory (`doctor --host-root`, as
+    /// the DaemonSet runs it): the function maps a host path to the file
+    /// here. Bare names on exec's default PATH (the engine's wrapper runs
+    /// with the host's environment, not this pod's); gpu-guard known by its
+    /// file name, since this process's binary is not the host's.
+    Mounted(&'a dyn Fn(&Path) -> PathBuf),
+}
+
+impl Filesystem<'_> {
+    /// The file here for a host path, and whether a symlink on the way
+    /// names gpu-guard. On a mounted host the final symlinks are followed
+    /// on the host (an absolute target is the host's path, not this
+    /// process's), at most 40 (Linux's MAXSYMLINKS).
+    fn locate<'p>(&self, host: &'p Path) -> (std::borrow::Cow<'p, Path>, bool) {
+        let Filesystem::Mounted(fs) = self else {
+            return (std::borrow::Cow::Borrowed(host), false);
+        };
+        let mut at = host.to_path_buf();
+        let mut via_self = false;
+        for _ in 0..40 {
+            let Ok(target) = std::fs::read_link(fs(&at)) else {
+                break;
+            };
+            via_self |= names_gpu_guard(&target);
+            at = match at.parent() {
+                Some(dir) if target.is_relative() => dir.join(target),
+                _ => target,
+            };
+        }
+        (std::borrow::Cow::Owned(fs(&at)), via_self)
+    }
+
+    fn search(&self) -> std::ffi::OsString {
+        match self {
+            Filesystem::Own => search_path(),
+            Filesystem::Mounted(_) => DEFAULT_PATH.into(),
+        }
+    }
+
+    fn names_self(&self, configured: &str) -> bool {
+        match self {
+            Filesystem::Own => crate::config::runtime_is_self(configured),
+            Filesystem::Mounted(_) => names_gpu_guard(Path::new(configured)),
+        }
+    }
+
+    /// A runc or crun found on the search path that is gpu-guard (a host
+    /// may have linked gpu-guard as runc): skipped, never chained.
+    fn is_self_candidate(&self, cand: &Path, me: Option<&Path>) -> bool {
+        match self {
+            Filesystem::Own => {
+                let canon = cand.canonicalize().ok();
+                canon.is_some() && canon.as_deref() == me
+            }
+            Filesystem::Mounted(_) => self.locate(cand).1,
+        }
+    }
+}
+
+fn names_gpu_guard(p: &Path) -> bool {
+    matches!(
+        p.file_name().and_then(|n| n.to_str()),
+        Some("gpu-guard-runtime" | "gpu-guard")
+    )
 }
 
 /// The runtime to chain, from the configured path (`configured`; empty:
 /// search PATH). A name without `/` is looked up on PATH, as exec would.
 pub fn find_real_runtime(configured: &str) -> Result<PathBuf, RuntimeError> {
+    find_runtime_in(configured, &Filesystem::Own)
+}
+
+/// [`find_real_runtime`] on `fs`; the path returned is the host's.
+pub fn find_runtime_in(configured: &str, fs: &Filesystem) -> Result<PathBuf, RuntimeError> {
     if !configured.is_empty() {
-        if crate::config::runtime_is_self(configured) {
+        if fs.names_self(configured) {
             return Err(RuntimeError::IsSelf {
                 path: PathBuf::from(configured),
             });
         }
-        return configured_runtime(configured);
+        return configured_runtime(configured, fs);
     }
-    let me = std::env::current_exe()
-        .ok()
-        .and_then(|p| p.canonicalize().ok());
+    let me = match fs {
+        Filesystem::Own => std::env::current_exe()
+            .ok()
+            .and_then(|p| p.canonicalize().ok()),
+        Filesystem::Mounted(_) => None,
+    };
+    let search = fs.search();
     for name in ["runc", "crun"] {
-        for dir in std::env::split_paths(&search_path()) {
+        for dir in std::env::split_paths(&search) {
             let cand = dir.join(name);
-            if !is_executable(&cand) {
-                continue;
+            if is_executable(&fs.locate(&cand).0) && !fs.is_self_candidate(&cand, me.as_deref()) {
+                return Ok(cand);
             }
-            let canon = cand.canonicalize().ok();
-            if canon.is_some() && canon == me {
-                continue;
-            }
-            return Ok(cand);
         }
     }
     Err(RuntimeError::NotFound)
 }
 
 /// A configured runtime that exists and can be run (one stat).
-fn configured_runtime(configured: &str) -> Result<PathBuf, RuntimeError> {
+fn configured_runtime(configured: &str, fs: &Filesystem) -> Result<PathBuf, RuntimeError> {
     let path = PathBuf::from(configured);
     if !configured.contains('/') {
-        return std::env::split_paths(&search_path())
+        let found = std::env::split_paths(&fs.search())
             .map(|d| d.join(configured))
-            .find(|c| is_executable(c))
-            .ok_or(RuntimeError::Missing { path });
+            .find(|c| is_executable(&fs.locate(c).0));
+        return match found {
+            Some(c) if fs.locate(&c).1 => Err(RuntimeError::IsSelf { path }),
+            Some(c) => Ok(c),
+            None => Err(RuntimeError::Missing { path }),
+        };
     }
-    match std::fs::metadata(&path) {
+    let (here, via_self) = fs.locate(&path);
+    if via_self {
+        return Err(RuntimeError::IsSelf { path });
+    }
+    match std::fs::metadata(here) {
         Err(_) => Err(RuntimeError::Missing { path }),
-        Ok(_) if !is_executable(&path) => Err(RuntimeError::NotExecutable { path }),
+        Ok(m) if !(m.is_file() && m.permissions().mode() & 0o111 != 0) => {
+            Err(RuntimeError::NotExecutable { path })
+        }
         Ok(_) => Ok(path),
     }
 }
@@ -141,8 +232,19 @@ pub fn problem(err: &RuntimeError, key: &str, engine: Option<Engine>) -> Runtime
 /// problem and its fix. For `host`, `check` and `doctor`; it reads the
 /// file system (one stat, or the PATH search) and changes nothing.
 pub fn chained_runtime_problem(cfg: &Config, engine: Option<Engine>) -> Option<RuntimeProblem> {
-    let err = find_real_runtime(cfg.chained_runtime(engine)).err()?;
-    Some(problem(&err, &chain_key(cfg, engine), engine))
+    chained_runtime_in(cfg, engine, &Filesystem::Own).err()
+}
+
+/// The runtime the wrapper chains for `engine` on `fs` (its host path), or
+/// what is wrong with it and the fix: [`chained_runtime_problem`] on
+/// another root, for `doctor --host-root`.
+pub fn chained_runtime_in(
+    cfg: &Config,
+    engine: Option<Engine>,
+    fs: &Filesystem,
+) -> Result<PathBuf, RuntimeProblem> {
+    find_runtime_in(cfg.chained_runtime(engine), fs)
+        .map_err(|err| problem(&err, &chain_key(cfg, engine), engine))
 }
 
 #[cfg(test)]
@@ -179,5 +281,51 @@ mod tests {
         let p = chained_runtime_problem(&cfg, None).unwrap();
         assert!(p.message.contains("(runtime.path)"), "{p:?}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_mounted_host_is_searched_below_its_root_and_gpu_guard_as_runc_skipped() {
+        let root = std::env::temp_dir().join(format!("gg-chain-root-{}", std::process::id()));
+        let bin = root.join("usr/bin");
+        let sbin = root.join("usr/sbin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::create_dir_all(&sbin).unwrap();
+        let fs_at = |host: &Path| root.join(host.strip_prefix("/").unwrap_or(host));
+        let fs = Filesystem::Mounted(&fs_at);
+        // The host has linked gpu-guard as runc in /usr/sbin (searched
+        // first); the real one in /usr/bin is chained, by its host path.
+        std::fs::write(bin.join("gpu-guard"), "").unwrap();
+        std::os::unix::fs::symlink("/usr/bin/gpu-guard", sbin.join("runc")).unwrap();
+        std::fs::write(bin.join("runc"), "").unwrap();
+        for f in ["gpu-guard", "runc"] {
+            std::fs::set_permissions(bin.join(f), std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        assert_eq!(
+            find_runtime_in("", &fs).unwrap(),
+            Path::new("/usr/bin/runc")
+        );
+        // Named, the first runc on the path is the one exec would run.
+        for named in ["runc", "/usr/sbin/runc"] {
+            assert!(
+                matches!(
+                    find_runtime_in(named, &fs),
+                    Err(RuntimeError::IsSelf { .. })
+                ),
+                "{named}"
+            );
+        }
+        assert!(matches!(
+            find_runtime_in("/opt/gpu-guard/bin/gpu-guard-runtime", &fs),
+            Err(RuntimeError::IsSelf { .. })
+        ));
+        let mut cfg = Config::default();
+        cfg.runtime.engines.containerd.path = Some("/usr/bin/nvidia-container-runtime".into());
+        let p = chained_runtime_in(&cfg, Some(Engine::Containerd), &fs).unwrap_err();
+        assert!(p.message.contains("does not exist"), "{p:?}");
+        assert!(
+            p.message.contains("runtime.engines.containerd.path"),
+            "{p:?}"
+        );
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }

@@ -36,6 +36,35 @@ struct Stored {
     error: Option<String>,
 }
 
+/// Opens (creating, mode 0700) a cache directory that only its owner can
+/// write; None means "work without a cache", never a failed container.
+/// Entries decide what an image is said to contain: a directory others can
+/// write is not used (costs a rescan, never a container). Root is told
+/// (syslog) as it is a misconfiguration to fix; a rootless hook meeting
+/// root's directory is normal and only debug.
+pub fn private_cache_dir(dir: &str, what: &str) -> Option<PathBuf> {
+    if dir.is_empty() {
+        return None;
+    }
+    let dir = PathBuf::from(dir);
+    if !dir.is_dir() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .ok()?;
+    }
+    if let Err(e) = crate::sys::fsutil::check_private_dir(&dir) {
+        let level = match nix::unistd::geteuid().is_root() {
+            true => log::Level::Warn,
+            false => log::Level::Debug,
+        };
+        log::log!(level, "{what} not used: {e}");
+        return None;
+    }
+    Some(dir)
+}
+
 /// The cache directory; `None` from [`Cache::open`] means "scan without".
 pub struct Cache {
     dir: PathBuf,
@@ -45,30 +74,7 @@ impl Cache {
     /// Opens (creating, mode 0700) the cache directory. Failure means no
     /// cache, never a failed container.
     pub fn open(dir: &str) -> Option<Cache> {
-        if dir.is_empty() {
-            return None;
-        }
-        let dir = PathBuf::from(dir);
-        if !dir.is_dir() {
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(&dir)
-                .ok()?;
-        }
-        // Entries decide what an image is said to contain: a directory
-        // others can write is not used (costs a rescan, never a container).
-        // Root is told (syslog) as it is a misconfiguration to fix; a
-        // rootless hook meeting root's directory is normal and only debug.
-        if let Err(e) = crate::sys::fsutil::check_private_dir(&dir) {
-            let level = match nix::unistd::geteuid().is_root() {
-                true => log::Level::Warn,
-                false => log::Level::Debug,
-            };
-            log::log!(level, "scan cache not used: {e}");
-            return None;
-        }
-        Some(Cache { dir })
+        private_cache_dir(dir, "scan cache").map(|dir| Cache { dir })
     }
 
     pub fn dir(&self) -> &Path {

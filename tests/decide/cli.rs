@@ -340,8 +340,11 @@ fn invalid_config_refuses_gpu_naming_file_and_key() {
         ],
         None,
     );
-    assert_eq!(o.status.code(), Some(1));
+    // Exit 2, as every subcommand exits for an invalid config (issue 21
+    // C4); the decision still shows the hook's refusal.
+    assert_eq!(o.status.code(), Some(2));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["verdict"], "refuse");
     let msg = v["findings"][0]["message"].as_str().unwrap();
     assert_eq!(v["findings"][0]["check"], "config");
     assert!(
@@ -357,10 +360,15 @@ fn invalid_config_refuses_gpu_naming_file_and_key() {
             host.to_str().unwrap(),
             "--env",
             "PATH=/bin",
+            "--json",
         ],
         None,
     );
-    assert_eq!(o.status.code(), Some(0), "non-GPU containers still start");
+    // Non-GPU containers still start (the verdict), and the exit status
+    // still says the config is invalid.
+    assert_eq!(o.status.code(), Some(2));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["verdict"], "skip", "non-GPU containers still start");
 }
 
 #[test]

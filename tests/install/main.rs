@@ -11,6 +11,8 @@ mod support;
 
 mod install_support;
 
+mod doctor;
+
 mod install_chain;
 mod install_containerd;
 mod install_containerd_merge;
@@ -18,4 +20,5 @@ mod install_conventions;
 mod install_crio;
 mod install_docker;
 mod install_drift;
+mod install_k3s;
 mod install_podman;

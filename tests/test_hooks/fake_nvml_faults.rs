@@ -119,7 +119,10 @@ fn lost_gpu_without_proc_is_named_by_index() {
     );
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("error: GPU 0 is lost"), "{text}");
+    // Errors go to stderr (issue 21 C4), the table to stdout.
+    let err = stderr(&out);
+    assert!(err.contains("gpu-guard: error: GPU 0 is lost"), "{err}");
+    assert!(!text.contains("GPU 0 is lost"), "{text}");
     assert!(text.contains("NVIDIA A10"), "{text}");
 }
 

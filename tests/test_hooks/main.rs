@@ -27,6 +27,7 @@ mod support;
 mod image_support;
 mod probe_common;
 
+mod doctor_nvml;
 mod fake_nvml_faults;
 mod fake_nvml_profiles;
 mod image_check;

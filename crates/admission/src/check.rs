@@ -235,6 +235,7 @@ fn daemon_check(config: Option<&Path>, args: &CheckArgs, name: &str) -> i32 {
         platform,
         reference: None,
         limits: image_check::limits(),
+        ..Default::default()
     };
     let img = match crate::daemon_source::open(socket, name, &opts) {
         Ok(i) => i,

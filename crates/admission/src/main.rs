@@ -69,7 +69,7 @@ impl log::Log for StderrLog {
 
 fn fail(msg: impl std::fmt::Display) -> i32 {
     eprintln!(
-        "gpu-guard admission: {}",
+        "gpu-guard: error: {}",
         gpu_guard::core::sanitize::one_line(&msg.to_string())
     );
     2

@@ -101,6 +101,7 @@ pub fn open_image(
         platform: gpu_guard::image::Platform::parse(platform).map_err(|e| e.to_string())?,
         reference: None,
         limits,
+        ..Default::default()
     };
     let by_platform = res.top_digest != res.manifest.digest;
     Image::open_manifest(

@@ -28,6 +28,7 @@ mod annotations;
 mod effective;
 pub mod merge;
 mod plan;
+pub mod template;
 
 use annotations::pass_through_annotations;
 pub use annotations::{untrusted_pattern, CDI_ANNOTATIONS};
@@ -59,6 +60,11 @@ pub enum ContainerdError {
     Version(String),
     #[error("has `{0}` in a shape gpu-guard cannot edit safely (not a [table]); edit it by hand, it was left untouched")]
     Shape(String),
+    /// k3s's base template writes `default_runtime_name` from its own
+    /// `--default-runtime` option (k3s `pkg/agent/templates`), so a template
+    /// cannot set it.
+    #[error("is a k3s/RKE2 template, and k3s sets the default runtime itself: install without --set-default, then start k3s or RKE2 with --default-runtime gpu-guard (`default-runtime: gpu-guard` in /etc/rancher/k3s/config.yaml, RKE2: /etc/rancher/rke2/config.yaml); it was left untouched")]
+    TemplateDefault,
 }
 
 /// The result of editing a containerd config.

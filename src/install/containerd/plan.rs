@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use super::effective::{judge, Expect, Problem};
 use super::merge::{self, ConfigFs, Effective, MergeError, Rules, Source};
 use super::{
-    conf_d_dir, default_is_ours, drop_in_over, install_ours, parse, uninstall, version, Ours,
-    DROP_IN_HEADER, DROP_IN_NAMES, NEW_FILE_VERSION,
+    conf_d_dir, default_is_ours, drop_in_over, install_ours, parse, template, uninstall, version,
+    ContainerdError, Ours, DROP_IN_HEADER, DROP_IN_NAMES, NEW_FILE_VERSION,
 };
 use crate::install::edit::{self, EditError};
 use crate::install::state::{merge_state, note_created, EngineState};
@@ -87,6 +87,19 @@ fn main_host(opts: &Options, old: Option<&EngineState>) -> PathBuf {
         .unwrap_or_else(|| CONTAINERD_CONFIG.into())
 }
 
+/// The file containerd's settings are read from: the config, or for a
+/// k3s/RKE2 Go template the `config.toml` k3s rendered from it.
+fn settings_host(opts: &Options, host: &Path) -> Result<PathBuf, InstallError> {
+    if !template::is_template(host) {
+        return Ok(host.to_path_buf());
+    }
+    let text = edit::read_optional(&config_file(opts, host)?)?;
+    Ok(match template::needs_block(host, text.as_deref()) {
+        true => template::rendered(host),
+        false => host.to_path_buf(),
+    })
+}
+
 /// Whether `path` is one of gpu-guard's drop-ins in `conf_d`.
 fn is_ours(conf_d: Option<&Path>, path: &Path) -> bool {
     conf_d.is_some_and(|d| path.parent() == Some(d))
@@ -133,7 +146,7 @@ fn copy_rules(version: i64) -> Rules {
 
 /// What containerd runs without gpu-guard's drop-ins: the merged CRI section.
 fn read_effective(opts: &Options) -> Result<Effective, InstallError> {
-    let cfg = load_host(opts, &main_host(opts, None))?;
+    let cfg = load_host(opts, &settings_host(opts, &main_host(opts, None))?)?;
     Ok(merge::effective(&cfg.others, copy_rules(cfg.version)))
 }
 
@@ -178,7 +191,11 @@ pub(in crate::install) fn plan_install(
     old: Option<EngineState>,
 ) -> Result<Plan, InstallError> {
     require_binary(opts, "runtime wrapper", opts.runtime_path())?;
-    let cfg = load_host(opts, &main_host(opts, None))?;
+    let host = main_host(opts, None);
+    if settings_host(opts, &host)? != host {
+        return plan_template(opts, old, &host);
+    }
+    let cfg = load_host(opts, &host)?;
     let runtime = opts.runtime_path().to_string_lossy().into_owned();
     let ours = Ours {
         binary: &runtime,
@@ -328,6 +345,9 @@ pub(in crate::install) fn check(
     opts: &Options,
     state: &EngineState,
 ) -> Result<Option<Problem>, InstallError> {
+    if settings_host(opts, &state.config)? != state.config {
+        return check_template(opts, state);
+    }
     let fs = HostFs {
         opts,
         planned: BTreeMap::new(),
@@ -343,6 +363,9 @@ pub(in crate::install) fn plan_uninstall(
     let host = main_host(opts, old.as_ref());
     let path = config_file(opts, &host)?;
     let before = edit::read_optional(&path)?;
+    if template::needs_block(&host, before.as_deref()) {
+        return uninstall_template(opts, old, &host, before);
+    }
     let err = |source| InstallError::Containerd {
         path: path.clone(),
         source,
@@ -368,6 +391,109 @@ pub(in crate::install) fn plan_uninstall(
         let after = (!(edited.empty && created)).then_some(edited.text);
         changes.push(change(path.clone(), before.clone(), after));
     }
+    if let Some(s) = &old {
+        remove.extend(s.created.iter().filter(|p| **p != host).cloned());
+    }
+    removal_plan(opts, remove, changes)
+}
+
+/// install over a k3s/RKE2 Go template (template.rs): gpu-guard's block,
+/// over a copy of the rendered config's runtime settings; k3s renders it at
+/// its next start, so nothing can be verified before (the drift check
+/// reads the rendered file after).
+fn plan_template(
+    opts: &Options,
+    old: Option<EngineState>,
+    host: &Path,
+) -> Result<Plan, InstallError> {
+    let path = config_file(opts, host)?;
+    let err = |source| InstallError::Containerd {
+        path: path.clone(),
+        source,
+    };
+    if opts.set_default {
+        return Err(err(ContainerdError::TemplateDefault));
+    }
+    let before = edit::read_optional(&path)?;
+    let rendered = edit::read_optional(&opts.fs_path(&template::rendered(host)))?;
+    let runtime = opts.runtime_path().to_string_lossy().into_owned();
+    let ours = Ours {
+        binary: &runtime,
+        root: &opts.root,
+    };
+    let version = template::version(host, rendered.as_deref());
+    let block = template::block(version, ours, rendered.as_deref()).map_err(err)?;
+    let text = template::install_text(before.as_deref(), &block).map_err(err)?;
+    let mut state = merge_state(old, host);
+    if before.is_none() {
+        note_created(opts, &mut state, host);
+    }
+    state.binary = Some(opts.runtime_path());
+    let restart = template::restart_hint(host).unwrap_or("restart k3s or RKE2");
+    let changed = before.as_deref() != Some(text.as_str());
+    Ok(Plan {
+        changes: vec![change(path.clone(), before, Some(text))],
+        state: Some(state),
+        warnings: changed.then(|| format!(
+            "{} is a template: k3s and RKE2 render {} from it at start ({restart}); `gpu-guard install containerd --check --config-path {}` then reads what they rendered",
+            host.display(),
+            template::rendered(host).display(),
+            host.display()
+        )).into_iter().collect(),
+        remove_dirs: vec![],
+        not_effective: vec![],
+    })
+}
+
+/// The drift check of a template: the block is there, and the config k3s
+/// rendered (once it has) runs gpu-guard.
+fn check_template(opts: &Options, state: &EngineState) -> Result<Option<Problem>, InstallError> {
+    let text = edit::read_optional(&config_file(opts, &state.config)?)?.unwrap_or_default();
+    if !template::has_block(&text) {
+        return Ok(Some(Problem {
+            file: Some(state.config.clone()),
+            message: "the template lost gpu-guard's block, so k3s (RKE2) renders a config without the gpu-guard runtime at its next start".into(),
+        }));
+    }
+    let rendered = template::rendered(&state.config);
+    if edit::read_optional(&opts.fs_path(&rendered))?.is_none() {
+        return Ok(None);
+    }
+    let fs = HostFs {
+        opts,
+        planned: BTreeMap::new(),
+    };
+    let files = merge::load(&fs, &rendered, &|_| false)?;
+    Ok(judge(&files, &expect(opts, state)).map(|p| Problem {
+        file: Some(rendered.clone()),
+        message: format!(
+            "{} (k3s or RKE2 has not rendered the template since install: {})",
+            p.message,
+            template::restart_hint(&state.config).unwrap_or("restart it")
+        ),
+    }))
+}
+
+/// uninstall from a template: the block goes; a file install created that
+/// holds only the base line goes too.
+fn uninstall_template(
+    opts: &Options,
+    old: Option<EngineState>,
+    host: &Path,
+    before: Option<String>,
+) -> Result<Plan, InstallError> {
+    let path = config_file(opts, host)?;
+    let mut changes = vec![];
+    if let Some(text) = &before {
+        let created = old.as_ref().is_some_and(|s| s.created.contains(host));
+        let after = match template::uninstall_text(text) {
+            None if created => None,
+            None => Some(format!("{}\n", template::BASE)),
+            Some(rest) => Some(rest),
+        };
+        changes.push(change(path, before.clone(), after));
+    }
+    let mut remove: BTreeSet<PathBuf> = BTreeSet::new();
     if let Some(s) = &old {
         remove.extend(s.created.iter().filter(|p| **p != host).cloned());
     }

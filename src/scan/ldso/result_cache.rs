@@ -16,7 +16,6 @@
 use crate::core::libraries::LibraryScan;
 use serde::{Deserialize, Serialize};
 use std::hash::{DefaultHasher, Hasher};
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 /// Bumped whenever the model or the result format changes.
@@ -89,22 +88,7 @@ pub fn key(walk_digest: &str, inputs: &[&str]) -> String {
 impl ResultCache {
     /// Opens (creating, 0700) the directory; failure means no cache.
     pub fn open(dir: &str) -> Option<ResultCache> {
-        if dir.is_empty() {
-            return None;
-        }
-        let dir = PathBuf::from(dir);
-        if !dir.is_dir() {
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(&dir)
-                .ok()?;
-        }
-        if let Err(e) = crate::sys::fsutil::check_private_dir(&dir) {
-            log::debug!("libraries cache not used: {e}");
-            return None;
-        }
-        Some(ResultCache { dir })
+        crate::scan::cache::private_cache_dir(dir, "libraries cache").map(|dir| ResultCache { dir })
     }
 
     fn path_for(&self, key: &str) -> PathBuf {

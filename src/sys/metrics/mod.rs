@@ -9,7 +9,8 @@
 //!   a start never waits longer. Past that the decision is appended to
 //!   `.NAME.pending` instead ([`pending`]), and the next holder of the lock
 //!   counts it: every process that held the lock looks for pending lines
-//!   once more after it let go, so a line never waits for a later start.
+//!   again after it let go, and one that left a line waits for the lock
+//!   once more, so a line never waits for a later start.
 //! - `.NAME.state`: the counts, one line each ([`State`]).
 //! - `NAME`: rendered whole from the state and replaced atomically (a
 //!   temporary name in the same directory, then rename), as node_exporter's
@@ -300,16 +301,35 @@ pub fn record(
             }
         },
     };
-    // Lines appended while the lock was held (this one's own too) are
-    // counted now when the lock is free; when it is not, its holder will
-    // look again once it lets go.
-    if pending::waiting(&files.pending, &files.folding) {
-        if let Some(held) = lock(&files.lock, Duration::ZERO)? {
-            update(&files, None)?;
-            drop(held);
-        }
-    }
+    fold_left(&files, done == Recorded::Pending)?;
     Ok(done)
+}
+
+/// Rounds of [`fold_left`]: each folds what an appender still writing
+/// during the previous one left behind.
+const FOLD_ROUNDS: usize = 3;
+
+/// Counts lines appended while the lock was held (this one's own too).
+/// Whoever lets go of the lock, or leaves a line, looks again: a holder
+/// for a few rounds while lines remain, and an appender (`waited`) for up
+/// to [`LOCK_WAIT`], so the last process to finish sees every line. With
+/// one round and no wait, 40 hooks 8 at a time on two loaded cores left
+/// lines for a later start (tests/decide/host_tuning.rs).
+fn fold_left(files: &Files, waited: bool) -> Result<(), MetricsError> {
+    let mut wait = if waited { LOCK_WAIT } else { Duration::ZERO };
+    for _ in 0..FOLD_ROUNDS {
+        if !pending::waiting(&files.pending, &files.folding) {
+            break;
+        }
+        // Busy: its holder looks again once it lets go.
+        let Some(held) = lock(&files.lock, wait)? else {
+            break;
+        };
+        update(files, None)?;
+        drop(held);
+        wait = Duration::ZERO;
+    }
+    Ok(())
 }
 
 /// Under the lock: the state, with the pending lines and `line` counted,
@@ -417,7 +437,13 @@ mod tests {
         .unwrap();
         let t = Instant::now();
         assert_eq!(record(&tf, None, &s).unwrap(), Recorded::Pending);
-        assert!(t.elapsed() < LOCK_WAIT * 4, "{:?}", t.elapsed());
+        // Two waits of LOCK_WAIT and an append; the bound only catches a
+        // hang (bench-tuning.sh measures the cost).
+        assert!(
+            t.elapsed() < Duration::from_millis(200),
+            "{:?}",
+            t.elapsed()
+        );
         assert!(d.join(".gpu-guard.prom.pending").exists());
         drop(held);
         assert_eq!(record(&tf, None, &s).unwrap(), Recorded::Written);
