@@ -65,6 +65,8 @@ pub fn require<T>(v: Option<T>, what: &str) -> Option<T> {
 /// parallel threads of one process, so the pid alone does not separate them.
 pub fn tempdir(tag: &str) -> PathBuf {
     static N: AtomicU64 = AtomicU64::new(0);
+    static SWEPT: std::sync::Once = std::sync::Once::new();
+    SWEPT.call_once(sweep_dead_runs);
     let d = std::env::temp_dir().join(format!(
         "gg-{tag}-{}-{}",
         std::process::id(),
@@ -74,6 +76,36 @@ pub fn tempdir(tag: &str) -> PathBuf {
     std::fs::create_dir_all(&d).expect("create temp dir");
     std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).expect("chmod temp dir");
     d
+}
+
+/// Removes the [`tempdir`]s (`gg-TAG-PID-N`) of test processes that are
+/// gone: a plain `tempdir` is kept for inspection after a failure, so the
+/// next run clears what earlier ones left. A directory of a live process
+/// (a test binary running beside this one) is left alone.
+fn sweep_dead_runs() {
+    use std::os::unix::fs::MetadataExt;
+    let tmp = std::env::temp_dir();
+    let (Ok(entries), Ok(top)) = (std::fs::read_dir(&tmp), std::fs::metadata(&tmp)) else {
+        return;
+    };
+    // Never into another filesystem (something mounted there).
+    let here =
+        |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir() && m.dev() == top.dev());
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("gg-")) else {
+            continue;
+        };
+        let mut parts = rest.rsplitn(3, '-');
+        let (Some(n), Some(pid), Some(_tag)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        let numeric = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        let alive = Path::new("/proc").join(pid).exists();
+        if numeric(n) && numeric(pid) && !alive && here(&e.path()) {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 /// A [`tempdir`] removed (with what is in it) on drop.
