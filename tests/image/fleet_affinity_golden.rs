@@ -10,9 +10,10 @@
 //!
 //! That file holds, per case, the exit status and the SHA-256 of stdout
 //! and stderr that main's binary printed (and the number of terms, to read
-//! it by). The ignored test [`record`] wrote it with the binary
-//! `GG_BASELINE` names, built from main:
-//! `GG_BASELINE=/path/to/gpu-guard cargo test --test image fleet_affinity_golden::record -- --ignored`.
+//! it by). [`the_golden_file_holds_every_case_once`] checks that file
+//! against the case list and, with `GG_AFFINITY_GOLDEN_FROM` naming a
+//! binary built from main before a change to the affinity, writes it anew:
+//! `GG_AFFINITY_GOLDEN_FROM=/path/to/gpu-guard cargo test --test image fleet_affinity_golden::the_golden`.
 
 use crate::image_support::{gz, image_env, oci_layout, sha, tar_of, E};
 use crate::support::TempDir;
@@ -272,22 +273,39 @@ fn other_scanned_images_and_configs_are_unchanged() {
     assert_golden(other_scanned());
 }
 
-/// Writes tests/data/affinity/golden.tsv with the binary `GG_BASELINE`
-/// names (built from main before a change to the affinity).
-#[test]
-#[ignore = "writes the golden file; run with GG_BASELINE set to main's binary"]
-fn record() {
-    let bin = PathBuf::from(std::env::var("GG_BASELINE").expect("GG_BASELINE"));
-    let dir = TempDir::new("golden-record");
+fn all_cases() -> Vec<Case> {
     let mut cases = official_scanned();
     cases.extend(official_alone());
     cases.extend(other_scanned());
-    let images = images_for(&cases);
+    cases
+}
+
+/// The golden file has exactly one line per case (no case unjudged, no
+/// stale line left from a case since removed). With
+/// `GG_AFFINITY_GOLDEN_FROM` set, first writes it with that binary.
+#[test]
+fn the_golden_file_holds_every_case_once() {
+    let cases = all_cases();
+    if let Ok(bin) = std::env::var("GG_AFFINITY_GOLDEN_FROM") {
+        record(Path::new(&bin), &cases);
+    }
+    let names: Vec<&str> = cases.iter().map(|c| c.name.as_str()).collect();
+    let unique: std::collections::BTreeSet<&str> = names.iter().copied().collect();
+    assert_eq!(unique.len(), names.len(), "case names repeat");
+    let want = golden();
+    let lines: Vec<&str> = want.keys().map(String::as_str).collect();
+    assert_eq!(lines, unique.into_iter().collect::<Vec<_>>());
+}
+
+/// Writes tests/data/affinity/golden.tsv with `bin`'s output.
+fn record(bin: &Path, cases: &[Case]) {
+    let dir = TempDir::new("golden-record");
+    let images = images_for(cases);
     let mut out = String::from(
         "# check --affinity --json per case (tests/image/fleet_affinity_golden.rs), printed by main's binary:\n# name, exit status, sha256 of stdout, sha256 of stderr, terms\n",
     );
-    for case in &cases {
-        out.push_str(&run(&bin, dir.path(), case, &images).0);
+    for case in cases {
+        out.push_str(&run(bin, dir.path(), case, &images).0);
         out.push('\n');
     }
     std::fs::create_dir_all(golden_file().parent().unwrap()).unwrap();
