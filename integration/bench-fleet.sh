@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Per-host cost of `gpu-guard check --hosts DIR` (issue 12 item 2: under
+# Per-host cost of `gpu-guard check --hosts DIR` (under
 # 1 ms a host once the container is built). Generates N host facts files,
 # times a run on 1 host and on N, and prints (t_N - t_1) / (N - 1).
 # The same for N Kubernetes nodes (`--nodes`, facts from GFD and gpu-guard

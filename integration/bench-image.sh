@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Cost of `gpu-guard check --image` (issue 12 item 1):
+# Cost of `gpu-guard check --image`:
 # - an OCI layout with one 1 GiB library layer (a real ELF: the multi-arch
 #   fatbin fixture with a 1 GiB `.gg_pad` section added by objcopy after its
 #   `.nv_fatbin`, filled with base64 of random bytes so gzip keeps ~3/4 of

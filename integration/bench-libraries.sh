@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmark (issue 18): the libraries scan of a real image tree, cold and
+# Benchmark: the libraries scan of a real image tree, cold and
 # warm, against `ldd` over the same files.
 #
 # The tree: this host's /usr/lib/x86_64-linux-gnu (Debian 12's libraries,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmark of the host probe on the container-start path (issue 3, "Speed").
+# Benchmark of the host probe on the container-start path (the "Speed" goal).
 #
 # A slow NVML is stood in for by the fake libnvidia-ml with
 # FAKE_NVML_INIT_DELAY_MS (default 100 ms, as a real nvmlInit on a big
@@ -49,10 +49,20 @@ trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/proc" "$tmp/dev" "$tmp/run"
 driver=$(jq -r .driver_version "$profile")
 printf 'NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  %s  Release Build\n' "$driver" >"$tmp/proc/version"
-touch "$tmp/dev/nvidiactl" "$tmp/dev/nvidia-uvm"
+# The driver's character devices, as /proc/devices registers them: a GPU
+# container start checks the nodes it will use (core::device_nodes), and a
+# regular file there would refuse it. mknod needs root.
+if [[ $mode == hook ]]; then
+  mknod -m 666 "$tmp/dev/nvidiactl" c 195 255 && mknod -m 666 "$tmp/dev/nvidia-uvm" c 508 0 ||
+    { echo "bench-probe: hook mode makes device nodes with mknod: run as root" >&2; exit 2; }
+else
+  touch "$tmp/dev/nvidiactl" "$tmp/dev/nvidia-uvm"
+fi
+printf 'Character devices:\n  1 mem\n195 nvidia-frontend\n508 nvidia-uvm\n' >"$tmp/devices"
 echo 11111111-2222-3333-4444-555555555555 >"$tmp/boot_id"
 export FAKE_NVML_FACTS=$profile FAKE_NVML_INIT_DELAY_MS=$delay
 export GPU_GUARD_PROC_NVIDIA=$tmp/proc GPU_GUARD_DEV_DIR=$tmp/dev GPU_GUARD_BOOT_ID_FILE=$tmp/boot_id
+export GPU_GUARD_PROC_DEVICES=$tmp/devices
 unset FAKE_NVML_FAIL GPU_GUARD_CONFIG
 
 conf() { # name, extra [host] lines

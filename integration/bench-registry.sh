@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
-# Benchmark (issue 19): `gpu-guard check --image docker://...` of a
+# Benchmark: `gpu-guard check --image docker://...` of a
 # three-layer image holding a 256 MiB library, against
 # `skopeo copy docker://... oci:DIR` of the same image from the same private
 # registry (docker-registry on 127.0.0.1, plain HTTP), interleaved, medians.
 # Prints the ratio (goal <= 1.0), gpu-guard's peak RSS (goal < 64 MiB) and the
 # bytes each wrote to disk (goal for gpu-guard: 0; the kernel's block-output
 # count of the process and its children, after a sync of what came before).
+# Then the budgets under hostile registries, each a run of
+# `check --image docker://` against a Python server on 127.0.0.1: one that
+# never answers (no --read-timeout: the 30 s response timeout), a token
+# realm that hangs and a manifest sent a byte a second (--read-timeout 10),
+# a layer that goes on past its declared size (10 GB declared, filler sent
+# without end): wall time, peak RSS, bytes the server sent.
 # Usage: flock /tmp/gg-engines.lock integration/bench-registry.sh [rounds]
 #   (NO_BUILD=1 uses the release binaries as they are)
 . "$(dirname "$0")/lib.sh"
@@ -64,4 +70,45 @@ try:
         sys.exit(1)
 finally:
     reg.kill()
+PY
+
+INTEGRATION_DIR="$INTEGRATION_DIR" python3 - "$GG" "$T" <<'PY'
+import os, subprocess, sys, time
+sys.path.insert(0, os.environ["INTEGRATION_DIR"])
+from regbench import Hostile, tiny_image
+def measured(argv):
+    """(wall ms, this run's peak RSS KiB, exit status, stderr)."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    err = p.stderr.read()
+    _, status, ru = os.wait4(p.pid, 0)
+    return (time.perf_counter() - t0) * 1000, ru.ru_maxrss, os.waitstatus_to_exitcode(status), err.decode(errors="replace")
+gg, t = sys.argv[1], sys.argv[2]
+md, blobs, layer = tiny_image(f"{t}/tiny", ["NVIDIA_REQUIRE_CUDA=cuda>=12.4"])
+manifest = blobs[md]
+MT = "application/vnd.oci.image.manifest.v1+json"
+def image_or(path, hostile):
+    for d, b in blobs.items():
+        if path.endswith(d):
+            return hostile if d == layer and hostile else ("reply", (200, [], b))
+    if "/manifests/" in path:
+        return ("reply", (200, [("Content-Type", MT), ("Docker-Content-Digest", md)], manifest))
+    return ("reply", (404, [], b""))
+realm = Hostile(lambda p: ("stall", None))
+cases = [
+    ("never answers (default timeouts)", Hostile(lambda p: ("stall", None)), []),
+    ("token realm hangs (--read-timeout 10)", Hostile(lambda p: ("reply", (401, [("WWW-Authenticate", f'Bearer realm="http://{realm.addr}/token",service="x"')], b""))), ["--read-timeout", "10"]),
+    ("manifest a byte a second (--read-timeout 10)", Hostile(lambda p: ("drip", (MT, manifest, 1.0))), ["--read-timeout", "10"]),
+    ("layer past its declared size (10 GB declared)", Hostile(lambda p: image_or(p, ("endless", (blobs[layer], 10 << 30))) if p.endswith(layer) else image_or(p, None)), []),
+]
+failed = False
+for name, h, extra in cases:
+    argv = [gg, "--config", f"{t}/config.toml", "check", "--image", f"docker://{h.addr}/bench/app:1", "--plain-http"] + extra
+    ms, rss, code, err = measured(argv)
+    ok = code == 2 and ms < 45000 and rss < 64 * 1024 and h.sent < 64 << 20
+    failed |= not ok
+    print(f"hostile: {name}: exit {code} after {ms / 1000:.1f} s, peak RSS {rss / 1024:.1f} MiB, "
+          f"{h.sent / 2**20:.2f} MiB sent  [goal: exit 2 within the bound, RSS < 64 MiB, < 64 MiB read]"
+          + ("" if ok else f"  FAIL: {err.strip()[:200]}"))
+sys.exit(1 if failed else 0)
 PY

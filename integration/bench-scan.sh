@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmarks for `gpu-guard scan` and the kernel-image check (issue 6).
+# Benchmarks for `gpu-guard scan` and the kernel-image check.
 # Prints figures and ratios; exits non-zero when a target is missed.
 #
 #  1. `gpu-guard scan LIB` vs `cuobjdump --list-elf --list-ptx LIB` on the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmark: how long `cargo test` takes to build and run (issue 16, item 5).
+# Benchmark: how long `cargo test` takes to build and run.
 #  1. cold, dependencies included: a fresh target directory;
 #  2. cold for the project only: `cargo clean -p gpu-guard`, dependencies kept;
 #  3. warm: one comment line appended to src/core/decide.rs (a one-line

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmark: what host health and tuning (issue 20) add to a container start,
+# Benchmark: what host health and tuning add to a container start,
 # as `gpu-guard hook prestart` pays it (interleaved medians, release build):
 #  1. [metrics] textfile: the hook with metrics off vs on, for a non-GPU and a
 #     GPU container: the cost of one metrics update (the textfile on disk,

@@ -7,10 +7,14 @@ INTEGRATION_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_DIR=$(cd "$INTEGRATION_DIR/.." && pwd)
 HOSTS_DIR="$REPO_DIR/tests/data/hosts"
 
+# The release build's output (packaging/build-release.sh: glibc 2.17, the
+# build the packages and the image ship).
+RELEASE_DIR="$REPO_DIR/target/x86_64-unknown-linux-gnu/release"
+
 # The binary under test: $GPU_GUARD_BIN (the installed /usr/bin/gpu-guard in
 # the package test), else the newer of the release and debug builds.
 gg_bin() {
-    local rel="$REPO_DIR/target/release/gpu-guard" dbg="$REPO_DIR/target/debug/gpu-guard"
+    local rel="$RELEASE_DIR/gpu-guard" dbg="$REPO_DIR/target/debug/gpu-guard"
     if [ -n "${GPU_GUARD_BIN:-}" ]; then
         echo "$GPU_GUARD_BIN"
     elif [ -x "$rel" ] && { [ ! -x "$dbg" ] || [ "$rel" -nt "$dbg" ]; }; then
@@ -185,14 +189,14 @@ CUDA_12_4_REQUIRE='cuda>=12.4 brand=tesla,driver>=470,driver<471 brand=unknown,d
 # gg-capset (crates/capset, a workspace member): the kernel's capability
 # table (the caps crate), to read the CapEff/CapBnd masks a container prints
 # as names. $GG_CAPSET_BIN names a prebuilt one; else need_capset builds it
-# here, as the scripts build gpu-guard (a no-op after `cargo build --release
-# --workspace`). It also sets ALLOWLIST_NAMES: the shipped allowlist,
+# from the release build (packaging/build-release.sh: a no-op once the
+# workspace is built). It also sets ALLOWLIST_NAMES: the shipped allowlist,
 # canonical and sorted as `gg-capset decode` prints a set.
-GG_CAPSET=${GG_CAPSET_BIN:-$REPO_DIR/target/release/gg-capset}
+GG_CAPSET=${GG_CAPSET_BIN:-$RELEASE_DIR/gg-capset}
 need_capset() {
     if [ -z "${GG_CAPSET_BIN:-}" ]; then
-        (cd "$REPO_DIR" && cargo build --release -q -p gg-capset) >&2 ||
-            { fail "cannot build gg-capset (cargo build --release -p gg-capset)"; finish; }
+        "$REPO_DIR/packaging/build-release.sh" >/dev/null ||
+            { fail "cannot build gg-capset (packaging/build-release.sh)"; finish; }
     fi
     [ -x "$GG_CAPSET" ] || { fail "gg-capset $GG_CAPSET is missing"; finish; }
     # shellcheck disable=SC2086 # one word per capability

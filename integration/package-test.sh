@@ -34,8 +34,8 @@ if dpkg -s gpu-guard >/dev/null 2>&1; then
 fi
 
 packaging/build-packages.sh
-deb=$(ls target/debian/gpu-guard_*.deb)
-rpmfile=$(ls target/generate-rpm/gpu-guard-0*.rpm)
+deb=$(ls target/x86_64-unknown-linux-gnu/debian/gpu-guard_*.deb)
+rpmfile=$(ls target/x86_64-unknown-linux-gnu/generate-rpm/gpu-guard-0*.rpm)
 
 work=$(mktemp -d)
 daemon_json=/etc/docker/daemon.json
@@ -69,7 +69,7 @@ trap cleanup EXIT
 # stand-in here), so the container counts as a GPU container; podman reads
 # /usr/share/containers/oci/hooks.d (and /etc/containers/oci/hooks.d once
 # install podman adds it). Installing the package alone must not change what
-# happens (issue 21 B1): the old package's always-on prestart hook refused it.
+# happens: the old package's always-on prestart hook refused it.
 podman_gpu_run() {
     command -v podman >/dev/null || return 0
     local out rc=0

@@ -106,3 +106,150 @@ def oublock_of(argv, env=None):
             os._exit(127)
     _, status, ru = os.wait4(pid, 0)
     return ru.ru_oublock * 512, ru.ru_maxrss, os.waitstatus_to_exitcode(status)
+
+
+class Hostile:
+    """A hostile registry on 127.0.0.1 (plain HTTP), one thread per
+    connection. `mode(path) -> (kind, arg)`:
+      ("stall", None)        read the request, never answer;
+      ("drip", (ctype, body, every_s))  the headers, then a byte every every_s;
+      ("endless", (prefix, declared))   200 declaring `declared` bytes: prefix, then filler without end;
+      ("reply", (status, headers, body)).
+    `sent` counts body bytes written."""
+
+    def __init__(self, mode):
+        import threading
+        self.mode = mode
+        self.sent = 0
+        self.requests = 0
+        self.lock = threading.Lock()
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(512)
+        self.addr = "127.0.0.1:%d" % self.sock.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        import threading
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def _count(self, n):
+        with self.lock:
+            self.sent += n
+
+    def _serve(self, c):
+        try:
+            f = c.makefile("rb")
+            line = f.readline().decode(errors="replace")
+            while f.readline() not in (b"\r\n", b"\n", b""):
+                pass
+            with self.lock:
+                self.requests += 1
+            path = line.split(" ")[1] if " " in line else "/"
+            kind, arg = self.mode(path)
+            if kind == "stall":
+                c.settimeout(None)
+                while c.recv(1):
+                    pass
+            elif kind == "drip":
+                ctype, body, every = arg
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
+                          % (ctype.encode(), len(body)))
+                for i in range(len(body)):
+                    c.sendall(body[i:i + 1])
+                    self._count(1)
+                    time.sleep(every)
+            elif kind == "endless":
+                prefix, declared = arg
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % declared)
+                c.sendall(prefix)
+                self._count(len(prefix))
+                filler = b"Z" * (1 << 16)
+                while True:
+                    c.sendall(filler)
+                    self._count(len(filler))
+            else:
+                status, headers, body = arg
+                head = "HTTP/1.1 %d X\r\nContent-Length: %d\r\nConnection: close\r\n" % (status, len(body))
+                head += "".join("%s: %s\r\n" % kv for kv in headers)
+                c.sendall(head.encode() + b"\r\n" + body)
+        except OSError:
+            pass
+        finally:
+            c.close()
+
+    def close(self):
+        self.sock.close()
+
+
+def tiny_image(d, env):
+    """A one-layer OCI layout; (manifest digest, {digest: bytes}, layer digest)."""
+    os.makedirs(f"{d}/blobs/sha256", exist_ok=True)
+    gz, diff = _layer([("etc/hello", b"hi\n")])
+    cfg = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Env": env},
+                      "rootfs": {"type": "layers", "diff_ids": [diff]}}).encode()
+    cd, cs = _blob(d, cfg)
+    ld, ls = _blob(d, gz)
+    m = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                    "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": cd, "size": cs},
+                    "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": ld, "size": ls}]}).encode()
+    md, _ = _blob(d, m)
+    return md, {cd: cfg, ld: gz, md: m}, ld
+
+
+def peak_rss_kib(pid):
+    """VmHWM of a running process, KiB."""
+    for l in open(f"/proc/{pid}/status"):
+        if l.startswith("VmHWM:"):
+            return int(l.split()[1])
+    return 0
+
+
+class Throttle:
+    """A TCP proxy to `target` sending the server's bytes on at `rate` bytes/s."""
+
+    def __init__(self, target, rate):
+        import threading
+        self.target, self.rate = target, rate
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.addr = "127.0.0.1:%d" % self.sock.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        import threading
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            host, port = self.target.rsplit(":", 1)
+            s = socket.create_connection((host, int(port)))
+            threading.Thread(target=self._pipe, args=(c, s, None), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(s, c, self.rate), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src, dst, rate):
+        step = max(1, rate // 20) if rate else 1 << 16
+        try:
+            while True:
+                b = src.recv(step)
+                if not b:
+                    break
+                dst.sendall(b)
+                if rate:
+                    time.sleep(0.05)
+        except OSError:
+            pass
+        finally:
+            for x in (src, dst):
+                try:
+                    x.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what gpu-guard's demo and tests need on a fresh Debian 12 machine
 # (as root): container engines, busybox-static for test rootfs, jq, rpm, the
-# NVIDIA PyPI tools used as reference peers, and the cargo packagers.
+# NVIDIA PyPI tools used as reference peers, the cargo packagers, and the
+# release build's zig toolchain (ziglang, cargo-zigbuild).
 # Idempotent: only what is missing is installed.
 set -euo pipefail
 
@@ -15,7 +16,7 @@ need ctr containerd
 need jq jq
 need rpm rpm
 need hyperfine hyperfine
-# Registry images (issue 19): a private distribution 2.8 registry on
+# Registry images: a private distribution 2.8 registry on
 # 127.0.0.1 for the tests and benchmarks (its packaged service is not used:
 # tests start their own, with their own config), skopeo to push images,
 # htpasswd for the registry's basic auth, openssl for test certificates.
@@ -24,7 +25,17 @@ need skopeo skopeo
 need htpasswd apache2-utils
 need openssl openssl
 need python3 python3
-# Go's own encoding/json, the reference tests/spec_go_decoder.rs compares the
+# kubectl's kustomize renders the kustomize layout (integration/validate-k8s.sh;
+# kustomize v4 or later, kubectl 1.21+): the `kubectl` package where an apt
+# source has it (Kubernetes' own), else Debian's kubernetes-client.
+if ! command -v kubectl >/dev/null 2>&1; then
+    if apt-cache policy kubectl 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+        want_apt+=(kubectl)
+    else
+        want_apt+=(kubernetes-client)
+    fi
+fi
+# Go's own encoding/json, the reference tests/decide/spec_go_decoder.rs compares the
 # spec reader with (a small program built at test time).
 need go golang-go
 [ -x /bin/busybox ] && file -L /bin/busybox 2>/dev/null | grep -q 'statically linked' || want_apt+=(busybox-static)
@@ -33,6 +44,23 @@ command -v file >/dev/null 2>&1 || want_apt+=(file)
 command -v gcc >/dev/null 2>&1 || want_apt+=(build-essential)
 # The kernel's capability numbering, read by test-cri.sh to decode CapEff.
 [ -f /usr/include/linux/capability.h ] || want_apt+=(linux-libc-dev)
+# AMD GPUs: the HIP code-object scanner's fixtures and parity peer.
+# Debian 12 packages real ROCm 5.2 libraries (librocsparse0: 111 offload
+# bundles in one .hip_fatbin; librocrand1), hipcc (HIP on LLVM 15, no GPU
+# needed) and LLVM's clang-offload-bundler (clang-tools-15; clang-tools-19
+# reads and, with clang-19 and lld-19, writes compressed bundles and knows
+# gfx942 and the generic targets). tests/image/amd_scan.rs compares
+# gpu-guard's listing with the bundler's; integration/make-hip-fixtures.sh
+# rebuilds tests/data/hip; integration/bench-scan-amd.sh times the two
+# (zstd builds its compression bomb).
+[ -f /usr/lib/x86_64-linux-gnu/librocsparse.so.0.1 ] || want_apt+=(librocsparse0)
+[ -f /usr/lib/x86_64-linux-gnu/librocrand.so.1.1 ] || want_apt+=(librocrand1)
+need hipcc hipcc
+need clang-offload-bundler-15 clang-tools-15
+need clang++-19 clang-19
+[ -x /usr/lib/llvm-19/bin/clang-offload-bundler ] || want_apt+=(clang-tools-19)
+[ -x /usr/lib/llvm-19/bin/ld.lld ] || want_apt+=(lld-19)
+need zstd zstd
 
 if [ ${#want_apt[@]} -gt 0 ]; then
     if [ "$(id -u)" != 0 ]; then
@@ -67,6 +95,9 @@ has_py grpc_tools || pip_want+=(grpcio-tools)
 has_py yaml || pip_want+=(PyYAML)
 # Prometheus' own text parser, which test-metrics.sh reads the metrics textfile with.
 has_py prometheus_client || pip_want+=(prometheus-client)
+# zig's toolchain (with glibc 2.17's symbol versions) for the release build
+# (packaging/build-release.sh, through cargo-zigbuild below).
+has_py ziglang || pip_want+=(ziglang)
 for p in nvidia-cuda-nvcc nvidia-cuda-cuobjdump nvidia-curand; do
     python3 -m pip show -q "$p" >/dev/null 2>&1 || pip_want+=("$p")
 done
@@ -78,6 +109,8 @@ if [ ${#pip_want[@]} -gt 0 ]; then
         python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --break-system-packages "${pip_want[@]}"
 fi
 
-for tool in cargo-deb cargo-generate-rpm; do
+# The packagers, and cargo-zigbuild: the release build links against glibc
+# 2.17 with zig (packaging/build-release.sh).
+for tool in cargo-deb cargo-generate-rpm cargo-zigbuild; do
     command -v "$tool" >/dev/null 2>&1 || cargo install --locked -q "$tool"
 done

@@ -184,7 +184,7 @@ pause_pod_checks() {
 # the gpu-guard config; private to this test (the default is under /run).
 mkdir -p "$T/config.d"
 CTD_ROOT="$T/ctd-root"
-# docker's chain is another runtime (issue 17 A2): containerd's pods must
+# docker's chain is another runtime: containerd's pods must
 # never reach it, only the global chain (the stand-in NVIDIA runtime).
 DOCKER_CHAIN_LOG="$T/docker-chain.argv"
 printf '#!/bin/sh\necho "$*" >> %s\nexec runc "$@"\n' "$DOCKER_CHAIN_LOG" > "$T/bin/runc-docker-only"

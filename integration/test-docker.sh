@@ -183,7 +183,7 @@ if [ -n "${ARGV_LOG:-}" ]; then
         "$(grep -c -E '(^| )create ' "$ARGV_LOG" 2>/dev/null || true)" 0
 fi
 
-# Forged CRI annotations (issue 17 B1): under docker no exception matches,
+# Forged CRI annotations: under docker no exception matches,
 # whatever the spec says: the runtime root is docker's.
 if [ -n "${ARGV_LOG:-}" ]; then
     FORGE=(--annotation io.kubernetes.cri.container-type=container --annotation io.kubernetes.cri.sandbox-namespace=gpu-operator)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The failure modes of README "Failure modes", run for real: for each entry
+# The failure modes of docs/failure-modes.md, run for real: for each entry
 # point (the runtime wrapper in front of runc, the prestart hook under
 # runc, podman's precreate hook), what happens when the gpu-guard config is
 # invalid, NVML hangs (the fake NVML library, FAKE_NVML_FAIL=hang), the

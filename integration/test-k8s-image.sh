@@ -48,9 +48,21 @@ PY
 check_eq "daemonset: init container uses the image the build produces" "$(jq -r .image "$T/init.json")" "$IMAGE"
 check_eq "daemonset: init command is the script in the image" "$(jq -r '.command[0]' "$T/init.json")" /usr/bin/gpu-guard-node-install
 
+BIN="$RELEASE_DIR/gpu-guard"
+# A host root the init container can chroot into: the loader and the
+# libraries the binary needs, at their host paths (node-install.sh runs
+# the copied binary there before it registers anything).
+host_libs() {
+    ldd "$BIN" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' | while read -r lib; do
+        mkdir -p "$1$(dirname "$lib")"
+        cp -L "$lib" "$1$lib"
+    done
+}
+
 # The fake node.
 H="$T/host"
 mkdir -p "$H/etc/containerd" "$T/fake" "$T/record"
+host_libs "$H"
 cat > "$H/etc/containerd/config.toml" <<'EOF'
 # containerd config of a GPU node (kubeadm-style, systemd cgroups)
 version = 2
@@ -89,7 +101,6 @@ OUT=$(run_init)
 RC=$?
 check_eq "first run: init container succeeds" "$RC" 0
 printf '%s\n' "$OUT" | sed 's/^/    | /'
-BIN="$REPO_DIR/target/release/gpu-guard"
 if cmp -s "$BIN" "$H/opt/gpu-guard/bin/gpu-guard"; then pass "first run: the release binary is on the host"; else fail "first run: host binary differs from $BIN"; fi
 check_eq "first run: host binary is executable" "$([ -x "$H/opt/gpu-guard/bin/gpu-guard" ] && echo yes)" yes
 check_eq "first run: gpu-guard-runtime link" "$(readlink "$H/opt/gpu-guard/bin/gpu-guard-runtime")" gpu-guard
@@ -110,6 +121,20 @@ if command -v containerd >/dev/null 2>&1; then
 fi
 check_eq "first run: runtime restarted once" "$(wc -l < "$T/record/restarts" 2>/dev/null)" 1
 check_contains "first run: restart through host PID 1" "$(cat "$T/record/restarts" 2>/dev/null)" "nsenter --target 1 --mount --uts --ipc --net --pid -- systemctl restart containerd"
+check_contains "first run: the binary ran in the host's root first" "$OUT" "gpu-guard: on this host: gpu-guard"
+
+# A host whose loader cannot run the binary: nothing registered, the init
+# container fails (the pod is not Ready) with the reason in its log.
+HG="$H"
+H="$T/bare-host"
+mkdir -p "$H/etc/containerd"
+cp "$T/config.toml.orig" "$H/etc/containerd/config.toml"
+OUT=$(run_init)
+check_eq "bare host: init container fails" "$?" 1
+check_contains "bare host: the reason is logged" "$OUT" "cannot run on this host"
+if cmp -s "$T/config.toml.orig" "$H/etc/containerd/config.toml"; then pass "bare host: containerd's config unchanged"; else fail "bare host: containerd's config was edited"; fi
+check_eq "bare host: no binary left on the host" "$(ls "$H/opt/gpu-guard/bin" 2>/dev/null)" ""
+H="$HG"
 
 SUM1=$(cd "$H" && find . -type f -print0 | sort -z | xargs -0 sha256sum)
 MT1=$(stat -c %Y.%i "$H/opt/gpu-guard/bin/gpu-guard")
@@ -143,9 +168,11 @@ check_eq "failed restart: then nothing more" "$(wc -l < "$T/record/restarts" 2>/
 H="$T/k3s-host"
 KD=/var/lib/rancher/k3s/agent/etc/containerd
 mkdir -p "$H$KD"
+host_libs "$H"
 cp "$REPO_DIR/tests/data/install/k3s/config.toml" "$H$KD/config.toml"
 rm -f "$T/record/restarts"
-EXTRA=(-v "$H$KD:/host$KD" -e "CONFIG_PATH=$KD/config.toml.tmpl" -e RESTART_UNIT=k3s-agent)
+# No CONFIG_PATH: install finds k3s's containerd by its rendered config.
+EXTRA=(-v "$H$KD:/host$KD" -e RESTART_UNIT=k3s-agent)
 OUT=$(run_init)
 check_eq "k3s: init container succeeds" "$?" 0
 printf '%s\n' "$OUT" | sed 's/^/    | /'

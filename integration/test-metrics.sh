@@ -83,7 +83,7 @@ d = fams["gpu_guard_decisions"]
 assert d.type == "counter", d.type
 for s in sorted(d.samples, key=lambda s: sorted(s.labels.items())):
     l = s.labels
-    print("decisions", l["verdict"], l["check"], l["entry"], int(s.value))
+    print("decisions", l["verdict"], l["check"], l["entry"], l["mode"], int(s.value))
 h = fams["gpu_guard_decision_seconds"]
 assert h.type == "histogram", h.type
 for s in h.samples:
@@ -103,9 +103,9 @@ check_eq "metrics: Prometheus' parser reads the file" "$([ -n "$DROPPED" ] && ec
 # A hook that finds the lock busy past its 2 ms leaves its decision in the
 # pending file for the holder: nothing is lost, nothing dropped.
 check_eq "metrics: no update dropped" "$DROPPED" 0
-check_contains "metrics: 16 allowed" "$COUNTS" "decisions allow none prestart 16"
-check_contains "metrics: 14 refused, by requirement" "$COUNTS" "decisions refuse requirement prestart 14"
-check_contains "metrics: 10 skipped" "$COUNTS" "decisions skip none prestart 10"
+check_contains "metrics: 16 allowed" "$COUNTS" "decisions allow none prestart enforce 16"
+check_contains "metrics: 14 refused, by requirement" "$COUNTS" "decisions refuse requirement prestart enforce 14"
+check_contains "metrics: 10 skipped" "$COUNTS" "decisions skip none prestart enforce 10"
 check_contains "metrics: the histogram counts 40" "$COUNTS" "seconds_count prestart 40"
 check_contains "metrics: +Inf bucket is the count" "$COUNTS" "seconds_inf prestart 40"
 check_eq "metrics: nothing left pending" "$(ls -A "$T/prom" | grep -c -E 'pending|folding')" 0
@@ -116,6 +116,72 @@ echo "$READ" | tail -3
 check_contains "metrics: the reader never saw a half-written file" "$READ" " BAD 0"
 check_not_contains "metrics: the reader read it while it changed" "$READ" "READS 0 "
 check_eq "metrics: only one *.prom file in the directory" "$(find "$T/prom" -name '*.prom' | wc -l)" 1
+
+# Every check a finding names is counted (no list of checks in the
+# metrics): refusals whose first error is `library` (a GPU library needs
+# one the image lacks) or `cuda-runtime` (the image ships CUDA 13's runtime;
+# the host has CUDA 12.2), under [libraries] severity = "enforce". Audit and
+# warn count what enforce would refuse as would_refuse, under their mode.
+counts() {
+    python3 - "$PROM" <<'PY'
+import sys
+from prometheus_client.parser import text_string_to_metric_families
+fams = {f.name: f for f in text_string_to_metric_families(open(sys.argv[1]).read())}
+for s in fams["gpu_guard_decisions"].samples:
+    l = s.labels
+    print("decisions", l["verdict"], l["check"], l["entry"], l["mode"], int(s.value))
+PY
+}
+libs_config() { # FILE MODE
+    GG_MODE=$2 gg_config "$1" a100
+    sed -i -e "s|^textfile = \"\"|textfile = \"$PROM\"|" \
+        -e '/^\[libraries\]/,/^\[/ s/^severity = .*/severity = "enforce"/' "$1"
+}
+libs_config "$T/libs.toml" enforce
+libs_config "$T/libs-audit.toml" audit
+libs_config "$T/libs-warn.toml" warn
+make_bundle "$T/library" '["true"]' NVIDIA_VISIBLE_DEVICES=all
+make_compliant "$T/library"
+make_bundle "$T/cudart" '["true"]' NVIDIA_VISIBLE_DEVICES=all
+make_compliant "$T/cudart"
+INTEGRATION_DIR="$INTEGRATION_DIR" python3 - "$T/library/rootfs/usr/local/lib" "$T/cudart/rootfs/usr/local/lib" <<'PY'
+import os, sys
+sys.path.insert(0, os.environ["INTEGRATION_DIR"])
+from hostile_libs import elf_needing
+lib, rt = sys.argv[1], sys.argv[2]
+os.makedirs(lib, exist_ok=True)
+os.makedirs(rt, exist_ok=True)
+open(f"{lib}/libcuapp.so", "wb").write(elf_needing(["libcudnn.so.9"]))
+open(f"{rt}/libcudart.so.13", "wb").write(elf_needing([]))
+PY
+export INTEGRATION_DIR
+hook "$T/libs.toml" library 1; check_eq "metrics: a missing GPU library refuses" "$?" 1
+hook "$T/libs.toml" cudart 1; check_eq "metrics: a CUDA 13 runtime on CUDA 12.2 refuses" "$?" 1
+hook "$T/libs-audit.toml" library 2; check_eq "metrics: audit starts it" "$?" 0
+hook "$T/libs-warn.toml" library 3; check_eq "metrics: warn starts it" "$?" 0
+C=$(counts)
+echo "$C"
+check_contains "metrics: a library refusal is counted" "$C" "decisions refuse library prestart enforce 1"
+check_contains "metrics: a cuda-runtime refusal is counted" "$C" "decisions refuse cuda-runtime prestart enforce 1"
+check_contains "metrics: audit counts what enforce would refuse, apart" "$C" "decisions would_refuse library prestart audit 1"
+check_contains "metrics: warn counts what enforce would refuse, apart" "$C" "decisions would_refuse library prestart warn 1"
+
+# A damaged state costs only its bad lines: one non-UTF-8 byte in the line
+# of the library refusals, and counting goes on for every other series.
+STATE="$T/metrics-state/gpu-guard.prom.state"
+python3 - "$STATE" <<'PY'
+import sys
+p = sys.argv[1]
+b = open(p, "rb").read()
+at = b.index(b"d refuse library prestart enforce")
+open(p, "wb").write(b[:at + 2] + b"\xff" + b[at + 3:])
+PY
+hook "$T/libs.toml" cudart 2
+C=$(counts)
+check_contains "metrics: after a damaged line, counting goes on" "$C" "decisions refuse cuda-runtime prestart enforce 2"
+check_contains "metrics: the other series are kept" "$C" "decisions refuse requirement prestart enforce 14"
+check_not_contains "metrics: only the damaged line is lost" "$C" "decisions refuse library prestart enforce"
+check_eq "metrics: the damaged state is gone after the update" "$(grep -c $'\xff' "$STATE")" 0
 
 # An unwritable path changes no decision: the same exit status and diagnosis
 # as without metrics, and the start is not held up.

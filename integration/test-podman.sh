@@ -92,7 +92,7 @@ OUT=$(timeout 120 "${PODMAN[@]}" run "${RUNOPTS[@]}" --cap-add NET_ADMIN -e CUDA
 check_caps "podman: --cap-add does not widen the allowlist" "$OUT" CapBnd
 check_contains "podman: user -e value kept" "$OUT" "CUDA_DEVICE_ORDER=FASTEST_FIRST"
 
-# Forged CRI annotations (issue 17 B1): the hooks have no evidence of which
+# Forged CRI annotations: the hooks have no evidence of which
 # engine made the container (podman writes CRI-O's ContainerType itself),
 # so no exception matches whatever the annotations say.
 if [ "${GG_INSTALLED:-0}" != 1 ]; then

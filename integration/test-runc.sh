@@ -220,19 +220,20 @@ done
 check_eq "wrapper: 10 parallel creates, all config.json correct and created" "$OK" 10
 check_eq "wrapper: no temp files left in bundles" "$(ls -a "$T"/p*/ | grep -c 'gpu-guard.*tmp')" 0
 
-# mode = "audit" (issue 21 B2): everything decided, nothing refused or
+# mode = "audit": everything decided, nothing refused or
 # changed. A container enforce refuses runs, and one enforce edits keeps
 # its capabilities and no_new_privileges; both config.json byte-identical;
-# the runtime log says what enforce would have done, at warning level.
+# the runtime log says what enforce would have done, at warning level, as
+# the key=value record every mode writes (core::logfmt).
 GG_MODE=audit gg_config "$T/audit.toml" geforce-545
 export GPU_GUARD_CONFIG="$T/audit.toml"
 for kind in refused edited; do
     if [ $kind = refused ]; then
         make_bundle "$T/a-$kind" "$SHOW" NVIDIA_VISIBLE_DEVICES=all "NVIDIA_REQUIRE_CUDA=$CUDA_12_4_REQUIRE"
-        WOULD="gpu-guard would refuse container gg-a-$kind"
+        WOULD="verdict=would_refuse mode=audit container=gg-a-$kind"
     else
         make_bundle "$T/a-$kind" "$SHOW" NVIDIA_VISIBLE_DEVICES=all "NVIDIA_REQUIRE_CUDA=cuda>=12.0"
-        WOULD="gpu-guard would edit container gg-a-$kind: env+=CUDA_DEVICE_ORDER=PCI_BUS_ID"
+        WOULD='would_edit="env+=CUDA_DEVICE_ORDER=PCI_BUS_ID'
     fi
     BEFORE=$(sha256sum < "$T/a-$kind/config.json")
     OUT=$(timeout 60 "$WRAP" --root "$T/runc-root" --log "$T/a-$kind/log.json" --log-format json run -b "$T/a-$kind" "gg-a-$kind" 2>&1)
@@ -249,6 +250,17 @@ for kind in refused edited; do
 done
 check_contains "audit: check shows what enforce would do, and says audit" \
     "$("$GG" check --bundle "$T/a-refused" 2>&1)" 'mode = "audit": this is what enforce would do'
+
+# mode = "warn": the container enforce refuses starts, and the runtime log
+# gets the same record (verdict=would_refuse), as audit's does.
+GG_MODE=warn gg_config "$T/warnw.toml" geforce-545
+make_bundle "$T/ww" "$SHOW" NVIDIA_VISIBLE_DEVICES=all "NVIDIA_REQUIRE_CUDA=$CUDA_12_4_REQUIRE"
+OUT=$(GPU_GUARD_CONFIG="$T/warnw.toml" timeout 60 "$WRAP" --root "$T/runc-root" --log "$T/ww/log.json" --log-format json run -b "$T/ww" gg-ww 2>&1)
+RC=$?
+runc --root "$T/runc-root" delete -f gg-ww >/dev/null 2>&1
+check_eq "warn: the container enforce would refuse runs" "$RC/$(printf '%s' "$OUT" | grep -c RAN)" 0/1
+WARNREC=$(jq -r 'select(.msg | test("verdict=")) | .level + " " + .msg' "$T/ww/log.json")
+check_contains "warn: the runtime log has the record, at warning level" "$WARNREC" "warning verdict=would_refuse mode=warn container=gg-ww"
 
 # RLIMIT_MEMLOCK for RDMA (tuning.memlock): raised in the container the
 # wrapper starts, never lowered below what the container set. Raising a
@@ -273,7 +285,7 @@ runc --root "$T/runc-root" delete -f gg-m1 >/dev/null 2>&1
 check_eq "wrapper memlock: runs" "$RC" 0
 check_contains "wrapper memlock: ulimit -l raised from 64 KiB" "$OUT" "MEMLOCK=$((LIM / 1024))"
 check_eq "wrapper memlock: other rlimits kept" "$(jq -c '.process.rlimits[0]' "$T/m1/config.json")" '{"type":"RLIMIT_NOFILE","hard":1024,"soft":1024}'
-# Two entries of one type (issue 17 D1): runc applies every entry in order,
+# Two entries of one type: runc applies every entry in order,
 # so the last one is in force. runc alone shows it; the wrapper raises that
 # one, not the first.
 make_bundle "$T/m4" "$ULIM" NVIDIA_VISIBLE_DEVICES=all "NVIDIA_REQUIRE_CUDA=cuda>=12.0"
@@ -372,6 +384,99 @@ if mount -t tmpfs -o size=64m gg-test-shm "$T/shmsrc"; then
 else
     fail "cannot mount a tmpfs for the bind-mounted /dev/shm test"
 fi
+
+echo "== fail closed: an invalid config keeps the chain; GPUs found by device number =="
+# A node as `gpu-guard install containerd` leaves it: the chain drop-in names
+# NVIDIA's runtime (a stand-in that records its argv, then runs real runc).
+# The config gains a key this binary does not know (a rollback). A pod whose
+# only GPU request is NVIDIA_VISIBLE_DEVICES=all (the device plugin's envvar
+# strategy: only NVIDIA's runtime acts on it) is refused naming the file and
+# the key; a pod without GPUs runs through NVIDIA's runtime, not plain runc.
+mkdir -p "$T/fc/etc/config.d" "$T/fc/bin"
+chmod 755 "$T/fc" "$T/fc/etc" "$T/fc/etc/config.d" "$T/fc/bin"
+printf '#!/bin/sh\necho "nvidia-container-runtime: $*" >> "%s"\nexec %s "$@"\n' "$T/fc/calls" "$(command -v runc)" > "$T/fc/bin/nvidia-container-runtime"
+printf '#!/bin/sh\necho "plain runc: $*" >> "%s"\nexit 0\n' "$T/fc/calls" > "$T/fc/bin/runc"
+chmod 755 "$T/fc/bin/nvidia-container-runtime" "$T/fc/bin/runc"
+GG_SYSLOG_SOCKET="$T/fc-log.sock" gg_config "$T/fc/etc/config.toml" a100
+sed -i -e "s|^\[runtime.engines.containerd\]\$|&\nroot = \"$T/fc-run\"|" -e 's|^\[tuning\]$|&\nnew_future_key = 1|' "$T/fc/etc/config.toml"
+grep -q '^new_future_key = 1' "$T/fc/etc/config.toml" && grep -q "^root = \"$T/fc-run\"" "$T/fc/etc/config.toml" ||
+    fail "the shipped config has no [tuning] or [runtime.engines.containerd] table"
+printf '[runtime.engines.containerd]\npath = "%s"\n' "$T/fc/bin/nvidia-container-runtime" > "$T/fc/etc/config.d/50-chain-containerd.toml"
+start_syslog "$T/fc-log.sock" "$T/fc-log.txt"
+fc_create() { # BUNDLE ID -> exit status in RC; argv as containerd's shim passes it
+    PATH="$T/fc/bin:$PATH" GPU_GUARD_CONFIG="$T/fc/etc/config.toml" timeout 60 "$WRAP" --root "$T/fc-run/k8s.io" \
+        --log "$1/log.json" --log-format json create --bundle "$1" --pid-file "$1/init.pid" "$2" >/dev/null 2>&1
+    RC=$?
+}
+GG_NO_NVIDIA_HOOK=1 make_bundle "$T/fc1" '["true"]' NVIDIA_VISIBLE_DEVICES=all
+fc_create "$T/fc1" gg-fc1
+runc --root "$T/fc-run/k8s.io" delete -f gg-fc1 >/dev/null 2>&1
+check_eq "invalid config: env-only GPU pod refused" "$RC" 1
+check_eq "invalid config: no runtime ran for it" "$(cat "$T/fc/calls" 2>/dev/null)" ""
+LAST=$(tail -n 1 "$T/fc1/log.json")
+check_contains "invalid config: --log names the file" "$(printf '%s' "$LAST" | jq -r .msg)" "$T/fc/etc/config.toml"
+check_contains "invalid config: --log names the key" "$(printf '%s' "$LAST" | jq -r .msg)" "new_future_key"
+sleep 0.3
+check_contains "invalid config: syslog names the key" "$(cat "$T/fc-log.txt")" "new_future_key"
+OUT=$(GPU_GUARD_CONFIG="$T/fc/etc/config.toml" PATH="$T/fc/bin:$PATH" "$GG" check --bundle "$T/fc1" --engine containerd 2>&1)
+check_contains "invalid config: check --engine containerd refuses it" "$OUT" "REFUSE: container (GPU container"
+check_not_contains "invalid config: check does not skip it" "$OUT" "SKIP"
+make_bundle "$T/fc2" '["true"]'
+BEFORE=$(sha256sum < "$T/fc2/config.json")
+fc_create "$T/fc2" gg-fc2
+check_eq "invalid config: pod without GPUs created" "$RC" 0
+check_eq "invalid config: ... by real runc" "$(runc --root "$T/fc-run/k8s.io" state gg-fc2 2>/dev/null | jq -r .status)" created
+runc --root "$T/fc-run/k8s.io" delete -f gg-fc2 >/dev/null 2>&1
+check_contains "invalid config: ... through NVIDIA's runtime" "$(cat "$T/fc/calls")" "nvidia-container-runtime: --root $T/fc-run/k8s.io"
+check_not_contains "invalid config: ... never plain runc from PATH" "$(cat "$T/fc/calls")" "plain runc"
+check_eq "invalid config: ... config.json byte-identical" "$(sha256sum < "$T/fc2/config.json")" "$BEFORE"
+
+# A GPU node renamed, and a cgroup rule for NVIDIA's major with CAP_MKNOD:
+# GPU containers by what they get. The policy is in force inside them.
+export GPU_GUARD_CONFIG="$T/a100.toml"
+DEVSHOW=$(jq -nc '["sh", "-c", "grep CapEff /proc/self/status; echo ORDER=$CUDA_DEVICE_ORDER; busybox mknod /dev/g9 c 195 9 && echo MKNOD=ok || echo MKNOD=refused"]')
+with_devices() { # DIR NODES_JSON RULES_JSON
+    jq --argjson n "$2" --argjson r "$3" '.linux.devices = $n | .linux.resources.devices = ([{"allow": false, "access": "rwm"}] + $r)' \
+        "$1/config.json" > "$1/c.json" && mv "$1/c.json" "$1/config.json"
+}
+for kind in renamed rule; do
+    make_bundle "$T/d-$kind" "$DEVSHOW"
+    if [ $kind = renamed ]; then
+        with_devices "$T/d-$kind" '[{"path": "/dev/g0", "type": "c", "major": 195, "minor": 0, "fileMode": 438}]' '[{"allow": true, "type": "c", "major": 195, "minor": 0, "access": "rwm"}]'
+    else
+        with_devices "$T/d-$kind" '[]' '[{"allow": true, "type": "c", "major": 195, "access": "rwm"}]'
+    fi
+    OUT=$(timeout 60 runc --root "$T/runc-root" run -b "$T/d-$kind" "gg-dp-$kind" 2>&1)
+    runc --root "$T/runc-root" delete -f "gg-dp-$kind" >/dev/null 2>&1
+    check_contains "device $kind: plain runc lets it make a GPU node" "$OUT" "MKNOD=ok"
+    OUT=$(timeout 60 "$WRAP" --root "$T/runc-root" run -b "$T/d-$kind" "gg-d-$kind" 2>&1)
+    RC=$?
+    runc --root "$T/runc-root" delete -f "gg-d-$kind" >/dev/null 2>&1
+    check_eq "device $kind: runs through the wrapper" "$RC" 0
+    check_contains "device $kind: tuned as a GPU container" "$OUT" "ORDER=PCI_BUS_ID"
+    check_contains "device $kind: CAP_MKNOD dropped" "$OUT" "MKNOD=refused"
+    check_caps "device $kind: CapEff equals the allowlist" "$OUT" CapEff
+    # The same container again (the wrapper edited this one's config.json:
+    # no CAP_MKNOD there now), asking for more CUDA than the host has.
+    make_bundle "$T/d-$kind-r" "$DEVSHOW" "NVIDIA_REQUIRE_CUDA=cuda>=12.4"
+    jq --slurpfile d "$T/d-$kind/config.json" '.linux.devices = $d[0].linux.devices | .linux.resources.devices = $d[0].linux.resources.devices' \
+        "$T/d-$kind-r/config.json" > "$T/c.json" && mv "$T/c.json" "$T/d-$kind-r/config.json"
+    OUT=$(timeout 60 "$WRAP" --root "$T/runc-root" run -b "$T/d-$kind-r" "gg-dr-$kind" 2>&1)
+    RC=$?
+    runc --root "$T/runc-root" delete -f "gg-dr-$kind" >/dev/null 2>&1
+    check_eq "device $kind: the requirement check refuses CUDA 12.4" "$RC" 1
+    check_not_contains "device $kind: ... and it never ran" "$OUT" "ORDER="
+done
+make_bundle "$T/d-fuse" '["sh", "-c", "ls -l /dev/fuse; echo ORDER=$CUDA_DEVICE_ORDER."]'
+with_devices "$T/d-fuse" '[{"path": "/dev/fuse", "type": "c", "major": 10, "minor": 229, "fileMode": 438}]' '[{"allow": true, "type": "c", "major": 10, "minor": 229, "access": "rwm"}]'
+BEFORE=$(sha256sum < "$T/d-fuse/config.json")
+OUT=$(timeout 60 "$WRAP" --root "$T/runc-root" run -b "$T/d-fuse" gg-d-fuse 2>&1)
+RC=$?
+runc --root "$T/runc-root" delete -f gg-d-fuse >/dev/null 2>&1
+check_eq "device fuse: runs" "$RC" 0
+check_contains "device fuse: has its node" "$OUT" "229"
+check_contains "device fuse: not tuned" "$OUT" "ORDER=."
+check_eq "device fuse: config.json byte-identical" "$(sha256sum < "$T/d-fuse/config.json")" "$BEFORE"
 unset GPU_GUARD_CONFIG
 
 finish

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 10 part B under real runc: spec files that Go's encoding/json reads
+# The Go-compatible spec reader under real runc: spec files that Go's encoding/json reads
 # differently from serde (deep nesting, 1e99999, a lone surrogate, a file
 # over 64 MiB, case-variant keys, duplicate "process" keys, a key that
 # folds to "process" only under Unicode folding) are first run by
@@ -8,7 +8,7 @@
 # container's own /proc/self/status and env must show gpu-guard's decision
 # (the allowlist, NoNewPrivs 1, the tuning env) or the container must not
 # exist. A type error that a later duplicate hides from a merge fails
-# through the wrapper exactly as under runc alone (issue 17 D2). Then exec:
+# through the wrapper exactly as under runc alone. Then exec:
 # --process files with the same tricks (and a hidden type error), --cap and
 # --no-new-privs=false on the command line, every spelling of an empty
 # --process (runc runs the bundle's process with the flags), an invalid
@@ -134,7 +134,7 @@ done
 
 echo "== a type error hidden by a later duplicate: refused as runc alone refuses it =="
 # Go's decoder reports a value it cannot store even when a later duplicate
-# replaces it (issue 17 D2): runc refuses such a spec. The wrapper must not
+# replaces it: runc refuses such a spec. The wrapper must not
 # merge the duplicates into a spec runc would start; it leaves the file as
 # it is and runc reports its own error, the same as without the wrapper.
 hide() {

@@ -12,7 +12,11 @@ command -v kubernetes-validate >/dev/null || {
     exit 1
 }
 shopt -s nullglob
-manifests=(packaging/kubernetes/*.yaml)
+manifests=()
+for m in packaging/kubernetes/*.yaml; do
+    # kustomization.yaml is kustomize's, not a Kubernetes object: rendered below.
+    [ "$(basename "$m")" = kustomization.yaml ] || manifests+=("$m")
+done
 [ ${#manifests[@]} -gt 0 ] || { echo "validate-k8s: no manifests found" >&2; exit 1; }
 
 # The validator must reject a broken manifest, or a pass below means nothing.
@@ -40,11 +44,47 @@ for m in "${manifests[@]}"; do
         failed=$((failed + 1))
     fi
 done
+# The kustomize layout: the base (packaging/kubernetes) and each overlay
+# (packaging/kustomize/*) rendered by kubectl's kustomize and validated like
+# the plain manifests (cert-manager's custom resources are shape-checked
+# below, not here: their schemas are not Kubernetes').
+command -v kubectl >/dev/null || {
+    echo "validate-k8s: kubectl is not installed (integration/setup.sh installs it)" >&2
+    exit 1
+}
+kver=$(kubectl version --client 2>/dev/null | sed -n 's/^Kustomize Version: v\([0-9]*\).*/\1/p')
+if [ -z "$kver" ] || [ "$kver" -lt 4 ]; then
+    echo "validate-k8s: FAIL: kubectl's kustomize is older than v4 (kubectl >= 1.21 renders directory resources and patches)" >&2
+    failed=$((failed + 1))
+fi
+rendered=$(mktemp -d)
+trap 'rm -f "$bad"; rm -rf "$rendered"' EXIT
+for k in packaging/kubernetes packaging/kustomize/*/; do
+    k=${k%/}
+    name=$(echo "$k" | tr '/' '-')
+    if ! kubectl kustomize "$k" >"$rendered/$name.all.yaml" 2>"$rendered/$name.err" || [ -s "$rendered/$name.err" ]; then
+        echo "validate-k8s: FAIL: kubectl kustomize $k: $(cat "$rendered/$name.err")" >&2
+        failed=$((failed + 1))
+        continue
+    fi
+    python3 - "$rendered/$name.all.yaml" "$rendered/$name.yaml" <<'PY'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+keep = [d for d in docs if not d["apiVersion"].startswith("cert-manager.io/")]
+yaml.safe_dump_all(keep, open(sys.argv[2], "w"), sort_keys=False)
+PY
+    if out=$(kubernetes-validate --strict -k "$K8S_VERSION" "$rendered/$name.yaml" 2>&1) && ! grep -qiE 'warn|could not' <<<"$out"; then
+        echo "validate-k8s: ok: kustomize $k ($(grep -c '^kind:' "$rendered/$name.all.yaml") objects)"
+    else
+        echo "validate-k8s: FAIL: kustomize $k: $out" >&2
+        failed=$((failed + 1))
+    fi
+done
 # The webhook: what issue-level rules fix beyond the schema, the
 # cert-manager resources (custom resources: shape only), and the fallback
 # certificate script run offline.
 tmpd=$(mktemp -d)
-trap 'rm -f "$bad"; rm -rf "$tmpd"' EXIT
+trap 'rm -f "$bad"; rm -rf "$tmpd" "$rendered"' EXIT
 if packaging/kubernetes/webhook-certs.sh --offline --dir "$tmpd" > "$tmpd/commands" 2>/dev/null; then
     echo "validate-k8s: ok: webhook-certs.sh --offline"
 else
@@ -71,7 +111,23 @@ read_ms = int([l.split("=")[1] for l in toml_text.splitlines() if l.startswith("
 need(read_ms < w["timeoutSeconds"] * 1000, "read_timeout_ms below timeoutSeconds")
 ns = {e["key"]: e for e in w["namespaceSelector"]["matchExpressions"]}
 sel = ns.get("kubernetes.io/metadata.name", {})
-need(sel.get("operator") == "NotIn" and {"kube-system", "gpu-guard"} <= set(sel.get("values", [])), "namespaceSelector leaves kube-system and gpu-guard alone")
+need(sel.get("operator") == "NotIn" and {"kube-system", "gpu-guard", "gpu-operator"} <= set(sel.get("values", [])), "namespaceSelector leaves kube-system, gpu-guard and the GPU Operator's namespace alone")
+optout = {"key": "gpu-guard.io/admission", "operator": "NotIn", "values": ["disabled"]}
+need(optout in w["namespaceSelector"]["matchExpressions"], "namespaces opt out with gpu-guard.io/admission=disabled")
+need(optout in w.get("objectSelector", {}).get("matchExpressions", []), "pods opt out with gpu-guard.io/admission=disabled")
+tmpl = dep["spec"]["template"]
+need(tmpl["metadata"]["labels"].get("gpu-guard.io/admission") == "disabled", "the webhook's own pods are never reviewed")
+# Every [admission] key of the shipped config is in the ConfigMap, and nothing else.
+import re
+shipped = open("config/config.toml").read().split("\n[admission]\n", 1)[1].split("\n[", 1)[0]
+keys = lambda t: {m.group(1) for m in re.finditer(r"^([a-z_]+) = ", t, re.M)}
+need(keys(shipped) == keys(toml_text), f"ConfigMap [admission] keys match config/config.toml: {sorted(keys(shipped) ^ keys(toml_text))}")
+tls_mounts = [m for m in tmpl["spec"]["containers"][0]["volumeMounts"] if m["name"] == "tls"]
+need(tls_mounts and "subPath" not in tls_mounts[0], "the TLS Secret is mounted whole (updated in place, loaded again)")
+need("--metrics-listen" in tmpl["spec"]["containers"][0]["command"], "the Deployment serves /metrics")
+over = [d for d in yaml.safe_load_all(open("packaging/kustomize/protect-gpu-pods/admission-config.yaml"))][0]
+need('runtime_class = "gpu-guard"' in over["data"]["config.toml"], "protect-gpu-pods sets runtime_class")
+need(keys(over["data"]["config.toml"]) == keys(toml_text), "protect-gpu-pods' config has the same keys")
 cc = w["clientConfig"]["service"]
 need(cc["name"] == svc["metadata"]["name"] and cc["namespace"] == svc["metadata"]["namespace"] and cc["path"] == "/mutate", "clientConfig names the Service and /mutate")
 need(w["rules"][0]["resources"] == ["pods"] and w["rules"][0]["operations"] == ["CREATE"], "rules: pods CREATE")
@@ -111,11 +167,11 @@ echo "validate-k8s: ${#manifests[@]} manifests, $failed failed"
 # The affinities `gpu-guard check --affinity` prints, in a Pod: the
 # label-only ones of official nvidia/cuda requirements, and --nodes ones
 # (name patches, "admits none"). The API server's value-count rules are
-# tested in tests/fleet_affinity_exact.rs; this checks the schema.
+# tested in tests/image/fleet_affinity_exact.rs; this checks the schema.
 cargo build --quiet
 BIN=target/debug/gpu-guard
 work=$(mktemp -d)
-trap 'rm -f "$bad"; rm -rf "$work"' EXIT
+trap 'rm -f "$bad"; rm -rf "$tmpd" "$rendered" "$work"' EXIT
 printf '[host]\ncache_file = ""\n[log]\nsyslog = false\n' >"$work/config.toml"
 pods=0
 affinity_pod() { # name, check args...

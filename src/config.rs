@@ -5,6 +5,10 @@ use std::path::{Path, PathBuf};
 
 use crate::core::policy::{default_kernel_image_libraries, Config};
 
+mod deprecated;
+mod fallback;
+pub use fallback::{describe_unread, Fallback};
+
 /// Where the config lives when neither `--config` nor `GPU_GUARD_CONFIG` says.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/gpu-guard/config.toml";
 /// Environment variable naming the config file (docs/interfaces.md, "Config file").
@@ -58,11 +62,13 @@ pub struct Loaded {
     pub drop_ins: Vec<PathBuf>,
     /// The last file that set `runtime.path`, if any.
     pub runtime_path_from: Option<PathBuf>,
+    /// Deprecated spellings the files use, one warning each (file:line).
+    pub deprecated: Vec<String>,
 }
 
 /// Loads the config. A missing file at the default path means built-in
-/// defaults (a missing default file means built-in defaults; README,
-/// Configuration); a missing file the operator named explicitly is an
+/// defaults (a missing default file means built-in defaults;
+/// docs/configuration.md); a missing file the operator named explicitly is an
 /// error, since they meant it.
 pub fn load(flag: Option<&Path>) -> Result<Config, ConfigError> {
     load_detailed(flag).map(|l| l.config)
@@ -83,11 +89,28 @@ pub fn load(flag: Option<&Path>) -> Result<Config, ConfigError> {
 /// `50-warn.toml` in force).
 pub fn load_detailed(flag: Option<&Path>) -> Result<Loaded, ConfigError> {
     let mut loaded = load_files(flag)?;
-    // What NVIDIA's toolkit on this host honours decides which requests
-    // make a GPU container (core::detect): read with the config, once.
-    let nvidia = crate::host::nvidia_config::read(&loaded.config.detect.nvidia_config);
-    loaded.config.detect.nvidia = nvidia;
+    read_host_detection(&mut loaded.config);
+    for w in &loaded.deprecated {
+        eprintln!("gpu-guard: warning: {w}");
+    }
     Ok(loaded)
+}
+
+/// What the config cannot be used for still tells: the chain and the
+/// detection settings, read leniently (see `fallback.rs`), for the policy
+/// an invalid config is decided under.
+pub fn fallback(flag: Option<&Path>) -> Fallback {
+    fallback::read(flag)
+}
+
+/// Fills what detection reads from this host beside the config, once
+/// with the config: what NVIDIA's toolkit here honours decides which
+/// requests make a GPU container (core::detect), and the host's device
+/// majors which nodes are GPUs.
+fn read_host_detection(cfg: &mut Config) {
+    cfg.detect.nvidia = crate::host::nvidia_config::read(&cfg.detect.nvidia_config);
+    // Which device majors are GPU drivers' here (core::device_table).
+    cfg.detect.majors = crate::host::device_nodes::host_majors();
 }
 
 fn load_files(flag: Option<&Path>) -> Result<Loaded, ConfigError> {
@@ -103,11 +126,13 @@ fn load_files(flag: Option<&Path>) -> Result<Loaded, ConfigError> {
         main: main_text.as_ref().map(|_| path.clone()),
         drop_ins: Vec::new(),
         runtime_path_from: None,
+        deprecated: Vec::new(),
     };
     if drop_ins.is_empty() {
         // The common case: one file, parsed once.
         if let Some(text) = &main_text {
             loaded.config = parse(text).map_err(|message| rejected(&path, message))?;
+            loaded.deprecated = deprecated::warnings(&path, text);
             if !loaded.config.runtime.path.is_empty() {
                 loaded.runtime_path_from = Some(path);
             }
@@ -137,6 +162,7 @@ fn merge_files(
         // Each file alone first, so an unknown key or a bad value names
         // the file it is in.
         let table = parse_file_table(text).map_err(|m| rejected(p, m))?;
+        loaded.deprecated.extend(deprecated::warnings(p, text));
         if table
             .get("runtime")
             .and_then(|r| r.get("path"))

@@ -1,7 +1,7 @@
 //! gpu-guard: keeps GPU containers from starting on hosts where they cannot
 //! work, and starts the rest tuned and locked down.
 //!
-//! The layout is the architecture (README, "Design").
+//! The layout is the architecture (docs/design.md).
 //! Dependencies point one way, from the entry points down to the core;
 //! `tests/module_graph.rs` fails on any cycle between these modules.
 //!

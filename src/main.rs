@@ -13,6 +13,14 @@ fn main() -> ExitCode {
     // The runtime wrapper must see the engine's argv untouched: it is not
     // parsed by clap, whose flags could collide with runc's.
     if let Some((config, rest)) = runtime_invocation(&args) {
+        if gpu_guard::commands::runtime::asks_for_help(&rest) {
+            let shown = match args.len() - rest.len() {
+                1 => "gpu-guard-runtime",
+                _ => "gpu-guard runtime",
+            };
+            print!("{}", gpu_guard::commands::cli::runtime_help(shown));
+            return exit(0);
+        }
         return exit(gpu_guard::commands::runtime::main(config.as_deref(), rest));
     }
     let cli = match parse(&args) {

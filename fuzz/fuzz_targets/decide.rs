@@ -1,7 +1,7 @@
 //! Env entries and annotations, as an image or a pod author writes them,
 //! through detection (classify, device resolution), the requirement
 //! language, decide and both human renderings, against multi-GPU, MIG and
-//! no-driver hosts (issue 10 E). Anything but a decision is a bug: a panic
+//! no-driver hosts. Anything but a decision is a bug: a panic
 //! (the `GPUé` byte-slicing class), an overflow, a hang. Every rendering
 //! must stay free of raw control characters, whatever the container sent.
 #![no_main]

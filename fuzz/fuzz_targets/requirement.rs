@@ -1,5 +1,5 @@
 //! NVIDIA's requirement language: arbitrary text through the parser and,
-//! when it parses, evaluation against every GPU of a few hosts (issue 10 E).
+//! when it parses, evaluation against every GPU of a few hosts.
 //! A syntax error is a value; a panic, an overflow or a hang is a bug.
 #![no_main]
 

@@ -1,4 +1,4 @@
-//! Feeds arbitrary bytes to the Go-compatible spec reader (issue 10 B):
+//! Feeds arbitrary bytes to the Go-compatible spec reader:
 //! config.json and exec process files are parsed, viewed as runc's decoder
 //! sees them and, when readable, patched with a full set of policy edits.
 //! Anything but a clean Ok/Err is a bug: a panic, a stack overflow (the
@@ -21,7 +21,7 @@ fuzz_target!(|data: &[u8]| {
     edits.no_new_privileges = true;
 
     if let Ok(spec) = LoadedSpec::from_bytes(Path::new("config.json"), data.to_vec(), None) {
-        // What runc's decoder refuses is never rewritten (issue 17 D2).
+        // What runc's decoder refuses is never rewritten.
         if spec.runc_type_error().is_some() {
             assert!(matches!(spec.patched(&edits), Ok(None)));
         }

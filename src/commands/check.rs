@@ -4,7 +4,7 @@
 
 use crate::commands::cli::CheckArgs;
 use crate::commands::fleet_report;
-use crate::commands::output::{print_decision, usage, EXIT_USAGE};
+use crate::commands::output::{print_decision_strict, usage, EXIT_USAGE};
 use crate::config;
 use crate::core::container::Container;
 use crate::core::cri_facts::CriRuntime;
@@ -42,7 +42,8 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
             crate::core::sanitize::one_line(&e.to_string())
         );
     }
-    let policy = Policy::from(
+    let policy = Policy::loaded(
+        config_flag,
         loaded
             .as_ref()
             .map(|l| l.config.clone())
@@ -78,11 +79,11 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
             decision.findings.push(cri_note());
         }
     }
-    let code = print_decision(&decision, args.json);
+    let code = print_decision_strict(&decision, args.json, args.strict);
     // The decision shows what the hook and wrapper would do under this
     // config (refuse GPU containers, start the rest); the exit status is
-    // the one every subcommand gives an invalid config (README, "Output
-    // and exit status").
+    // the one every subcommand gives an invalid config (docs/host.md,
+    // "Output and exit status").
     if loaded.is_err() {
         return EXIT_USAGE;
     }

@@ -67,6 +67,9 @@ pub struct ProbeChildArgs {
     /// /dev
     #[arg(long, value_name = "DIR")]
     pub dev: PathBuf,
+    /// /sys (each GPU's NUMA node and local CPUs)
+    #[arg(long, value_name = "DIR", default_value = "/sys")]
+    pub sys: PathBuf,
     /// The boot id file (default: the kernel's)
     #[arg(long, value_name = "FILE")]
     pub boot_id: Option<PathBuf>,
@@ -91,7 +94,10 @@ at least one); 1 it is refused (on some host; with several, also when not judged
 container there: a skip is not runs); 2 bad usage or \
 unreadable input. Nodes of --nodes without GPU Feature Discovery labels are refused (\"no GPU \
 facts\"). --affinity exits 0 when the affinity is exact and admits a node; without --nodes it is \
-over node labels only and exact for every labelled node, or stricter and exits 1.
+over node labels only and exact for every labelled node, or stricter and exits 1; when no node \
+with any labels could run the container it says so and exits 1. Fleets are judged for \
+placement: a host is allowed only where no finding predicts the container fails (also a \
+warning under severity = \"warn\"); --strict judges one host the same way.
 
 The runtime wrapper chains per engine (runtime.engines.ENGINE.path) and tells the engines apart \
 by the runtime root they pass it; --engine decides as that engine's wrapper. Without it the \
@@ -117,6 +123,9 @@ pub struct CheckArgs {
     /// With --image docker://: a PEM file of CAs to trust for the registry, besides the system's
     #[arg(long, value_name = "FILE", requires = "image")]
     pub registry_ca: Option<PathBuf>,
+    /// With --image docker:// or docker-daemon:: the most reading the image may take, in seconds (default 600): connections, token requests, manifests, attestations and layers together. A registry that stops answering fails sooner: 15 s to connect, 30 s to answer or between bytes
+    #[arg(long, value_name = "SECONDS", requires = "image", value_parser = clap::value_parser!(u64).range(1..))]
+    pub read_timeout: Option<u64>,
     /// With --image: the platform to pick from a multi-platform index (default linux/amd64)
     #[arg(long, value_name = "OS/ARCH[/VARIANT]", requires = "image")]
     pub platform: Option<String>,
@@ -142,6 +151,15 @@ pub struct CheckArgs {
     /// Print the decision as JSON
     #[arg(long)]
     pub json: bool,
+    /// With several hosts: print each row's NOTE whole. Without it a note is cut to fit only when stdout is a terminal; piped, it is never cut
+    #[arg(long, conflicts_with_all = ["json", "affinity"])]
+    pub wide: bool,
+    /// Exit 1 also when the container would start but a finding predicts it fails there (no kernel image for a GPU, a GPU library the loader cannot open, a driver too old for its CUDA runtime), as a warning under severity = "warn" or mode = "warn"; a PTX JIT is not a failure. Fleets (several hosts, --nodes, --affinity) always judge this way
+    #[arg(long)]
+    pub strict: bool,
+    /// With --nodes or --affinity: the pod asks for N GPUs (its nvidia.com/gpu limit); a node labelled with fewer healthy GPUs (gpu-guard.io/gpu.healthy) is not chosen. Default 1
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub gpu_count: Option<u32>,
     /// Decide as this entry point would: the wrapper edits, the prestart hook only verifies
     #[arg(long, value_enum, default_value_t = CheckStage::Runtime)]
     pub stage: CheckStage,
@@ -167,9 +185,12 @@ pub struct AdmissionArgs {
     /// PEM certificate chain served to the API server
     #[arg(long, value_name = "FILE")]
     pub tls_cert: PathBuf,
-    /// PEM private key of the certificate
+    /// PEM private key of the certificate (both files are loaded again when they change)
     #[arg(long, value_name = "FILE")]
     pub tls_key: PathBuf,
+    /// Also serve GET /metrics and /healthz over plain HTTP on this address (e.g. 0.0.0.0:9090)
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics_listen: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -210,6 +231,7 @@ pub enum HookStage {
 }
 
 #[derive(Debug, Args)]
+#[command(after_help = RUNTIME_AFTER_HELP)]
 pub struct RuntimeArgs {
     /// The real runtime's arguments, passed through unchanged
     #[arg(
@@ -223,8 +245,8 @@ pub struct RuntimeArgs {
 #[derive(Debug, Args)]
 #[command(
     after_help = "Exit status: 0 the driver and GPUs are known (warnings may be printed); \
-1 facts were printed but the host cannot run GPU containers (no NVIDIA driver, or a GPU is \
-lost); 2 no facts could be established (the probe failed), or bad usage or config."
+1 facts were printed but the host cannot run GPU containers (no NVIDIA driver and no AMD \
+GPU, or a GPU is lost); 2 no facts could be established (the probe failed), or bad usage or config."
 )]
 pub struct HostArgs {
     /// Print the host facts JSON
@@ -239,6 +261,9 @@ pub struct HostArgs {
     /// With --write: the file to write instead of /etc/kubernetes/node-feature-discovery/features.d/gpu-guard
     #[arg(long, value_name = "PATH", requires = "write")]
     pub output: Option<PathBuf>,
+    /// The host's root filesystem when run in a container with it mounted (a DaemonSet): its /proc, /dev and /sys are read there (no facts cache)
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    pub host_root: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -361,7 +386,9 @@ pub struct UninstallArgs {
 Checks, each with a stable name: config (valid and trusted, drop-ins included), config.mode, \
 host.nvml (answered within host.probe_timeout_ms), host.driver, host.gpus, host.device-nodes, \
 engine.ENGINE (its effective registration, or present but not registered), chain.ENGINE (the \
-runtime its wrapper execs exists, is executable and is what install chained), hooks.ENGINE and \
+runtime its wrapper execs exists, is executable and is what install chained; for an engine with \
+no install recorded, its runtime.engines.ENGINE.path when the config sets one), chain \
+(runtime.path, when set, whatever is installed), hooks.ENGINE and \
 hooks (hook files valid and calling gpu-guard), cdi, dirs.host-cache, dirs.scan-cache, dirs.state \
 (the private-directory rule).
 
@@ -380,10 +407,36 @@ pub struct DoctorArgs {
     pub state_dir: PathBuf,
 }
 
-/// Renders gpu-guard(1) from the definition above.
+/// What the wrapper is, for `gpu-guard runtime --help`: its arguments
+/// are runc's, so this is the only flag it reads itself.
+const RUNTIME_AFTER_HELP: &str = "\
+Engines register it as an OCI runtime (`gpu-guard install ENGINE`) and call it with runc's \
+command line. On create, run and restore it decides for the bundle's container and writes its \
+edits into config.json; on exec it holds the process to the container's profile; then it execs \
+the real runtime (runtime.engines.ENGINE.path, else runtime.path, else runc or crun on PATH) \
+with the arguments unchanged. Every other subcommand, `--version` included (dockerd asks it for \
+`docker info`), is passed through untouched.
+
+Only `--help` or `-h` as the first argument is gpu-guard's own; runc's help is \
+`gpu-guard runtime help` (passed through).
+
+Exit status: the real runtime's; 1 the container is refused (the diagnosis on stderr and in the \
+--log file the engine passed); 127 no real runtime to exec.";
+
+/// `gpu-guard runtime --help` (`-h`), or `gpu-guard-runtime --help`
+/// under `bin` as invoked: the runtime subcommand's help, rendered from
+/// the same definition as the man page.
+pub fn runtime_help(bin: &str) -> String {
+    let mut cmd = <Cli as clap::CommandFactory>::command();
+    let Some(sub) = cmd.find_subcommand_mut("runtime") else {
+        return String::new();
+    };
+    let mut sub = sub.clone().bin_name(bin);
+    sub.render_long_help().to_string()
+}
+
+/// Renders gpu-guard(1) from the definition above, with the sections a
+/// definition cannot hold ([`crate::commands::man_page`]).
 pub fn man_page() -> std::io::Result<Vec<u8>> {
-    let cmd = <Cli as clap::CommandFactory>::command();
-    let mut out = Vec::new();
-    clap_mangen::Man::new(cmd).render(&mut out)?;
-    Ok(out)
+    crate::commands::man_page::render(<Cli as clap::CommandFactory>::command())
 }

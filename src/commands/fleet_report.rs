@@ -5,7 +5,7 @@
 //! [`crate::fleet::summary`].
 
 use crate::commands::cli::CheckArgs;
-use crate::commands::output::{print_decision, usage, EXIT_ALLOW, EXIT_REFUSE};
+use crate::commands::output::{print_decision_strict, usage, EXIT_ALLOW, EXIT_REFUSE};
 use crate::core::decision::Verdict;
 use crate::core::facts::{HostFacts as Facts, HostReport};
 use crate::core::policy::Config;
@@ -41,7 +41,7 @@ fn gather(args: &CheckArgs) -> Result<(Vec<Host>, Vec<NodeLabels>), String> {
             name: name.unwrap_or_else(|| f.display().to_string()),
             facts: HostFacts::Known {
                 report: HostReport::from_facts(facts, format!("facts file {}", f.display())),
-                from_labels: None,
+                labels: None,
             },
         });
     }
@@ -81,7 +81,7 @@ pub fn main_with(cfg: &Config, case: Case, args: &CheckArgs, image: Option<&Imag
         return usage("no hosts: --hosts DIR holds no *.json file and --nodes lists no node");
     }
     let cfg = &other_hosts(cfg, args);
-    let subject = Subject::new(cfg, case);
+    let subject = Subject::new(cfg, case).with_gpus_wanted(args.gpu_count.unwrap_or(1));
     let results = subject.judge_all(&hosts);
     if args.affinity {
         return print_affinity(&subject, args, &node_list, &results);
@@ -94,7 +94,7 @@ pub fn main_with(cfg: &Config, case: Case, args: &CheckArgs, image: Option<&Imag
         },
     )] = &results.iter().zip(&hosts).collect::<Vec<_>>()[..]
     {
-        return print_decision(&one.decision, args.json);
+        return print_decision_strict(&one.decision, args.json, args.strict);
     }
     print_fleet(&subject, args, &hosts, &results, image)
 }
@@ -161,7 +161,11 @@ fn print_fleet(
                 HostFacts::NoGpuFacts { .. } => None,
             })
             .collect();
-        print!("{}", summary::table(subject, results, &facts));
+        // Cut only for a person at a terminal: a script or a pager that
+        // reads the table gets every note whole, as with --wide.
+        use std::io::IsTerminal;
+        let note_max = (!args.wide && std::io::stdout().is_terminal()).then_some(summary::NOTE_MAX);
+        print!("{}", summary::table(subject, results, &facts, note_max));
         println!("{}", summary::summary_line(subject, results, &facts));
     }
     summary::exit_status(&counts, args.any)

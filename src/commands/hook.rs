@@ -104,7 +104,7 @@ fn refuses(policy: &Policy, d: &Decision) -> bool {
     d.verdict == Verdict::Refuse && policy.mode() != Mode::Audit
 }
 
-/// A spec the hook cannot read (issue 10 B2): refused only when it names a
+/// A spec the hook cannot read: refused only when it names a
 /// GPU request (enforce mode); any other container is let through, as runc
 /// will judge the spec itself.
 fn unreadable(
@@ -142,19 +142,17 @@ fn decide(policy: &Policy, container: Container, stage: Stage) -> Decision {
     decision
 }
 
-/// Logs a decision (under `mode = "audit"` what enforce would refuse or
-/// edit, at warning level) and counts it in the metrics (`metrics.textfile`).
+/// Logs a decision (under `mode = "audit"` or `"warn"` what enforce would
+/// refuse, at warning level) and counts it in the metrics
+/// (`metrics.textfile`).
 fn logged(policy: &Policy, decision: &Decision, entry: Entry) {
     let fallback = logging::Fallback::Stderr;
-    if policy.mode() == Mode::Audit {
-        logging::record_audit(decision, &policy.syslog(), fallback.clone());
-    } else {
-        logging::record(decision, &policy.syslog(), fallback.clone());
-    }
+    let mode = policy.mode();
+    logging::record(decision, mode, &policy.syslog(), fallback.clone());
     metrics::count(
         policy.metrics(),
         decision,
-        entry,
+        (entry, mode),
         &policy.syslog(),
         fallback,
     );

@@ -3,7 +3,6 @@
 use crate::commands::cli::{HostArgs, ProbeChildArgs};
 use crate::core::facts::{HostProblem, HostProblemKind, HostReport};
 use crate::core::runtime_engines::Engine;
-use crate::host::probe;
 use crate::pipeline::runtime::RuntimeProblem;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -53,7 +52,9 @@ pub fn probe_child(args: &ProbeChildArgs) -> i32 {
         boot_id: args.boot_id.clone(),
         modules: args.modules.clone(),
         devices: args.devices.clone(),
+        sys: args.sys.clone(),
         probe_exe: std::path::PathBuf::from(crate::host::SELF_EXE),
+        host_root: std::path::PathBuf::from("/"),
     };
     crate::host::child::serve(&args.nvml_library, &paths)
 }
@@ -61,7 +62,7 @@ pub fn probe_child(args: &ProbeChildArgs) -> i32 {
 fn host_command_inner(config: Option<&Path>, args: &HostArgs) -> Result<i32, HostCommandError> {
     let loaded = crate::config::load_detailed(config)?;
     let cfg = &loaded.config;
-    let report = probe(&cfg.host);
+    let (report, nodes) = probe_host(cfg, &args.host_root);
     let chains = chain_problems(cfg);
     let Some(facts) = &report.facts else {
         if report.problems.is_empty() {
@@ -77,11 +78,12 @@ fn host_command_inner(config: Option<&Path>, args: &HostArgs) -> Result<i32, Hos
         // but the exit status says the host cannot run GPU containers.
         node_labels(facts, args)?;
         print_problems(&report);
-        if facts.driver_version.is_none() || facts.gpus.is_empty() {
-            let what = if facts.driver_version.is_none() {
-                "no NVIDIA driver"
-            } else {
+        print_node_problems(&nodes);
+        if (facts.driver_version.is_none() && !has_amd(facts)) || facts.gpus.is_empty() {
+            let what = if facts.gpus.is_empty() && facts.driver_version.is_some() {
                 "no GPUs"
+            } else {
+                "no NVIDIA driver and no AMD GPU"
             };
             eprintln!(
                 "gpu-guard: error: no GPU facts to label ({what} per {})",
@@ -89,7 +91,7 @@ fn host_command_inner(config: Option<&Path>, args: &HostArgs) -> Result<i32, Hos
             );
             return Ok(EXIT_HOST_ERROR);
         }
-        return Ok(exit_status(&report));
+        return Ok(exit_status(&report, &nodes));
     }
     // The engines install registered: each one's chain, and drift; and
     // the CDI spec directories' problems.
@@ -104,11 +106,12 @@ fn host_command_inner(config: Option<&Path>, args: &HostArgs) -> Result<i32, Hos
     // The probe's problems and every error go to stderr in both forms,
     // one line each (the facts, and the table, stay on stdout for scripts).
     print_problems(&report);
+    print_node_problems(&nodes);
     let no_driver_reported = report
         .problems
         .iter()
         .any(|p| p.kind == HostProblemKind::NoDriver);
-    if facts.driver_version.is_none() && !no_driver_reported {
+    if facts.driver_version.is_none() && !no_driver_reported && !has_amd(facts) {
         eprintln!(
             "gpu-guard: error: no NVIDIA driver ({} has no driver version)",
             report.source
@@ -124,7 +127,48 @@ fn host_command_inner(config: Option<&Path>, args: &HostArgs) -> Result<i32, Hos
         // No container starts through the wrapper: as bad as a lost GPU.
         return Ok(EXIT_HOST_ERROR);
     }
-    Ok(exit_status(&report))
+    Ok(exit_status(&report, &nodes))
+}
+
+/// The probe a container start makes (with `--host-root`, the host's
+/// paths under it and no cache: the cache file is a host path), and the
+/// device nodes' problems of a probed host (a facts file describes a host
+/// whose nodes are not read, as at a container start).
+fn probe_host(
+    cfg: &crate::core::policy::Config,
+    root: &Path,
+) -> (HostReport, Vec<(bool, String, String)>) {
+    let rooted = root != Path::new("/");
+    let paths = if rooted {
+        crate::host::ProbePaths::under_root(root)
+    } else {
+        crate::host::ProbePaths::from_env()
+    };
+    let report = if rooted {
+        let mut c = cfg.clone();
+        c.host.cache_file.clear();
+        crate::host::probe_for_with(&c, &paths)
+    } else {
+        crate::host::probe_for_with(cfg, &paths)
+    };
+    let nodes = match &report.facts {
+        Some(f) if cfg.host.facts_file.is_empty() => crate::host::device_node_problems(
+            f,
+            &paths.dev,
+            paths.devices.as_deref(),
+            &root.join("etc/group"),
+        ),
+        _ => Vec::new(),
+    };
+    (report, nodes)
+}
+
+/// Each device-node problem, one line on stderr.
+fn print_node_problems(nodes: &[(bool, String, String)]) {
+    for (error, message, fix) in nodes {
+        let word = if *error { "error" } else { "warning" };
+        eprintln!("gpu-guard: {word}: {message} (fix: {fix})");
+    }
 }
 
 /// The problems of the CDI spec directories (`host.cdi_spec_dirs`), one
@@ -229,24 +273,42 @@ fn node_labels(
     Ok(())
 }
 
-/// Each host problem, one line on stderr.
-fn print_problems(report: &HostReport) {
-    for p in &report.problems {
-        eprintln!("gpu-guard: {}: {}", problem_label(&p.kind), one_line(p));
+/// Does the host have AMD GPUs (and so can run GPU containers without
+/// NVIDIA's driver)?
+fn has_amd(facts: &crate::core::facts::HostFacts) -> bool {
+    facts.gpus.iter().any(|g| g.is_amd())
+}
+
+/// The label of a problem on this host: no NVIDIA driver is only a note
+/// where AMD GPUs run the GPU containers.
+fn label_on(report: &HostReport, kind: &HostProblemKind) -> &'static str {
+    let amd = report.facts.as_ref().is_some_and(has_amd);
+    match kind {
+        HostProblemKind::NoDriver if amd => "note",
+        k => problem_label(k),
     }
 }
 
-/// 1 when a problem is an error (no driver, lost GPU), or the facts name
-/// no driver (a facts file can say so without a problem), else 0.
-fn exit_status(report: &HostReport) -> i32 {
+/// Each host problem, one line on stderr.
+fn print_problems(report: &HostReport) {
+    for p in &report.problems {
+        eprintln!("gpu-guard: {}: {}", label_on(report, &p.kind), one_line(p));
+    }
+}
+
+/// 1 when a problem is an error (no driver, lost GPU, a device node that
+/// is not the driver's), or the facts name no driver (a facts file can say
+/// so without a problem) and no AMD GPU, else 0.
+fn exit_status(report: &HostReport, nodes: &[(bool, String, String)]) -> i32 {
     let error = report
         .problems
         .iter()
-        .any(|p| problem_label(&p.kind) == "error");
+        .any(|p| label_on(report, &p.kind) == "error")
+        || nodes.iter().any(|(e, _, _)| *e);
     let no_driver = report
         .facts
         .as_ref()
-        .is_some_and(|f| f.driver_version.is_none());
+        .is_some_and(|f| f.driver_version.is_none() && !has_amd(f));
     if error || no_driver {
         EXIT_HOST_ERROR
     } else {
@@ -270,76 +332,122 @@ fn one_line(p: &HostProblem) -> String {
     }
 }
 
-/// The host for people: driver line, one row per GPU, MIG devices.
+/// One GPU's cells in the table's column order ([`HEAD`]).
+fn gpu_cells(g: &crate::core::facts::Gpu) -> Vec<String> {
+    let dash = |s: Option<&str>| s.filter(|s| !s.is_empty()).unwrap_or("-").to_string();
+    let numa = match (&g.numa_node, &g.local_cpus) {
+        (None, _) => "-".to_string(),
+        (Some(None), _) => "none".to_string(),
+        (Some(Some(n)), Some(c)) => format!("{n} (CPUs {c})"),
+        (Some(Some(n)), None) => n.to_string(),
+    };
+    vec![
+        g.index.to_string(),
+        g.vendor.as_str().to_string(),
+        dash(Some(&g.name)),
+        if g.is_amd() {
+            "-".into()
+        } else {
+            g.brand.clone()
+        },
+        dash(g.compute_capability.as_deref()),
+        dash(g.target_id.as_deref()),
+        g.memory_mib
+            .map(|m| format!("{m} MiB"))
+            .unwrap_or_else(|| "-".into()),
+        dash(g.pci_bus_id.as_deref()),
+        dash(g.health.as_ref().map(|h| h.state.word())),
+        numa,
+        dash(Some(&g.uuid)),
+    ]
+}
+
+/// The table's columns: NVIDIA and AMD GPUs in one table, told apart by
+/// VENDOR; CC is NVIDIA's compute capability, TARGET an AMD GPU's LLVM
+/// target ID (the column is left out on a host without AMD GPUs).
+const HEAD: [&str; 11] = [
+    "GPU", "VENDOR", "NAME", "BRAND", "CC", "TARGET", "MEMORY", "BUS ID", "HEALTH", "NUMA", "UUID",
+];
+/// The index of TARGET in [`HEAD`].
+const TARGET_COLUMN: usize = 5;
+
+/// The host for people: driver line, one row per GPU, then its MIG
+/// devices, why it is not healthy and the peers it has no P2P path to.
 fn render_table(report: &HostReport) -> String {
     let mut out = String::new();
     let Some(f) = &report.facts else {
         return out;
     };
     let dash = |s: Option<&str>| s.unwrap_or("-").to_string();
+    let amdgpu = f
+        .amdgpu_driver_version
+        .as_deref()
+        .map(|v| format!(", amdgpu {v}"))
+        .unwrap_or_default();
     let _ = writeln!(
         out,
-        "Driver {}, CUDA {} (source: {})",
+        "Driver {}, CUDA {}{amdgpu} (source: {})",
         dash(f.driver_version.as_deref()),
         dash(f.cuda_driver_version.as_deref()),
         report.source
     );
     if f.gpus.is_empty() {
         let _ = writeln!(out, "No GPUs");
-    } else {
-        let rows: Vec<[String; 7]> = f
-            .gpus
-            .iter()
-            .map(|g| {
-                [
-                    g.index.to_string(),
-                    if g.name.is_empty() {
-                        "-".into()
-                    } else {
-                        g.name.clone()
-                    },
-                    g.brand.clone(),
-                    dash(g.compute_capability.as_deref()),
-                    g.memory_mib
-                        .map(|m| format!("{m} MiB"))
-                        .unwrap_or_else(|| "-".into()),
-                    dash(g.pci_bus_id.as_deref()),
-                    if g.uuid.is_empty() {
-                        "-".into()
-                    } else {
-                        g.uuid.clone()
-                    },
-                ]
-            })
-            .collect();
-        let head = ["GPU", "NAME", "BRAND", "CC", "MEMORY", "BUS ID", "UUID"];
-        let mut w = head.map(|h| h.chars().count());
-        for r in &rows {
-            for (i, c) in r.iter().enumerate() {
-                w[i] = w[i].max(c.chars().count());
+        return out;
+    }
+    let mut head: Vec<String> = HEAD.map(String::from).to_vec();
+    let mut rows: Vec<Vec<String>> = f.gpus.iter().map(gpu_cells).collect();
+    if !f.gpus.iter().any(|g| g.is_amd()) {
+        head.remove(TARGET_COLUMN);
+        for r in &mut rows {
+            r.remove(TARGET_COLUMN);
+        }
+    }
+    let mut w: Vec<usize> = head.iter().map(|h| h.chars().count()).collect();
+    for r in &rows {
+        for (i, c) in r.iter().enumerate() {
+            w[i] = w[i].max(c.chars().count());
+        }
+    }
+    let line = |cells: &[String]| {
+        let mut l = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                l.push_str(c);
+            } else {
+                let _ = write!(l, "{c:<width$}  ", width = w[i]);
             }
         }
-        let line = |cells: [&str; 7]| {
-            let mut l = String::new();
-            for (i, c) in cells.iter().enumerate() {
-                if i + 1 == cells.len() {
-                    l.push_str(c);
-                } else {
-                    let _ = write!(l, "{c:<width$}  ", width = w[i]);
-                }
-            }
-            l.trim_end().to_string()
-        };
-        let _ = writeln!(out, "{}", line(head));
-        for (r, g) in rows.iter().zip(&f.gpus) {
+        l.trim_end().to_string()
+    };
+    let _ = writeln!(out, "{}", line(&head));
+    for (r, g) in rows.iter().zip(&f.gpus) {
+        let _ = writeln!(out, "{}", line(r));
+        let pad = "";
+        for m in &g.mig_devices {
+            let _ = writeln!(out, "{pad:w$}  MIG {}", m.uuid, w = w[0]);
+        }
+        if let Some(h) = g.health.as_ref().filter(|h| !h.reasons.is_empty()) {
             let _ = writeln!(
                 out,
-                "{}",
-                line([&r[0], &r[1], &r[2], &r[3], &r[4], &r[5], &r[6]])
+                "{pad:w$}  {}: {}",
+                h.state.word(),
+                h.reasons.join(", "),
+                w = w[0]
             );
-            for m in &g.mig_devices {
-                let _ = writeln!(out, "{:w$}  MIG {}", "", m.uuid, w = w[0]);
-            }
+        }
+        if !g.p2p.is_empty() {
+            let peers: Vec<String> = g
+                .p2p
+                .iter()
+                .map(|(p, s)| format!("GPU {p} ({s})"))
+                .collect();
+            let _ = writeln!(
+                out,
+                "{pad:w$}  no P2P path to {}",
+                peers.join(", "),
+                w = w[0]
+            );
         }
     }
     out
@@ -368,7 +476,17 @@ mod tests {
                         uuid: "MIG-x".into(),
                     }],
                     minor_number: None,
+                    health: Some(crate::core::health::judge(
+                        &crate::core::health::NvmlHealth {
+                            remap_pending: true,
+                            ..Default::default()
+                        },
+                    )),
+                    numa_node: Some(Some(1)),
+                    local_cpus: Some("16-31".into()),
+                    ..Gpu::default()
                 }],
+                ..Default::default()
             },
             "NVML (libnvidia-ml.so.1)",
         );
@@ -385,6 +503,8 @@ mod tests {
         assert!(t.contains("NVIDIA A100-SXM4-40GB"), "{t}");
         assert!(t.contains("40960 MiB"), "{t}");
         assert!(t.contains("MIG MIG-x"), "{t}");
+        assert!(t.contains("degraded  1 (CPUs 16-31)"), "{t}");
+        assert!(t.contains("degraded: row remapping pending"), "{t}");
         // Problems are not part of the table: they go to stderr.
         assert!(!t.contains("something is off"), "{t}");
         assert_eq!(one_line(&r.problems[0]), "something is off (fix: do this)");

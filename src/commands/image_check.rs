@@ -21,7 +21,7 @@
 
 use crate::commands::cli::CheckArgs;
 use crate::commands::fleet_report::{self, ImageReport};
-use crate::commands::output::{print_decision, usage};
+use crate::commands::output::{print_decision_strict, usage};
 use crate::config;
 use crate::core::container::Container;
 use crate::core::decision::{Check, Finding};
@@ -179,10 +179,10 @@ pub fn image_scans(
     let start = start_env(img, container);
     match (kernel, libs) {
         (true, true) => {
-            let mut tap = crate::image::libraries::LibraryTap::default();
+            let mut tap = crate::image::libraries::LibraryTap::with_limits(&cfg.libraries);
             let (scan, tree) =
                 crate::image::scan::scan_with(img, &cfg.kernel_image, Some(&mut tap))?;
-            let l = crate::image::libraries::scan_from(img, &tree, tap, &start)?;
+            let l = crate::image::libraries::scan_from(img, &tree, tap, &start, &cfg.libraries)?;
             Ok((Some(scan), Some(l.scan)))
         }
         (true, false) => Ok((
@@ -191,7 +191,7 @@ pub fn image_scans(
         )),
         (false, true) => Ok((
             None,
-            Some(crate::image::libraries::scan(img, &start, false)?.scan),
+            Some(crate::image::libraries::scan(img, &start, false, &cfg.libraries)?.scan),
         )),
         (false, false) => Ok((None, None)),
     }
@@ -255,6 +255,11 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
         format: image_ref.format(),
         limits: limits(),
     };
+    if let crate::image::reference::ImageRef::Path(p) = &image_ref {
+        if std::fs::symlink_metadata(p).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
+            return usage(no_such_image(p));
+        }
+    }
     let img = match Image::open(file, &opts) {
         Ok(i) => i,
         Err(e) => return usage(e),
@@ -266,6 +271,26 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
     };
     let image = report(&img, &container, scan.as_ref());
     judge(cfg, args, container, (scan, libraries), &image)
+}
+
+/// The forms `--image` takes, for a value that names nothing.
+const IMAGE_FORMS: &str = "a path to an OCI layout directory, a docker-archive or an OCI archive tar; \
+oci:DIR[:REF], oci-archive:FILE[:REF], docker-archive:FILE[:REF|:@N]; \
+docker://HOST[:PORT]/REPO[:TAG|@DIGEST] (a registry) or docker-daemon:NAME[:TAG] (the local docker's store)";
+
+/// A bare `--image` that names no file: when it reads as a docker
+/// reference, the spellings that read it from a registry or the daemon,
+/// as skopeo spells them (containers-transports(5)): a bare name is a
+/// path there too.
+fn no_such_image(p: &Path) -> String {
+    let shown = crate::core::sanitize::esc(&p.display().to_string());
+    let hint = match p.to_str() {
+        Some(r) if crate::image::reference::is_docker_reference(r) => format!(
+            "; a registry image is named docker://{shown}, one in the local docker's store docker-daemon:{shown}"
+        ),
+        _ => String::new(),
+    };
+    format!("--image {shown}: no such file or directory{hint} (--image takes {IMAGE_FORMS})")
 }
 
 /// Judges an image already read (from a file here, or from a registry or
@@ -304,5 +329,5 @@ pub fn judge(
     if !args.json {
         println!("{}", image.line);
     }
-    print_decision(&d, args.json)
+    print_decision_strict(&d, args.json, args.strict)
 }

@@ -3,14 +3,16 @@
 
 use crate::commands::cli::{EnginePaths, InstallArgs, UninstallArgs};
 use crate::install::registration::{effective_registration, installed, Registration};
-use crate::install::{apply, edit, engine_name, plan, restart_hint_for, InstallError, Options};
+use crate::install::{
+    apply, edit, engine_name, plan, recover, restart_hint_for, InstallError, Options,
+};
 use std::path::{Path, PathBuf};
 
 /// gpu-guard's own config for this run: the one in effect, or the host's
 /// under `--host-root`. `--config` must name a gpu-guard config: nvidia-ctk
 /// spells the engine's file `--config`, and taking daemon.json for
 /// gpu-guard's config would register nothing and create a new
-/// /etc/docker/daemon.json (README, "gpu-guard install ENGINE").
+/// /etc/docker/daemon.json (docs/install.md).
 fn gpu_guard_config(
     config: Option<&Path>,
     host_root: &Path,
@@ -119,6 +121,13 @@ fn finish(verb: &str, name: &str, result: Result<i32, InstallError>) -> i32 {
 /// Plans, prints, and (unless `dry_run`) carries out an install or uninstall.
 fn run(opts: &Options, dry_run: bool) -> Result<i32, InstallError> {
     let name = engine_name(opts.engine);
+    if !dry_run {
+        // A run killed half way is rolled back (or finished) before this
+        // one plans over its files.
+        if let Some(m) = recover(opts)? {
+            eprintln!("gpu-guard: warning: {m}");
+        }
+    }
     let plan = plan(opts)?;
     for w in &plan.warnings {
         eprintln!("gpu-guard: warning: {w}");
@@ -158,7 +167,13 @@ fn run(opts: &Options, dry_run: bool) -> Result<i32, InstallError> {
         };
         println!("{what} {}", c.path.display());
     }
-    match restart_hint_for(opts.engine, opts.config_path.as_deref()) {
+    // The config install chose (k3s's template when it found one), for
+    // the service that reads it.
+    let config = opts
+        .config_path
+        .clone()
+        .or_else(|| plan.state.as_ref().map(|s| s.config.clone()));
+    match restart_hint_for(opts.engine, config.as_deref()) {
         Some(cmd) => println!("restart {name} to apply: {cmd}"),
         None => println!("podman reads hook files at each container start: no restart needed"),
     }

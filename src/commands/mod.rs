@@ -10,6 +10,7 @@ pub mod hook;
 pub mod host;
 pub mod image_check;
 pub mod install;
+pub mod man_page;
 pub mod network;
 pub mod output;
 pub mod runtime;

@@ -2,7 +2,7 @@
 //! admission webhook (`gpu-guard admission ...`) and images read over the
 //! network (`check --image docker://...` or `docker-daemon:...`). The
 //! container-start path (hook, runtime wrapper) must not link an HTTP or
-//! TLS stack (README, "Binaries"), so these run in the binary installed
+//! TLS stack (docs/install.md, "Binaries"), so these run in the binary installed
 //! beside this one, exec'd with the same arguments.
 
 use std::ffi::OsString;

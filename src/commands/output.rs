@@ -21,6 +21,12 @@ pub fn usage(msg: impl std::fmt::Display) -> i32 {
 
 /// Prints one decision (JSON or for people) and returns its exit status.
 pub fn print_decision(decision: &Decision, json: bool) -> i32 {
+    print_decision_strict(decision, json, false)
+}
+
+/// [`print_decision`]; `strict`: a container allowed where a finding
+/// predicts it fails (`check --strict`) exits 1 too.
+pub fn print_decision_strict(decision: &Decision, json: bool, strict: bool) -> i32 {
     if json {
         match serde_json::to_string_pretty(decision) {
             Ok(s) => println!("{s}"),
@@ -31,6 +37,12 @@ pub fn print_decision(decision: &Decision, json: bool) -> i32 {
     }
     match decision.verdict {
         Verdict::Refuse => EXIT_REFUSE,
+        Verdict::Allow if strict && !crate::fleet::placement::runs(decision) => {
+            if !json {
+                println!("--strict: a finding predicts this container fails here: exit 1");
+            }
+            EXIT_REFUSE
+        }
         Verdict::Allow | Verdict::Skip => EXIT_ALLOW,
     }
 }

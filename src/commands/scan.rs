@@ -2,11 +2,14 @@
 //! the kernel-image findings a container start would get.
 
 use crate::commands::cli::ScanArgs;
+use crate::core::amd::AmdCode;
 use crate::core::arch::{self, Kind};
 use crate::core::decision::{Finding, Severity};
 use crate::core::facts::HostFacts;
 use crate::core::policy::{Enforcement, KernelImageConfig};
 use crate::core::version::Version;
+use crate::scan::amd::bundle::BUNDLE_MAGIC;
+use crate::scan::amd::ccob::CCOB_MAGIC;
 use crate::scan::fatbin::{self, Budget, Entry, FatbinError};
 use crate::scan::read::{self, SizedFile};
 use crate::scan::{elf, rootfs};
@@ -42,7 +45,7 @@ pub fn main(config: Option<&Path>, args: &ScanArgs) -> i32 {
         return rootfs_command(config, args);
     }
     // A plain scan uses no policy, but an invalid config gets exit 2 from
-    // every subcommand (README, "Output and exit status").
+    // every subcommand (docs/host.md, "Output and exit status").
     if let Err(e) = crate::config::load(config) {
         eprintln!("gpu-guard: error: {e}");
         return EXIT_BAD_INPUT;
@@ -232,7 +235,7 @@ fn walk_dir(dir: &Path, depth: usize, files: &mut Vec<(PathBuf, bool)>) {
     }
 }
 
-/// ELF or bare fatbin magic, read through the careful open.
+/// ELF, bare fatbin or offload bundle magic, read through the careful open.
 fn looks_like_device_code_file(path: &Path) -> bool {
     let Ok(found) = rootfs::find_host(path) else {
         return false;
@@ -244,7 +247,10 @@ fn looks_like_device_code_file(path: &Path) -> bool {
     if read::read_exact_at(&file, &mut magic, 0).is_err() {
         return false;
     }
-    elf::is_elf(&magic) || u32::from_le_bytes(magic) == fatbin::FATBIN_MAGIC
+    elf::is_elf(&magic)
+        || u32::from_le_bytes(magic) == fatbin::FATBIN_MAGIC
+        || magic == BUNDLE_MAGIC[..4]
+        || &magic == CCOB_MAGIC
 }
 
 fn shown(path: &Path) -> String {
@@ -354,10 +360,14 @@ fn scan_json(
         json_str(&shown(path))
     );
     let mut n = 0u64;
-    let result = fatbin::scan_image(reader, &mut Budget::unlimited(), &mut |e| {
+    let result = scan_both(reader, &mut |item| {
         let sep = if n == 0 { "" } else { "," };
         n += 1;
-        let _ = write!(out, "{sep}\n  {}", entry_json(&e));
+        let json = match item {
+            Code::Cuda(e) => entry_json(&e),
+            Code::Amd(c) => amd_entry_json(&c),
+        };
+        let _ = write!(out, "{sep}\n  {json}");
     });
     match &result {
         Ok(()) => {
@@ -379,17 +389,24 @@ fn scan_summary(
     reader: &SizedFile,
 ) -> Result<(), FatbinError> {
     let mut counts: BTreeMap<SummaryKey, u64> = BTreeMap::new();
-    let result = fatbin::scan_image(reader, &mut Budget::unlimited(), &mut |e| {
-        *counts
-            .entry((e.kind, e.arch, e.ptx_isa, e.compressed))
-            .or_insert(0) += 1;
+    let mut amd: BTreeMap<(String, bool), u64> = BTreeMap::new();
+    let result = scan_both(reader, &mut |item| match item {
+        Code::Cuda(e) => {
+            *counts
+                .entry((e.kind, e.arch, e.ptx_isa, e.compressed))
+                .or_insert(0) += 1
+        }
+        Code::Amd(c) => *amd.entry((c.arch, c.compressed)).or_insert(0) += 1,
     });
     let name = crate::core::sanitize::esc_bounded(&shown(path), 4096);
     let total: u64 = counts.values().sum();
-    if total == 0 && result.is_ok() {
+    if total == 0 && amd.is_empty() && result.is_ok() {
         let _ = writeln!(out, "{name}: no device code");
     } else if total > 0 {
         print_counts(out, &name, &counts, total);
+    }
+    if !amd.is_empty() {
+        print_amd_counts(out, &name, &amd);
     }
     if let Err(e) = &result {
         report_error(out, false, first, path, &e.to_string());
@@ -409,6 +426,59 @@ fn print_counts(out: &mut impl Write, name: &str, counts: &BTreeMap<SummaryKey, 
         if let Some((a, b)) = isa {
             line.push_str(&format!(" PTX ISA {a}.{b}"));
         }
+        if *compressed {
+            line.push_str(" compressed");
+        }
+        if *n > 1 {
+            line.push_str(&format!(" x{n}"));
+        }
+        let _ = writeln!(out, "{}", line.trim_end());
+    }
+}
+
+/// One piece of device code a file holds.
+enum Code {
+    Cuda(Entry),
+    Amd(AmdCode),
+}
+
+/// The CUDA fat binaries and the HIP offload bundles of one file. A file
+/// neither reader recognizes is [`FatbinError::NotElf`]; otherwise the
+/// first error either met.
+fn scan_both(reader: &SizedFile, visit: &mut dyn FnMut(Code)) -> Result<(), FatbinError> {
+    let cuda = fatbin::scan_image(reader, &mut Budget::unlimited(), &mut |e| {
+        visit(Code::Cuda(e))
+    });
+    let hip = crate::scan::amd::scan_image(reader, &mut Budget::unlimited(), &mut |c| {
+        visit(Code::Amd(c))
+    });
+    match (cuda, hip) {
+        (Err(FatbinError::NotElf), r) => r,
+        (r, Err(FatbinError::NotElf)) => r,
+        (Err(e), _) => Err(e),
+        (Ok(()), r) => r,
+    }
+}
+
+/// `{"kind":"amdgcn","arch":"gfx90a:xnack-","compressed":true}`
+/// (docs/interfaces.md, "`gpu-guard scan`").
+fn amd_entry_json(c: &AmdCode) -> String {
+    format!(
+        "{{\"kind\":\"amdgcn\",\"arch\":{},\"compressed\":{}}}",
+        json_str(&c.arch),
+        c.compressed
+    )
+}
+
+fn print_amd_counts(out: &mut impl Write, name: &str, amd: &BTreeMap<(String, bool), u64>) {
+    let total: u64 = amd.values().sum();
+    let _ = writeln!(
+        out,
+        "{name}: {total} AMD code object{}",
+        if total == 1 { "" } else { "s" }
+    );
+    for ((arch, compressed), n) in amd {
+        let mut line = format!("  {:<22}", crate::core::sanitize::esc_bounded(arch, 64));
         if *compressed {
             line.push_str(" compressed");
         }

@@ -9,9 +9,10 @@ use crate::commands::cli::ScanArgs;
 use crate::core::container::Env;
 use crate::core::decision::{Finding, Severity};
 use crate::core::facts::HostFacts;
-use crate::core::policy::{Enforcement, LibrariesConfig, MinorVersionCompat};
+use crate::core::policy::{Enforcement, LibrariesConfig};
 use crate::core::sanitize::esc;
-use crate::scan::ldso::resolve::{Resolved, StartEnv, Tree};
+use crate::scan::ldso::resolve::{Resolved, StartEnv};
+use crate::scan::ldso::tree::Tree;
 use std::io::Write;
 use std::path::Path;
 
@@ -21,7 +22,6 @@ const EXIT_BAD_INPUT: i32 = 2;
 
 struct Setup {
     cfg: LibrariesConfig,
-    minor: MinorVersionCompat,
     facts: Option<HostFacts>,
     inputs: StartEnv,
 }
@@ -50,7 +50,6 @@ fn setup(config: Option<&Path>, args: &ScanArgs) -> Result<Setup, String> {
     inputs.driver_version = facts.as_ref().and_then(|f| f.driver_version.clone());
     Ok(Setup {
         cfg: lib,
-        minor: cfg.requirements.minor_version_compatibility,
         facts,
         inputs,
     })
@@ -76,7 +75,7 @@ pub fn main(config: Option<&Path>, args: &ScanArgs) -> i32 {
             continue;
         }
         let r = crate::scan::ldso::scan_rootfs(rootfs, &s.inputs, &s.cfg, true);
-        let findings = crate::core::libraries::assess(&r.scan, s.facts.as_ref(), &s.cfg, s.minor);
+        let findings = crate::core::libraries::assess(&r.scan, s.facts.as_ref(), &s.cfg);
         if findings.iter().any(|f| f.severity == Severity::Error) {
             status = status.max(EXIT_ERROR_FINDING);
         }

@@ -128,6 +128,45 @@ pub struct Mount {
     /// options in place: one `mounts` list, one `options` key in the entry
     /// (crate::oci::spec_file). Anything else is left as it is.
     pub patchable: bool,
+    /// What a bind mount's source is on the host, when the caller looked
+    /// (pipeline: one stat, through symlinks as mount(2) follows them);
+    /// None when not looked at or not a device.
+    pub host: Option<MountSource>,
+}
+
+/// What a bind mount brings from the host, by what it is, not its name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MountSource {
+    /// A character device node, by number.
+    CharDevice { major: u32, minor: u32 },
+    /// A directory of the host's device nodes (on the filesystem of the
+    /// host's `/dev`): every node in it comes along.
+    DeviceDir,
+}
+
+/// One entry of `linux.devices` (runtime-spec config-linux.md "Devices"):
+/// runc creates the node in the container as given, without looking at
+/// the host (libcontainer/specconv `createDevices`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeviceNode {
+    pub path: String,
+    /// `c`, `b`, `u` (unbuffered character) or `p`.
+    pub kind: String,
+    pub major: i64,
+    pub minor: i64,
+}
+
+/// One entry of `linux.resources.devices`, the device cgroup's rules
+/// (runtime-spec config-linux.md "Device allowlist"): `None` is a wildcard.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeviceRule {
+    pub allow: bool,
+    /// `a`, `c` or `b`; `""` is `a` (runc specconv `CreateCgroupConfig`).
+    pub kind: String,
+    pub major: Option<i64>,
+    pub minor: Option<i64>,
+    /// Any of `r`, `w`, `m`.
+    pub access: String,
 }
 
 impl Mount {
@@ -139,6 +178,25 @@ impl Mount {
     }
 }
 
+/// The cpuset a spec gives its container (`linux.resources.cpu`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Cpuset {
+    /// `cpus`, "" when unset.
+    pub cpus: String,
+    /// `mems`, "" when unset.
+    pub mems: String,
+    /// runc reads `linux`, `resources`, `cpu`, `cpus` and `mems` each from
+    /// at most one key (crate::oci::cpuset_patch rewrites only such a spec).
+    pub patchable: bool,
+}
+
+impl Cpuset {
+    /// Whether the user, kubelet or engine set a cpuset of its own.
+    pub fn is_set(&self) -> bool {
+        !self.cpus.trim().is_empty() || !self.mems.trim().is_empty()
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct Container {
     pub id: Option<String>,
@@ -146,6 +204,10 @@ pub struct Container {
     pub annotations: BTreeMap<String, String>,
     /// `linux.devices[].path`.
     pub devices: Vec<String>,
+    /// `linux.devices`, with their numbers.
+    pub device_nodes: Vec<DeviceNode>,
+    /// `linux.resources.devices`, in order.
+    pub device_rules: Vec<DeviceRule>,
     /// Every hook in the spec (all stages), path and args.
     pub hooks: Vec<Hook>,
     /// `mounts[]`: source and destination.
@@ -154,9 +216,19 @@ pub struct Container {
     pub no_new_privileges: bool,
     /// `process.rlimits` the spec sets, by type (`RLIMIT_MEMLOCK`): tuning
     /// only raises a limit, never lowers one the container set.
-    pub rlimits: BTreeMap<String, crate::core::decision::Rlimit>,
+    pub rlimits: BTreeMap<String, Rlimit>,
     /// `process.user.uid`, when the spec has one.
     pub uid: Option<u32>,
+    /// `process.user.gid` (0 when the spec has a user without one).
+    pub gid: Option<u32>,
+    /// `process.user.additionalGids`.
+    pub additional_gids: Vec<u32>,
+    /// `linux.uidMappings` is not empty: the container's ids are not the
+    /// host's (a user namespace).
+    pub user_namespace: bool,
+    /// `linux.resources.cpu.cpus` and `.mems`, and whether gpu-guard can
+    /// set them (core::tuning::numa).
+    pub cpuset: Cpuset,
     /// Absolute path of the root filesystem, when known.
     pub rootfs: Option<PathBuf>,
     /// `process.cwd`, when the spec sets it (the loader resolves relative
@@ -195,7 +267,19 @@ impl Container {
         Container {
             env,
             assume_attached: true,
+            // No cpuset, and one a runtime's default spec could be given.
+            cpuset: Cpuset {
+                patchable: true,
+                ..Cpuset::default()
+            },
             ..Default::default()
         }
     }
+}
+
+/// One `process.rlimits` entry's values (runtime-spec `POSIXRlimit`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Rlimit {
+    pub soft: u64,
+    pub hard: u64,
 }

@@ -17,15 +17,20 @@
 //! keys read; each runtime writes them after what it copies in, so its
 //! values win over a copied one of the same key:
 //! - containerd: `io.kubernetes.cri.*` (containerd pkg/cri/annotations in
-//!   1.6, internal/cri/annotations in 2.x), written by the CRI plugin's
-//!   spec options after the pass-through annotations
-//!   (pkg/cri/server/container_create_linux.go in 1.6,
+//!   1.6, internal/cri/annotations in 2.x: `ContainerType`,
+//!   `SandboxNamespace`, `SandboxName`, `ContainerName`, `ImageName`,
+//!   all set by `DefaultCRIAnnotations` on every workload container),
+//!   written by the CRI plugin's spec options after the pass-through
+//!   annotations (pkg/cri/server/container_create_linux.go in 1.6,
 //!   internal/cri/server/container_create.go `buildLinuxSpec` in 2.x);
 //! - CRI-O: its own `io.kubernetes.cri-o.ContainerType`, `.ImageName` and
-//!   `.RuntimeHandler` (pkg/annotations), and the kubelet's container
-//!   labels `io.kubernetes.pod.namespace` and `io.kubernetes.pod.name`
-//!   (kubelet pkg/kubelet/kuberuntime/labels.go), which
-//!   `SpecAddAnnotations` writes last.
+//!   `.RuntimeHandler` (pkg/annotations; `internal.go` in current
+//!   releases), and the kubelet's container labels
+//!   `io.kubernetes.pod.namespace`, `io.kubernetes.pod.name` and
+//!   `io.kubernetes.container.name` (kubelet pkg/kubelet/kuberuntime/labels.go
+//!   `newContainerLabels`), which `SpecAddAnnotations`
+//!   (internal/factory/container/container.go) writes last, after the
+//!   sandbox's and the pod's annotations.
 //!
 //! The hooks (precreate, prestart) have no such evidence and never read
 //! these facts. A spec that carries both runtimes' keys, disagreeing, was
@@ -71,6 +76,8 @@ impl CriRuntime {
 pub struct CriFacts {
     pub namespace: Option<String>,
     pub pod: Option<String>,
+    /// The container's name in its pod.
+    pub container: Option<String>,
     pub image: Option<String>,
     pub handler: Option<String>,
 }
@@ -80,11 +87,13 @@ pub const CONTAINERD_CONTAINER_TYPE: &str = "io.kubernetes.cri.container-type";
 pub const CONTAINERD_NAMESPACE: &str = "io.kubernetes.cri.sandbox-namespace";
 pub const CONTAINERD_POD: &str = "io.kubernetes.cri.sandbox-name";
 pub const CONTAINERD_IMAGE: &str = "io.kubernetes.cri.image-name";
+pub const CONTAINERD_CONTAINER_NAME: &str = "io.kubernetes.cri.container-name";
 /// CRI-O's keys (pkg/annotations), and the kubelet's container labels.
 pub const CRIO_CONTAINER_TYPE: &str = "io.kubernetes.cri-o.ContainerType";
 pub const CRIO_NAMESPACE: &str = "io.kubernetes.pod.namespace";
 pub const CRIO_POD: &str = "io.kubernetes.pod.name";
 pub const CRIO_IMAGE: &str = "io.kubernetes.cri-o.ImageName";
+pub const CRIO_CONTAINER_NAME: &str = "io.kubernetes.container.name";
 /// CRI-O writes the handler on the pod sandbox's spec
 /// (server/sandbox_run_linux.go `g.AddAnnotation(annotations.RuntimeHandler, ...)`);
 /// a workload container's spec may not carry it, so a `handler` selector
@@ -98,6 +107,7 @@ struct KeySet {
     container_type: &'static str,
     namespace: &'static str,
     pod: &'static str,
+    container: &'static str,
     image: &'static str,
     handler: Option<&'static str>,
 }
@@ -106,6 +116,7 @@ const CONTAINERD: KeySet = KeySet {
     container_type: CONTAINERD_CONTAINER_TYPE,
     namespace: CONTAINERD_NAMESPACE,
     pod: CONTAINERD_POD,
+    container: CONTAINERD_CONTAINER_NAME,
     image: CONTAINERD_IMAGE,
     handler: None,
 };
@@ -114,6 +125,7 @@ const CRIO: KeySet = KeySet {
     container_type: CRIO_CONTAINER_TYPE,
     namespace: CRIO_NAMESPACE,
     pod: CRIO_POD,
+    container: CRIO_CONTAINER_NAME,
     image: CRIO_IMAGE,
     handler: Some(CRIO_HANDLER),
 };
@@ -124,6 +136,7 @@ impl KeySet {
         CriFacts {
             namespace: get(self.namespace),
             pod: get(self.pod),
+            container: get(self.container),
             image: get(self.image),
             handler: self.handler.and_then(get),
         }
@@ -282,5 +295,9 @@ mod tests {
         assert_eq!(f.namespace.as_deref(), Some("gpu-operator"));
         assert_eq!(f.pod.as_deref(), Some("nvidia-driver"));
         assert_eq!(f.handler.as_deref(), Some("nvidia"));
+        let mut named = keys[..4].to_vec();
+        named.push((CRIO_CONTAINER_NAME, "driver"));
+        let f = trusted(&with(Some(CriRuntime::Crio), &named));
+        assert_eq!(f.container.as_deref(), Some("driver"));
     }
 }

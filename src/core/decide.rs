@@ -58,6 +58,66 @@ pub struct HostLocal {
     pub shm: ShmHost,
     /// The findings of the CDI spec check (core::cdi::judge).
     pub cdi: Vec<Finding>,
+    /// The findings of the device nodes the container will use
+    /// (core::device_nodes), for a probed host.
+    pub device_nodes: Vec<Finding>,
+    /// The CPUs and memory nodes a cpuset may name, for `tuning.numa = "pin"`.
+    pub numa: crate::core::tuning::numa::NumaHost,
+}
+
+/// The AMD GPUs the container gets (core::amd::visible) and their
+/// findings: names the host does not have, AMD asked for on a host
+/// without AMD GPUs, code objects and ROCm (core::amd::judge), and an
+/// image built for the other vendor.
+fn amd_findings<'a>(
+    inp: &Inputs<'a>,
+    facts: &'a HostFacts,
+    nvidia: &[&'a Gpu],
+    out: &mut Vec<Finding>,
+) -> Vec<&'a Gpu> {
+    let (c, det) = (inp.container, inp.detection);
+    let v = crate::core::amd::visible::amd_gpus(c, det, facts);
+    for name in v.unknown.iter().take(8) {
+        out.push(
+            Finding::error(
+                Check::Device,
+                format!(
+                    "AMD_VISIBLE_DEVICES asks for AMD GPU {}, which this host does not have; host GPUs: {}",
+                    esc(name),
+                    facts.gpu_list()
+                ),
+            )
+            .with_fix("request an AMD GPU this host has (its index among the AMD GPUs, or its UUID as `gpu-guard host` lists them), or `all`"),
+        );
+    }
+    if !det.amd_signals.is_empty() && !facts.gpus.iter().any(|g| g.is_amd()) {
+        let asked: Vec<String> = det.amd_signals.iter().map(|s| s.describe()).collect();
+        out.push(
+            Finding::error(
+                Check::Device,
+                format!(
+                    "the container asks for AMD GPUs ({}) but this host has none (no GPU in its KFD topology); host GPUs: {}",
+                    esc(&asked.join(", ")),
+                    facts.gpu_list()
+                ),
+            )
+            .with_fix("run the container on a node with AMD GPUs (gpu-guard.io/vendor=amd), or load the amdgpu driver (`modprobe amdgpu`, check `dmesg`)"),
+        );
+    }
+    out.extend(crate::core::amd_judge::findings(
+        c,
+        &v.gpus,
+        facts,
+        inp.scanned,
+        inp.config,
+    ));
+    out.extend(crate::core::amd_judge::vendor_findings(
+        c,
+        nvidia,
+        &v.gpus,
+        inp.scanned,
+    ));
+    v.gpus
 }
 
 fn device_findings(det: &Detection, facts: &HostFacts, out: &mut Vec<Finding>) -> Vec<usize> {
@@ -117,7 +177,17 @@ fn host_findings(host: &HostReport, visible: &[&Gpu], cfg: &Config, out: &mut Ve
                     ),
                 ),
             },
+            // The GPU's health says it failed: a `health` finding
+            // (core::health), by `[health] failed`.
             HostProblemKind::GpuLost { index } => {
+                let judged = host.facts.as_ref().is_some_and(|f| {
+                    f.gpus
+                        .iter()
+                        .any(|g| g.index == *index && g.health.is_some())
+                });
+                if judged {
+                    continue;
+                }
                 if visible.iter().any(|g| g.index == *index) {
                     Finding::error(Check::Host, p.message.clone())
                 } else {
@@ -158,15 +228,30 @@ fn host_and_requirement_findings<'a>(
                 let cuda = facts.cuda_driver_version.clone();
                 (v, cuda.unwrap_or_else(|| "unknown".into()))
             });
-            let idx = device_findings(det, facts, findings);
-            visible = idx.iter().map(|i| &facts.gpus[*i]).collect();
+            let idx = if det.amd_only {
+                Vec::new()
+            } else {
+                device_findings(det, facts, findings)
+            };
+            let nvidia: Vec<&Gpu> = idx.iter().map(|i| &facts.gpus[*i]).collect();
+            let amd = amd_findings(inp, facts, &nvidia, findings);
+            visible = nvidia.iter().chain(&amd).copied().collect();
             d.visible_gpus = Some(visible.iter().map(|g| g.index).collect());
             host_findings(host, &visible, cfg, findings);
+            findings.extend(crate::core::health::findings(
+                &visible,
+                &facts.gpus,
+                &cfg.health,
+            ));
             let no_driver_reported = host
                 .problems
                 .iter()
                 .any(|p| p.kind == HostProblemKind::NoDriver);
-            if facts.driver_version.is_none() {
+            if det.amd_only {
+                // AMD GPUs only: NVIDIA's driver and CUDA requirements
+                // are not this container's (a CUDA image is a `vendor`
+                // finding).
+            } else if facts.driver_version.is_none() {
                 if !no_driver_reported {
                     findings.push(
                         Finding::error(
@@ -203,6 +288,7 @@ pub fn decide(inp: &Inputs) -> Decision {
     let det = inp.detection;
     let mut d = Decision::skip();
     d.container_id = c.id.clone();
+    d.workload = crate::core::workload::of(c.cri_facts());
     d.gpu_container = det.gpu;
     if cfg.mode == Mode::Off {
         return d;
@@ -224,6 +310,7 @@ pub fn decide(inp: &Inputs) -> Decision {
     findings.extend(inp.libraries.iter().cloned());
     d.libraries = inp.library_scan.cloned();
     findings.extend(inp.local.cdi.iter().cloned());
+    findings.extend(inp.local.device_nodes.iter().cloned());
 
     if inp.stage == Stage::Edit {
         let (env, mut tf) = tuning::plan(c, &visible, &cfg.tuning);
@@ -231,6 +318,10 @@ pub fn decide(inp: &Inputs) -> Decision {
         d.edits.rlimits = tuning::rlimits_over(c, &cfg.tuning, &inp.local.rlimits);
         findings.append(&mut tf);
     }
+    let numa = tuning::numa::plan(c, &visible, &cfg.tuning, inp.stage, &inp.local.numa);
+    d.edits.env.extend(numa.env);
+    d.edits.cpuset = numa.cpuset;
+    findings.extend(numa.findings);
     let (mount, mut shm) = tuning::shm::plan(c, &cfg.tuning, inp.stage, &inp.local.shm);
     d.edits.mounts.extend(mount);
     findings.append(&mut shm);
@@ -263,6 +354,7 @@ pub fn security_only(c: &Container, gpu: bool, cfg: &Config, stage: Stage) -> De
     let sp = security::plan(c, &cfg.security, &cfg.capability_allowlist(), stage);
     let mut d = Decision::skip();
     d.container_id = c.id.clone();
+    d.workload = crate::core::workload::of(c.cri_facts());
     d.gpu_container = gpu;
     if cfg.mode == Mode::Off {
         return d;
@@ -314,12 +406,13 @@ fn warn_note(what: &str, starts: &str) -> Finding {
 }
 
 /// The decision for a GPU container when the config itself is unusable:
-/// refuse, naming the file and key (README: non-GPU containers still
-/// start). `error` is the loader's one-line message, `path` the file it
+/// refuse, naming the file and key (docs/invalid-config.md: non-GPU
+/// containers still start). `error` is the loader's one-line message, `path` the file it
 /// read and `gpu` whether the built-in detection calls it a GPU container.
 pub fn config_error(error: &str, path: &std::path::Path, c: &Container, gpu: bool) -> Decision {
     let mut d = Decision::skip();
     d.container_id = c.id.clone();
+    d.workload = crate::core::workload::of(c.cri_facts());
     d.gpu_container = gpu;
     if gpu {
         d.verdict = Verdict::Refuse;
@@ -334,8 +427,8 @@ pub fn config_error(error: &str, path: &std::path::Path, c: &Container, gpu: boo
     d
 }
 
-/// The decision for a spec (or exec process file) gpu-guard cannot read
-/// (issue 10 B2): runc may still run it, so it is decided from what is
+/// The decision for a spec (or exec process file) gpu-guard cannot read:
+/// runc may still run it, so it is decided from what is
 /// certain. A file that mentions a GPU request is refused under `mode =
 /// "enforce"` (and under "audit" the verdict says so, which the entry
 /// points log without acting on), naming the error; under "warn" the

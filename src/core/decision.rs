@@ -1,6 +1,7 @@
 //! The decision JSON (docs/interfaces.md): a verdict, findings a person can act on,
 //! and the edits to make. A refusal is a value, never an error.
 
+pub use crate::core::container::Rlimit;
 use crate::core::sanitize::clean;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -39,6 +40,15 @@ pub enum Check {
     Library,
     /// A CUDA runtime the image ships that the driver is too old for.
     CudaRuntime,
+    /// An image's ROCm user space outside what the host's amdgpu driver
+    /// supports (core::amd::rocm).
+    Rocm,
+    /// An image built for one GPU vendor given only the other's GPUs
+    /// (core::amd_judge).
+    Vendor,
+    /// A GPU the container gets that NVML reports failed or degraded
+    /// (core::health).
+    Health,
 }
 
 impl Check {
@@ -54,6 +64,9 @@ impl Check {
             Check::Compat => "compat",
             Check::Library => "library",
             Check::CudaRuntime => "cuda-runtime",
+            Check::Rocm => "rocm",
+            Check::Vendor => "vendor",
+            Check::Health => "health",
         }
     }
 }
@@ -73,6 +86,14 @@ pub struct Finding {
     /// above the detail lines. Not part of the JSON.
     #[serde(skip)]
     pub headline: Option<String>,
+    /// Extension: the finding predicts that the container will fail there
+    /// (`no kernel image is available`, a library that will not load, a
+    /// driver too old for the CUDA runtime), whatever its severity: a
+    /// warning under `severity = "warn"` still predicts it. Placement
+    /// (fleets, `--affinity`, the admission webhook) and `check --strict`
+    /// read it; a PTX JIT is not a failure.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub predicts_failure: bool,
 }
 
 /// Every text of a finding passes through [`clean`] here, the one place,
@@ -89,6 +110,7 @@ impl Finding {
             fix: None,
             details: Vec::new(),
             headline: None,
+            predicts_failure: false,
         }
     }
 
@@ -116,6 +138,12 @@ impl Finding {
 
     pub fn with_headline(mut self, headline: impl Into<String>) -> Finding {
         self.headline = Some(clean(headline.into()));
+        self
+    }
+
+    /// Marks the finding as predicting a failure ([`Finding::predicts_failure`]).
+    pub fn predicting_failure(mut self) -> Finding {
+        self.predicts_failure = true;
         self
     }
 
@@ -149,6 +177,19 @@ pub struct Edits {
     /// "Decision JSON"); never one lowered, never a bind mount.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub mounts: BTreeMap<String, MountEdit>,
+    /// `linux.resources.cpu.cpus` and `.mems` set to the NUMA node of the
+    /// container's GPUs (`tuning.numa = "pin"`), only for a container with
+    /// no cpuset of its own (docs/interfaces.md, "GPU health and topology
+    /// at start").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpuset: Option<CpusetEdit>,
+}
+
+/// A cpuset in cpulist syntax: `{"cpus": "0-15,32-47", "mems": "0"}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CpusetEdit {
+    pub cpus: String,
+    pub mems: String,
 }
 
 /// What a tuning rule changes in one mount.
@@ -158,13 +199,6 @@ pub struct MountEdit {
     pub size: u64,
 }
 
-/// One `process.rlimits` entry's values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Rlimit {
-    pub soft: u64,
-    pub hard: u64,
-}
-
 impl Edits {
     pub fn is_empty(&self) -> bool {
         self.env.is_empty()
@@ -172,6 +206,7 @@ impl Edits {
             && !self.no_new_privileges
             && self.rlimits.is_empty()
             && self.mounts.is_empty()
+            && self.cpuset.is_none()
     }
 }
 
@@ -184,6 +219,10 @@ pub struct Decision {
     /// Extension: the container id when known (hook state, wrapper argv).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container_id: Option<String>,
+    /// Extension: the Kubernetes workload, where its CRI runtime's record
+    /// of it is believed (core::workload).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<crate::core::workload::Workload>,
     /// Extension: indices of the host GPUs the container sees.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub visible_gpus: Option<Vec<u32>>,
@@ -213,6 +252,7 @@ impl Decision {
             findings: Vec::new(),
             edits: Edits::default(),
             container_id: None,
+            workload: None,
             visible_gpus: None,
             host_source: None,
             libraries: None,
@@ -229,6 +269,33 @@ impl Decision {
 
     pub fn has_errors(&self) -> bool {
         self.errors().next().is_some()
+    }
+
+    /// What happened, in the words of the log records and the metrics'
+    /// `verdict` label: `allow`, `refuse`, `skip`, or `would_refuse` when
+    /// enforce would have refused and `mode` (audit, warn) let it start.
+    pub fn outcome(&self, mode: crate::core::policy::Mode) -> &'static str {
+        use crate::core::policy::Mode;
+        match (self.verdict, mode) {
+            (Verdict::Refuse, Mode::Audit) => "would_refuse",
+            (Verdict::Allow, Mode::Warn) if self.has_errors() => "would_refuse",
+            (Verdict::Allow, _) => "allow",
+            (Verdict::Refuse, _) => "refuse",
+            (Verdict::Skip, _) => "skip",
+        }
+    }
+
+    /// The findings that predict the container fails on this host: those
+    /// marked so ([`Finding::predicts_failure`]), and the errors of the
+    /// checks that judge whether it can work there (its requirements, its
+    /// GPUs, the host, its code, libraries and CUDA compatibility), not of
+    /// policy alone (security, tuning, config).
+    pub fn failure_predictions(&self) -> impl Iterator<Item = &Finding> {
+        self.findings.iter().filter(|f| {
+            f.predicts_failure
+                || (f.severity == Severity::Error
+                    && !matches!(f.check, Check::Security | Check::Tuning | Check::Config))
+        })
     }
 
     /// Worth a syslog line: anything but a plain skip.

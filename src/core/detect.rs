@@ -40,8 +40,14 @@
 //! Attached forms, GPU containers by themselves:
 //! - CDI requests of an NVIDIA kind in `cdi.k8s.io/*` annotations (and the
 //!   device plugin's `nvidia.cdi.k8s.io/*`);
-//! - `/dev/nvidia*` nodes in `linux.devices` or bind-mounted (what CDI
-//!   injection, `--device` and `-v /dev/nvidia0:/dev/nvidia0` leave).
+//! - NVIDIA's device nodes, by number whatever their path
+//!   (core::device_table: major 195, and the `nvidia-uvm`, `nvidia-caps`,
+//!   ... majors of the host's `/proc/devices`), in `linux.devices` or
+//!   bind-mounted (what CDI injection, `--device` and
+//!   `-v /dev/nvidia0:/dev/nvidia0` leave), and `/dev/nvidia*` paths;
+//! - a device cgroup rule that lets the container open such nodes when
+//!   it can create or reach them (core::device_access: `CAP_MKNOD`, the
+//!   host's `/dev` mounted in).
 //!
 //! NVIDIA's hook alone is not a request: nvidia-container-runtime in its
 //! standard mode adds it to every container and it acts only when devices
@@ -51,6 +57,8 @@
 //! generate), `nvidia.com/mig`, `runtime.nvidia.com/gpu` (the runtime's
 //! just-in-time CDI, internal/modifier/cdi.go automaticDeviceKind), plus
 //! `detect.cdi_kinds`. A device of another kind is not an NVIDIA GPU request.
+
+mod devices;
 
 use crate::core::container::Container;
 use crate::core::facts::HostFacts;
@@ -63,13 +71,22 @@ pub enum Signal {
     Env(String),
     LegacyImage,
     Cdi(String),
+    /// A node in `linux.devices`: its path, and its number and class when
+    /// known (`/dev/g0 (c 195:0, /dev/nvidiaN)`).
     DeviceNode(String),
-    /// A `/dev/nvidia*` bind mount (its destination, else its source).
+    /// A GPU device bind-mounted (its destination, else its source; with
+    /// the number of the host's node when it was looked at).
     DeviceMount(String),
+    /// A device cgroup rule that lets the container open GPU nodes it can
+    /// create or reach (core::device_access).
+    DeviceRule(String),
     NvidiaHook(String),
     /// The runtime wrapper chains to NVIDIA's runtime (its path).
     NvidiaRuntime(String),
     VolumeMounts,
+    /// `AMD_VISIBLE_DEVICES` (AMD's container runtime), where GPUs count as
+    /// attached.
+    AmdVisibleDevices(String),
 }
 
 impl Signal {
@@ -82,9 +99,11 @@ impl Signal {
             Signal::Cdi(k) => format!("CDI annotation {k}"),
             Signal::DeviceNode(p) => format!("device {p}"),
             Signal::DeviceMount(p) => format!("bind mount {p}"),
+            Signal::DeviceRule(r) => format!("device cgroup rule {r}"),
             Signal::NvidiaHook(p) => format!("NVIDIA hook {p}"),
             Signal::NvidiaRuntime(p) => format!("NVIDIA runtime {p}"),
             Signal::VolumeMounts => "NVIDIA volume-mounts device list".into(),
+            Signal::AmdVisibleDevices(v) => format!("AMD_VISIBLE_DEVICES={v}"),
         }
     }
 }
@@ -132,6 +151,15 @@ pub struct Detection {
     /// once each in the order first named: the devices whose CDI specs
     /// must hold for the container to start (core::cdi).
     pub cdi_devices: Vec<String>,
+    /// AMD device nodes the container gets (`/dev/kfd`, DRM render nodes;
+    /// core::device_table), or its `AMD_VISIBLE_DEVICES` where GPUs count
+    /// as attached: they make a GPU container, whose AMD GPUs
+    /// core::amd::visible names.
+    pub amd_signals: Vec<Signal>,
+    /// The container is a GPU container through AMD's signals alone: no
+    /// NVIDIA GPU is asked for, so NVIDIA's checks (its driver, CUDA
+    /// requirements) do not apply and a CUDA image is a `vendor` finding.
+    pub amd_only: bool,
     /// Names in `request.devices`: a list of 100,000 names must not cost
     /// 100,000² comparisons.
     named: HashSet<String>,
@@ -291,8 +319,7 @@ pub fn classify_with(c: &Container, cfg: &DetectConfig) -> Detection {
     env_request_signals(c, &kinds, &cfg.nvidia, &mut env);
     let mut attached = Detection::default();
     cdi_signals(c, &kinds, &mut attached);
-    device_node_signals(c, &mut attached);
-    device_mount_signals(c, &mut attached);
+    devices::signals(c, &cfg.majors, &mut attached);
     let attachers = attach_signals(c);
 
     let counts = attached.gpu
@@ -307,9 +334,27 @@ pub fn classify_with(c: &Container, cfg: &DetectConfig) -> Detection {
     } else {
         d.merge(env);
     }
+    d.amd_signals = std::mem::take(&mut attached.amd_signals);
+    if c.assume_attached || !d.amd_signals.is_empty() {
+        if let Some(v) = amd_env_request(c) {
+            d.amd_signals.push(Signal::AmdVisibleDevices(v.to_string()));
+        }
+    }
     d.merge(attached);
     d.signals.extend(attachers);
+    if !d.gpu && !d.amd_signals.is_empty() {
+        d.gpu = true;
+        d.amd_only = true;
+    }
     d
+}
+
+/// `AMD_VISIBLE_DEVICES` when it asks for GPUs (set, not empty, not
+/// `none`/`void`), as AMD's container runtime reads it
+/// (core::amd::visible).
+pub fn amd_env_request(c: &Container) -> Option<&str> {
+    let v = c.env.get("AMD_VISIBLE_DEVICES")?.trim();
+    (!v.is_empty() && v != "none" && v != "void").then_some(v)
 }
 
 /// `NVIDIA_VISIBLE_DEVICES` (or, unset, the legacy-image rule) and the
@@ -436,46 +481,6 @@ fn cdi_signals(c: &Container, kinds: &[&str], d: &mut Detection) {
     }
 }
 
-/// `/dev/nvidiaN` names the GPU with minor number N; nvidiactl,
-/// nvidia-uvm, nvidia-caps/* are shared control nodes that name no GPU.
-fn add_minor(d: &mut Detection, path: &str, via: &str) {
-    let Some(node) = path.strip_prefix("/dev/nvidia") else {
-        return;
-    };
-    if !node.is_empty() && node.bytes().all(|b| b.is_ascii_digit()) {
-        d.add(&format!("minor:{node}"), via, None);
-    }
-}
-
-/// `/dev/nvidia*` nodes in `linux.devices`: any makes a GPU container.
-fn device_node_signals(c: &Container, d: &mut Detection) {
-    for path in &c.devices {
-        if !path.starts_with("/dev/nvidia") {
-            continue;
-        }
-        d.gpu = true;
-        d.signals.push(Signal::DeviceNode(path.clone()));
-        add_minor(d, path, "linux.devices");
-    }
-}
-
-/// `/dev/nvidia*` bind-mounted (`-v /dev/nvidia0:/dev/nvidia0`): the
-/// container has the node as surely as through `linux.devices`.
-fn device_mount_signals(c: &Container, d: &mut Detection) {
-    for m in &c.mounts {
-        let path = if m.destination.starts_with("/dev/nvidia") {
-            &m.destination
-        } else if m.source.starts_with("/dev/nvidia") {
-            &m.source
-        } else {
-            continue;
-        };
-        d.gpu = true;
-        d.signals.push(Signal::DeviceMount(path.clone()));
-        add_minor(d, path, "mounts");
-    }
-}
-
 /// What will act on env requests: NVIDIA's hook in the spec, NVIDIA's
 /// runtime behind the wrapper. Neither is a request by itself.
 fn attach_signals(c: &Container) -> Vec<Signal> {
@@ -504,6 +509,18 @@ pub struct Unknown {
 /// Maps the request onto the host's GPUs: indices into `facts.gpus`, sorted,
 /// each once (a MIG device counts as its parent GPU, as dsl.c evaluates it).
 pub fn resolve(req: &Request, facts: &HostFacts) -> (Vec<usize>, Vec<Unknown>) {
+    // NVIDIA's names (indices, UUIDs, minors) name NVIDIA GPUs only: on a
+    // host with both vendors an AMD GPU is never one of them
+    // (core::amd::visible names those).
+    if facts.gpus.iter().any(|g| g.is_amd()) {
+        let mut nvidia = facts.clone();
+        let at: Vec<usize> = (0..facts.gpus.len())
+            .filter(|i| !facts.gpus[*i].is_amd())
+            .collect();
+        nvidia.gpus = at.iter().map(|i| facts.gpus[*i].clone()).collect();
+        let (idx, unknown) = resolve(req, &nvidia);
+        return (idx.into_iter().map(|i| at[i]).collect(), unknown);
+    }
     if req.all {
         return ((0..facts.gpus.len()).collect(), Vec::new());
     }
@@ -594,6 +611,7 @@ mod tests {
                     ..Default::default()
                 },
             ],
+            ..Default::default()
         }
     }
 

@@ -367,6 +367,7 @@ mod tests {
                 compute_capability: Some("8.9".into()),
                 ..Default::default()
             }],
+            ..Default::default()
         };
         let req = Requirement::parse("NVIDIA_REQUIRE_CUDA", CUDA_12_4).unwrap();
         let d = Version::parse("545.23.06").unwrap();

@@ -8,8 +8,15 @@
 //! link. The capabilities come from `NVIDIA_DRIVER_CAPABILITIES`
 //! (comma-separated; `all` is every one; unset or empty is
 //! `utility,compute`: nvidia-container-toolkit
-//! `internal/config/image/capabilities.go`). `display` and `compat32`
-//! mount no 64-bit library (compat32 adds the 32-bit ones). CDI mode also
+//! `internal/config/image/capabilities.go`). A capability brings more
+//! library sets than its own name: libnvidia-container `src/options.h`
+//! (`container_opts`) maps `video` to `OPT_VIDEO_LIBS|OPT_COMPUTE_LIBS` and
+//! `display` to `OPT_DISPLAY|OPT_GRAPHICS_LIBS` (with `OPT_DISPLAY_LIBS` in
+//! newer releases, which `match_library_flags` in `src/nvc_info.c` does not
+//! read), and `nvc_mount.c` (`mount_files`) mounts a driver library only
+//! when `match_library_flags` matches it against those flags
+//! ([`library_sets`]). `compat32` mounts only the 32-bit copies, so no
+//! 64-bit library. CDI mode also
 //! links `libcuda.so` to `libcuda.so.1` (toolkit
 //! `internal/discover/symlinks.go`), kept here with the compute libraries.
 //! A container that is not given GPUs gets none of them.
@@ -176,11 +183,40 @@ pub fn capabilities(env_value: Option<&str>) -> BTreeSet<Capability> {
     out
 }
 
-/// The injected libraries for these capabilities.
+/// The library sets the capabilities bring, as libnvidia-container's
+/// `container_opts` (src/options.h) maps each capability to flags:
+/// `utility` `OPT_UTILITY_LIBS`, `compute` `OPT_COMPUTE_LIBS`, `video`
+/// `OPT_VIDEO_LIBS|OPT_COMPUTE_LIBS`, `graphics` `OPT_GRAPHICS_LIBS`,
+/// `display` `OPT_DISPLAY|OPT_GRAPHICS_LIBS`, `ngx` `OPT_NGX_LIBS`,
+/// `compat32` `OPT_COMPAT32` (32-bit copies only: no set here). A set is
+/// named by the capability whose own libraries it holds.
+pub fn library_sets(caps: &BTreeSet<Capability>) -> BTreeSet<Capability> {
+    let mut out = BTreeSet::new();
+    for c in caps {
+        match c {
+            Capability::Utility | Capability::Compute | Capability::Graphics | Capability::Ngx => {
+                out.insert(*c);
+            }
+            Capability::Video => {
+                out.insert(Capability::Video);
+                out.insert(Capability::Compute);
+            }
+            Capability::Display => {
+                out.insert(Capability::Graphics);
+            }
+            Capability::Compat32 => {}
+        }
+    }
+    out
+}
+
+/// The injected libraries for these capabilities: every library of the
+/// sets they bring ([`library_sets`]).
 pub fn injected(caps: &BTreeSet<Capability>) -> Vec<&'static DriverLib> {
+    let sets = library_sets(caps);
     DRIVER_LIBS
         .iter()
-        .filter(|l| caps.contains(&l.capability))
+        .filter(|l| sets.contains(&l.capability))
         .collect()
 }
 
@@ -202,6 +238,36 @@ mod tests {
         assert_eq!(
             capabilities(Some("utility, video,bogus")),
             [Capability::Utility, Capability::Video].into()
+        );
+    }
+
+    /// libnvidia-container src/options.h `container_opts`: video brings
+    /// the compute libraries, display the graphics ones; ngx and graphics
+    /// only their own; compat32 no 64-bit library.
+    #[test]
+    fn capabilities_bring_the_sets_libnvidia_container_mounts() {
+        let names = |caps: &str| -> Vec<&'static str> {
+            injected(&capabilities(Some(caps)))
+                .iter()
+                .map(|l| l.name)
+                .collect()
+        };
+        let video = names("video");
+        for lib in ["libcuda.so", "libnvidia-ptxjitcompiler.so", "libnvcuvid.so"] {
+            assert!(video.contains(&lib), "video: {lib}");
+        }
+        assert!(!video.contains(&"libnvidia-ml.so"));
+        let display = names("display");
+        assert!(display.contains(&"libGLX_nvidia.so") && display.contains(&"libnvidia-glcore.so"));
+        assert!(!display.contains(&"libcuda.so"));
+        assert_eq!(names("graphics"), display);
+        assert_eq!(names("ngx"), ["libnvidia-ngx.so"]);
+        assert!(names("compat32").is_empty());
+        assert!(!names("utility").contains(&"libcuda.so"));
+        assert_eq!(names("all").len(), DRIVER_LIBS.len());
+        assert_eq!(
+            library_sets(&capabilities(Some("video,display"))),
+            [Capability::Compute, Capability::Video, Capability::Graphics].into()
         );
     }
 

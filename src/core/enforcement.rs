@@ -6,9 +6,13 @@
 /// What a check does with what it finds wrong: refuse the container (an
 /// error finding), warn (a warning, the container starts), or nothing (the
 /// check is off). The one type behind every key of that meaning:
-/// `kernel_image.severity`, `kernel_image.on_incomplete` and
-/// `compat.missing_library`. Each key keeps the spellings it always had
-/// (the `spelling` tables below), so existing config files read the same.
+/// `kernel_image.severity`, `libraries.severity`, `health.failed`,
+/// `health.degraded`, `kernel_image.on_incomplete`,
+/// `libraries.on_incomplete` and `compat.missing_library`. One word per
+/// level in every key: `off`, `warn`, `enforce` (the keys that cannot be
+/// off take the last two). `refuse` is a deprecated spelling of `enforce`
+/// the `on_incomplete` and `missing_library` keys still read
+/// ([`DEPRECATED_REFUSE`]); the config loader warns about it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Enforcement {
     Off,
@@ -17,9 +21,18 @@ pub enum Enforcement {
     Refuse,
 }
 
+/// The keys that read `refuse` as a deprecated spelling of `enforce`, as
+/// `table.key`.
+pub const DEPRECATED_REFUSE: [&str; 3] = [
+    "kernel_image.on_incomplete",
+    "libraries.on_incomplete",
+    "compat.missing_library",
+];
+
 /// The spellings of [`Enforcement`] per config key, for serde's
-/// `with = "..."`. A key accepts exactly the words it always did, and a
-/// wrong one gets serde's own `unknown variant` message listing them.
+/// `with = "..."`. A key accepts its levels' words (and the deprecated
+/// `refuse` where [`DEPRECATED_REFUSE`] lists it), and a wrong one gets
+/// serde's own `unknown variant` message listing the words.
 pub(crate) mod spelling {
     use super::Enforcement;
 
@@ -27,22 +40,22 @@ pub(crate) mod spelling {
     struct Words {
         names: &'static [&'static str],
         values: &'static [Enforcement],
+        /// Reads `refuse` as `enforce` (deprecated).
+        refuse_alias: bool,
     }
 
     /// `kernel_image.severity`: `off`, `warn`, `enforce`.
     const OFF_WARN_ENFORCE: Words = Words {
         names: &["off", "warn", "enforce"],
         values: &[Enforcement::Off, Enforcement::Warn, Enforcement::Refuse],
+        refuse_alias: false,
     };
-    /// `kernel_image.on_incomplete`: `warn`, `refuse`.
-    const WARN_REFUSE: Words = Words {
-        names: &["warn", "refuse"],
+    /// `kernel_image.on_incomplete`, `libraries.on_incomplete`,
+    /// `compat.missing_library`: `warn`, `enforce` (`refuse` deprecated).
+    const WARN_ENFORCE: Words = Words {
+        names: &["warn", "enforce"],
         values: &[Enforcement::Warn, Enforcement::Refuse],
-    };
-    /// `compat.missing_library`: `refuse`, `warn`.
-    const REFUSE_WARN: Words = Words {
-        names: &["refuse", "warn"],
-        values: &[Enforcement::Refuse, Enforcement::Warn],
+        refuse_alias: true,
     };
 
     fn serialize<S: serde::Serializer>(w: &Words, v: Enforcement, s: S) -> Result<S::Ok, S::Error> {
@@ -70,6 +83,7 @@ pub(crate) mod spelling {
             fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Enforcement, E> {
                 match self.0.names.iter().position(|n| *n == v) {
                     Some(i) => Ok(self.0.values[i]),
+                    None if self.0.refuse_alias && v == "refuse" => Ok(Enforcement::Refuse),
                     None => Err(E::unknown_variant(v, self.0.names)),
                 }
             }
@@ -114,8 +128,7 @@ pub(crate) mod spelling {
         };
     }
     key!(off_warn_enforce, OFF_WARN_ENFORCE);
-    key!(warn_refuse, WARN_REFUSE);
-    key!(refuse_warn, REFUSE_WARN);
+    key!(warn_enforce, WARN_ENFORCE);
 }
 
 #[cfg(test)]
@@ -151,13 +164,19 @@ mod tests {
                 "kernel_image",
                 "on_incomplete",
                 |c| c.kernel_image.on_incomplete,
-                &[("warn", Enforcement::Warn), ("refuse", Enforcement::Refuse)],
+                &[
+                    ("warn", Enforcement::Warn),
+                    ("enforce", Enforcement::Refuse),
+                ],
             ),
             (
                 "compat",
                 "missing_library",
                 |c| c.compat.missing_library,
-                &[("refuse", Enforcement::Refuse), ("warn", Enforcement::Warn)],
+                &[
+                    ("warn", Enforcement::Warn),
+                    ("enforce", Enforcement::Refuse),
+                ],
             ),
         ];
         for (table, key, get, words) in cases {
@@ -182,10 +201,17 @@ mod tests {
             assert!(parse(&format!("[{table}]\n{key} = {{ warn = 1 }}\n")).is_err());
             assert!(parse(&format!("[{table}]\n{key} = {{}}\n")).is_err());
         }
-        // Words of one key are not accepted by another.
+        // A level a key does not have is refused; `refuse` is read only
+        // where it was a spelling, and written back as `enforce`.
         assert!(parse("[kernel_image]\nseverity = \"refuse\"\n").is_err());
         assert!(parse("[kernel_image]\non_incomplete = \"off\"\n").is_err());
-        assert!(parse("[compat]\nmissing_library = \"enforce\"\n").is_err());
+        assert!(parse("[health]\nfailed = \"refuse\"\n").is_err());
+        for key in DEPRECATED_REFUSE {
+            let (table, key) = key.split_once('.').unwrap();
+            let c = parse(&format!("[{table}]\n{key} = \"refuse\"\n")).unwrap();
+            let text = toml::to_string(&c).unwrap();
+            assert!(text.contains(&format!("{key} = \"enforce\"")), "{text}");
+        }
     }
 
     #[test]
@@ -196,8 +222,8 @@ mod tests {
             "unknown variant `loud`, expected one of `off`, `warn`, `enforce`"
         );
         let e = parse("[kernel_image]\non_incomplete = \"off\"\n").unwrap_err();
-        assert_eq!(e, "unknown variant `off`, expected `warn` or `refuse`");
+        assert_eq!(e, "unknown variant `off`, expected `warn` or `enforce`");
         let e = parse("[compat]\nmissing_library = \"off\"\n").unwrap_err();
-        assert_eq!(e, "unknown variant `off`, expected `refuse` or `warn`");
+        assert_eq!(e, "unknown variant `off`, expected `warn` or `enforce`");
     }
 }

@@ -127,7 +127,13 @@ pub fn flags_decision(target: &Target, change: &ExecChange, cfg: &Config) -> Opt
             .with_fix("exec as a non-root user (runc exec --user UID, docker exec --user UID)"),
         );
     }
-    (!findings.is_empty()).then(|| verdict(target.gpu, target.id.clone(), findings, cfg))
+    (!findings.is_empty()).then(|| {
+        let mut d = verdict(target.gpu, target.id.clone(), findings, cfg);
+        d.workload = target
+            .container
+            .and_then(|c| crate::core::workload::of(c.cri_facts()));
+        d
+    })
 }
 
 /// The decision for exec flags into a container whose exception lets it
@@ -153,6 +159,9 @@ fn privileged_exception(target: &Target, change: &ExecChange, i: usize, which: &
     }
     let mut d = Decision::skip();
     d.container_id = target.id.clone();
+    d.workload = target
+        .container
+        .and_then(|c| crate::core::workload::of(c.cri_facts()));
     d.gpu_container = target.gpu;
     d.verdict = Verdict::Allow;
     d.findings.push(Finding::warning(

@@ -5,6 +5,9 @@
 //! [`HostSource`], so the decision core never touches the machine.
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+use crate::core::gpu_health::{GpuHealth, NvmlHealth};
 
 /// The host facts JSON (docs/interfaces.md, "Host facts JSON"). Unknown fields are
 /// ignored on read, as the design asks of readers.
@@ -16,6 +19,34 @@ pub struct HostFacts {
     pub cuda_driver_version: Option<String>,
     #[serde(default)]
     pub gpus: Vec<Gpu>,
+    /// The amdgpu kernel driver's version (`/sys/module/amdgpu/version`, the
+    /// amdgpu-dkms module version, e.g. `6.16.6`); absent (null) without the
+    /// amdgpu driver (docs/interfaces.md, "AMD GPUs"). An in-tree driver, which has
+    /// no version of its own, is `in-tree <kernel release>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amdgpu_driver_version: Option<String>,
+}
+
+/// Who made a GPU. Absent in the facts JSON means NVIDIA.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Vendor {
+    #[default]
+    Nvidia,
+    Amd,
+}
+
+impl Vendor {
+    pub fn is_nvidia(&self) -> bool {
+        *self == Vendor::Nvidia
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Vendor::Nvidia => "nvidia",
+            Vendor::Amd => "amd",
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -42,6 +73,72 @@ pub struct Gpu {
     /// that names device nodes be mapped to GPUs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub minor_number: Option<u32>,
+    /// `nvidia` (left out) or `amd`.
+    #[serde(default, skip_serializing_if = "Vendor::is_nvidia")]
+    pub vendor: Vendor,
+    /// AMD: the LLVM target ID with the host's feature modes
+    /// (`gfx942:sramecc+:xnack-`); see core::amd::fit for how a container's
+    /// env changes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_id: Option<String>,
+    /// AMD: `/dev/dri/renderD<drm_render_minor>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub render_node: Option<String>,
+    /// AMD: compute units (KFD `simd_count / simd_per_cu`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_units: Option<u32>,
+    /// Extension, AMD: XNACK switches per process on this GPU (gfx90a,
+    /// gfx94x, gfx950), so the container's `HSA_XNACK` decides its mode;
+    /// `target_id` carries the default a process gets.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub xnack_per_process: bool,
+    /// Extension, AMD: the KFD topology node (`/sys/class/kfd/kfd/topology/nodes/<N>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kfd_node: Option<u32>,
+    /// `ok`, `degraded` or `failed`, and why (core::health); absent when
+    /// not known (the /proc fallback, a facts file that does not say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<GpuHealth>,
+    /// Input only: NVML's raw health answers (the fake NVML's
+    /// `nvml_health`); a facts file that has them but no `health` is
+    /// judged from them ([`HostFacts::from_json`]).
+    #[serde(default, skip_serializing)]
+    pub nvml_health: Option<NvmlHealth>,
+    /// The GPU's NUMA node (sysfs `numa_node`): absent when not read,
+    /// `null` when the kernel knows none (-1).
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "nullable")]
+    pub numa_node: Option<Option<u32>>,
+    /// The CPUs local to the GPU (sysfs `local_cpulist`, cpulist syntax).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_cpus: Option<String>,
+    /// Extension: peers (by index) NVML reports no P2P path to, with
+    /// NVML's status (`nvmlDeviceGetP2PStatus`, read capability:
+    /// `ioh_topology_not_supported`, `chipset_not_supported`, ...). Absent
+    /// or empty: P2P works to every peer, or was not read.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub p2p: BTreeMap<String, String>,
+}
+
+/// serde for a field that is absent (None), `null` (Some(None)) or a
+/// value: serde's own `Option<Option<T>>` reads `null` as absent.
+mod nullable {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer, T: Serialize>(
+        v: &Option<Option<T>>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(inner) => inner.serialize(s),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+        d: D,
+    ) -> Result<Option<Option<T>>, D::Error> {
+        Option::<T>::deserialize(d).map(Some)
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -75,8 +172,20 @@ pub const BRANDS: &[&str] = &[
 ];
 
 impl Gpu {
+    pub fn is_amd(&self) -> bool {
+        self.vendor == Vendor::Amd
+    }
+
     /// One short description for diagnoses: `GPU 0 (NVIDIA A100-SXM4-80GB, compute capability 8.0)`.
     pub fn describe(&self) -> String {
+        if self.is_amd() {
+            let t = self.target_id.as_deref().unwrap_or("unknown target");
+            return if self.name.is_empty() {
+                format!("AMD GPU {} ({t})", self.index)
+            } else {
+                format!("AMD GPU {} ({}, {t})", self.index, self.name)
+            };
+        }
         let cc = self.compute_capability.as_deref().unwrap_or("unknown");
         if self.name.is_empty() {
             format!("GPU {} (compute capability {cc})", self.index)
@@ -91,8 +200,17 @@ impl Gpu {
 
 impl HostFacts {
     /// Parses the facts JSON, naming what is wrong in one line.
+    /// A GPU with NVML's raw health answers (`nvml_health`, what the fake
+    /// NVML answers from) but no `health` is judged from them, so a
+    /// profile decides the same through `--host` as through the probe.
     pub fn from_json(text: &str) -> Result<HostFacts, serde_json::Error> {
-        serde_json::from_str(text)
+        let mut f: HostFacts = serde_json::from_str(text)?;
+        for g in &mut f.gpus {
+            if g.health.is_none() {
+                g.health = g.nvml_health.as_ref().map(crate::core::gpu_health::judge);
+            }
+        }
+        Ok(f)
     }
 
     /// Short list of the host's GPUs for "you asked for X; the host has ..." lines.
@@ -219,9 +337,40 @@ mod tests {
                 pci_bus_id: Some("00000000:3B:00.0".into()),
                 mig_devices: vec![],
                 minor_number: None,
+                health: Some(GpuHealth::default()),
+                nvml_health: None,
+                numa_node: Some(None),
+                local_cpus: Some("0-15,32-47".into()),
+                p2p: BTreeMap::from([("1".into(), "ioh_topology_not_supported".into())]),
+                ..Default::default()
             }],
+            ..Default::default()
         };
         let text = serde_json::to_string(&f).unwrap();
+        assert!(text.contains(r#""numa_node":null"#), "{text}");
         assert_eq!(HostFacts::from_json(&text).unwrap(), f);
+        let mut g = f.clone();
+        g.gpus[0].numa_node = None;
+        let text = serde_json::to_string(&g).unwrap();
+        assert!(!text.contains("numa_node"), "{text}");
+        assert_eq!(HostFacts::from_json(&text).unwrap(), g);
+    }
+
+    #[test]
+    fn nvml_health_is_judged_when_health_is_absent() {
+        let f = HostFacts::from_json(
+            r#"{"driver_version": "550.54.14", "cuda_driver_version": "12.4", "gpus": [
+                {"index": 0, "nvml_health": {"remap_failure": true}},
+                {"index": 1, "nvml_health": {"remap_pending": true},
+                 "health": {"state": "ok", "reasons": []}},
+                {"index": 2, "numa_node": 1}]}"#,
+        )
+        .unwrap();
+        let state = |i: usize| f.gpus[i].health.as_ref().map(|h| h.state.word());
+        assert_eq!(state(0), Some("failed"));
+        assert_eq!(state(1), Some("ok"));
+        assert_eq!(state(2), None);
+        assert_eq!(f.gpus[2].numa_node, Some(Some(1)));
+        assert!(!serde_json::to_string(&f).unwrap().contains("nvml_health"));
     }
 }

@@ -10,7 +10,7 @@ use crate::core::cuda_tables;
 use crate::core::decision::{Check, Finding, Severity};
 use crate::core::facts::HostFacts;
 use crate::core::library_fixes;
-use crate::core::policy::{Enforcement, LibrariesConfig, MinorVersionCompat};
+use crate::core::policy::{Enforcement, LibrariesConfig};
 use crate::core::sanitize::esc;
 use crate::core::version::Version;
 use std::collections::BTreeMap;
@@ -36,38 +36,62 @@ pub fn is_gpu_name(name: &str) -> bool {
 }
 
 /// The findings for one host. `host`: None when no facts were gathered
-/// (only the library findings then); `minor`: the requirements' rule.
-pub fn assess(
-    scan: &LibraryScan,
-    host: Option<&HostFacts>,
-    cfg: &LibrariesConfig,
-    minor: MinorVersionCompat,
-) -> Vec<Finding> {
+/// (only the library findings then).
+pub fn assess(scan: &LibraryScan, host: Option<&HostFacts>, cfg: &LibrariesConfig) -> Vec<Finding> {
     if cfg.severity == Enforcement::Off {
         return Vec::new();
     }
     let enforce = cfg.severity == Enforcement::Refuse;
+    // A scan that could not run judged nothing: it is the most incomplete
+    // of scans, and `on_incomplete` decides for both alike.
+    let refuse_unfinished = enforce && cfg.on_incomplete == Enforcement::Refuse;
     let mut out = Vec::new();
     if let Some(e) = &scan.error {
         out.push(
-            Finding::warning(
+            Finding::new(
                 Check::Library,
-                format!("cannot read the rootfs for its libraries: {}", esc(e)),
+                unfinished_severity(refuse_unfinished),
+                format!(
+                    "the libraries scan could not run: cannot read the rootfs for its libraries ({}); nothing was judged",
+                    esc(e)
+                ),
             )
-            .with_fix("the libraries the image needs were not judged"),
+            .with_fix(unfinished_fix(
+                refuse_unfinished,
+                "check the container's root.path: gpu-guard could not open it",
+            )),
         );
         return out;
     }
     out.extend(missing_findings(&scan.missing, enforce, image_cuda(scan)));
     if let Some(h) = host {
         for rt in &scan.cuda_runtimes {
-            out.extend(runtime_finding(rt, h, enforce, minor));
+            out.extend(runtime_finding(rt, h, enforce));
         }
     }
-    if let Some(f) = incomplete_finding(scan, enforce && cfg.on_incomplete == Enforcement::Refuse) {
+    if let Some(f) = incomplete_finding(scan, refuse_unfinished) {
         out.push(f);
     }
     out
+}
+
+/// A scan that did not finish: an error under `severity = "enforce"` with
+/// `on_incomplete = "enforce"`, else a warning (the container starts, and
+/// the log says what was not judged).
+fn unfinished_severity(refuse: bool) -> Severity {
+    if refuse {
+        Severity::Error
+    } else {
+        Severity::Warning
+    }
+}
+
+fn unfinished_fix(refuse: bool, what: &str) -> String {
+    if refuse {
+        format!("{what}; libraries.on_incomplete = \"enforce\" refuses a GPU container whose libraries were not all judged")
+    } else {
+        format!("{what} (libraries.on_incomplete = \"enforce\" refuses such a container under severity = \"enforce\")")
+    }
 }
 
 fn severity(enforce: bool, m: &Missing) -> Severity {
@@ -179,6 +203,16 @@ fn missing_finding(sev: Severity, ms: &[&Missing], cuda: Option<u64>) -> Finding
             .with_headline(headline)
             .with_details(details);
     }
+    // The loader stops the program at a DT_NEEDED it cannot load; a
+    // dlopen miss or an optional plugin's is the program's to handle. The
+    // prediction is made for the GPU stack's libraries, the class this
+    // check is for (design: "a GPU library that will not resolve"); the
+    // rest of the image's libraries are its build's business, and an
+    // image read as a fragment (a layer of libraries alone) misses them
+    // all.
+    if m.via == Via::Needed && !m.optional && is_gpu_name(&m.name) {
+        f = f.predicting_failure();
+    }
     match fix_text(m, cuda) {
         Some(fix) => f.with_fix(fix),
         None => f,
@@ -223,46 +257,78 @@ pub fn major_min_driver(major: u64, minor: Option<u64>) -> Option<String> {
     cuda_tables::min_driver_for_cuda(&first).map(str::to_string)
 }
 
-fn runtime_finding(
-    rt: &CudaRuntime,
-    host: &HostFacts,
-    enforce: bool,
-    rule: MinorVersionCompat,
-) -> Option<Finding> {
+/// A shipped runtime judged by CUDA's own rule (NVIDIA, "CUDA
+/// Compatibility", "Minor Version Compatibility"): from CUDA 11 on, a
+/// runtime of CUDA X.Y runs on any driver of the X family at or above the
+/// family minimum ([`major_min_driver`]), newer minor or not; only PTX the
+/// X.Y toolkit built (the driver cannot JIT it: the kernel-image check
+/// judges that) and APIs new in X.Y (cudaErrorCallRequiresNewerDriver)
+/// need the X.Y driver. `requirements.minor_version_compatibility` governs
+/// declared requirements (NVIDIA's string check), not this. CUDA 10 and
+/// older had no such rule: the runtime needs its own release's driver.
+fn runtime_finding(rt: &CudaRuntime, host: &HostFacts, enforce: bool) -> Option<Finding> {
     let have = host.cuda_driver_version.as_deref()?;
     let have = Version::parse(have).ok()?;
     let want = Version::parse(&rt.version).ok()?;
     let minor_known = rt.version.contains('.');
-    let sev = if enforce {
-        Severity::Error
-    } else {
-        Severity::Warning
-    };
-    let driver = host.driver_version.as_deref().unwrap_or("unknown");
+    let driver_text = host.driver_version.as_deref().unwrap_or("unknown");
     let what = format!(
         "{}: CUDA runtime {} ({})",
         esc(&rt.path),
         esc(&rt.version),
         esc(&rt.source)
     );
-    if have.major() < want.major() {
-        let need = rt.min_driver.as_deref().unwrap_or("a newer one");
-        return Some(
-            Finding::new(
-                Check::CudaRuntime,
-                sev,
-                format!(
-                    "{what} needs a driver for CUDA {} (NVIDIA driver {need} or newer); this host's driver {driver} supports CUDA {have}: CUDA driver version is insufficient for CUDA runtime version",
-                    want.major()
-                ),
-            )
-            .with_fix(runtime_fix(&want, &have, need)),
-        );
-    }
-    if have.major() > want.major() || !minor_known || have.minor() >= want.minor() {
+    if have.major() > want.major() {
         return None;
     }
-    minor_gap(&what, &want, &have, host, enforce, rule)
+    let same_major_newer_minor =
+        have.major() == want.major() && minor_known && have.minor() < want.minor();
+    if have.major() == want.major() && !same_major_newer_minor {
+        return None;
+    }
+    let family_min = rt
+        .min_driver
+        .as_deref()
+        .and_then(|d| Version::parse(d).ok());
+    let driver = host
+        .driver_version
+        .as_deref()
+        .and_then(|d| Version::parse(d).ok());
+    let in_family = same_major_newer_minor
+        && want.major() >= 11
+        && matches!((&driver, &family_min), (Some(d), Some(m)) if d >= m);
+    if in_family {
+        return Some(minor_gap_note(&what, rt, &want, &have, driver_text));
+    }
+    let need = rt.min_driver.as_deref().unwrap_or("a newer one");
+    let (needs, reason) = if have.major() < want.major() {
+        (format!("a driver for CUDA {}", want.major()), String::new())
+    } else if want.major() >= 11 {
+        (
+            format!("a driver of the CUDA {}.x family", want.major()),
+            format!(
+                " (CUDA minor-version compatibility starts at the family minimum, driver {need})"
+            ),
+        )
+    } else {
+        (format!("a driver for CUDA {want}"), String::new())
+    };
+    let sev = if enforce {
+        Severity::Error
+    } else {
+        Severity::Warning
+    };
+    Some(
+        Finding::new(
+            Check::CudaRuntime,
+            sev,
+            format!(
+                "{what} needs {needs} (NVIDIA driver {need} or newer){reason}; this host's driver {driver_text} supports CUDA {have}: CUDA driver version is insufficient for CUDA runtime version"
+            ),
+        )
+        .with_fix(runtime_fix(&want, &have, need))
+        .predicting_failure(),
+    )
 }
 
 fn runtime_fix(want: &Version, have: &Version, need: &str) -> String {
@@ -277,57 +343,34 @@ fn runtime_fix(want: &Version, have: &Version, need: &str) -> String {
     )
 }
 
-/// A runtime newer than the host's CUDA within one major: CUDA's
-/// minor-version compatibility runs it on a driver of the family minimum
-/// or newer, with limits; `requirements.minor_version_compatibility`
-/// decides, as for a declared `cuda>=X.Y` (core::compat_check).
-fn minor_gap(
+/// A runtime newer than the host's CUDA within one major, on a driver at
+/// or above the family minimum: it runs (minor-version compatibility), and
+/// the warning names what needs the newer driver.
+fn minor_gap_note(
     what: &str,
+    rt: &CudaRuntime,
     want: &Version,
     have: &Version,
-    host: &HostFacts,
-    enforce: bool,
-    rule: MinorVersionCompat,
-) -> Option<Finding> {
-    let family = cuda_tables::minor_version_min_driver(want.major());
-    let driver = host
-        .driver_version
-        .as_deref()
-        .and_then(|d| Version::parse(d).ok());
-    let in_family = match (family, &driver) {
-        (Some(f), Some(d)) => Version::parse(f).is_ok_and(|f| *d >= f),
-        _ => false,
-    };
-    let base = format!(
-        "{what} is newer than this host's CUDA {have}: it runs only through CUDA minor-version compatibility (no JIT of newer PTX; newer APIs fail with cudaErrorCallRequiresNewerDriver)"
-    );
-    let fix = format!(
-        "install a driver with CUDA {} natively{}, or set requirements.minor_version_compatibility = \"allow\" to admit it",
-        Version::from_major_minor(want.major(), want.minor()),
-        cuda_tables::min_driver_for_cuda(want)
-            .map(|d| format!(" (NVIDIA driver {d} or newer)"))
-            .unwrap_or_default()
-    );
-    let sev = if enforce {
-        Severity::Error
-    } else {
-        Severity::Warning
-    };
-    match rule {
-        MinorVersionCompat::Allow if in_family => Some(Finding::warning(
-            Check::CudaRuntime,
-            format!("{base}; admitted (requirements.minor_version_compatibility = \"allow\")"),
-        )),
-        MinorVersionCompat::Warn if in_family => Some(
-            Finding::new(
-                Check::CudaRuntime,
-                sev,
-                format!("{base}; minor_version_compatibility = \"allow\" would admit it"),
-            )
-            .with_fix(fix),
+    driver: &str,
+) -> Finding {
+    let full = Version::from_major_minor(want.major(), want.minor());
+    let newer = rt
+        .toolkit_driver
+        .clone()
+        .or_else(|| cuda_tables::min_driver_for_cuda(want).map(str::to_string))
+        .map(|d| format!("driver {d} or newer"))
+        .unwrap_or_else(|| format!("a driver with CUDA {full}"));
+    Finding::warning(
+        Check::CudaRuntime,
+        format!(
+            "{what} is newer than this host's CUDA {have} (driver {driver}): it runs through CUDA minor-version compatibility (the driver is at least {}, the CUDA {}.x family minimum); PTX built by CUDA {full} cannot be JIT-compiled by this driver and APIs new in CUDA {full} fail with cudaErrorCallRequiresNewerDriver: those need {newer}",
+            rt.min_driver.as_deref().unwrap_or("the family minimum"),
+            want.major()
         ),
-        _ => Some(Finding::new(Check::CudaRuntime, sev, base).with_fix(fix)),
-    }
+    )
+    .with_fix(format!(
+        "to run everything CUDA {full} offers, install {newer}; the image's GPU code is judged apart (kernel-image)"
+    ))
 }
 
 fn incomplete_finding(scan: &LibraryScan, refuse: bool) -> Option<Finding> {
@@ -344,20 +387,16 @@ fn incomplete_finding(scan: &LibraryScan, refuse: bool) -> Option<Finding> {
         (false, 0) => format!("; not judged: {}", named.join(", ")),
         (false, n) => format!("; not judged: {} and {n} more", named.join(", ")),
     };
-    let sev = if refuse {
-        Severity::Error
-    } else {
-        Severity::Warning
-    };
     Some(
         Finding::new(
             Check::Library,
-            sev,
+            unfinished_severity(refuse),
             format!("the libraries scan stopped early: {}{list}", esc(why)),
         )
-        .with_fix(
+        .with_fix(unfinished_fix(
+            refuse,
             "raise the [libraries] budgets, or check the image for oversized or hostile files",
-        ),
+        )),
     )
 }
 

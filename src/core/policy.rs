@@ -10,7 +10,10 @@
 use serde::{Deserialize, Serialize};
 
 pub use crate::core::enforcement::Enforcement;
-pub use crate::core::tuning_config::{Limit, Memlock, ShmSize, TuningConfig, TuningRule};
+pub use crate::core::gpu_health::HealthConfig;
+pub use crate::core::tuning_config::{
+    Limit, Memlock, NcclP2p, NumaMode, ShmSize, TuningConfig, TuningRule,
+};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -27,7 +30,7 @@ pub enum Mode {
     Warn,
     /// Decide as enforce would and log it (what would be refused, what
     /// would be edited); the entry points refuse nothing and change
-    /// nothing: the first step of a rollout (README, "Rolling out").
+    /// nothing: the first step of a rollout (docs/operator.md, "Rolling out").
     Audit,
     /// Do nothing at all.
     Off,
@@ -95,6 +98,11 @@ pub struct DetectConfig {
     /// (filled when the config is loaded, not a key of gpu-guard's own).
     #[serde(skip)]
     pub nvidia: NvidiaDeviceSettings,
+    /// The character-device majors this host's kernel registered
+    /// (`/proc/devices`): which dynamic majors are GPU drivers'
+    /// (core::device_table; filled when the config is loaded).
+    #[serde(skip)]
+    pub majors: crate::core::device_table::HostMajors,
 }
 
 /// The two settings of NVIDIA's toolkit that decide which device requests
@@ -132,6 +140,7 @@ impl Default for DetectConfig {
             cdi_kinds: vec!["k8s.device-plugin.nvidia.com/gpu".into()],
             nvidia_config: "/etc/nvidia-container-runtime/config.toml".into(),
             nvidia: NvidiaDeviceSettings::default(),
+            majors: Default::default(),
         }
     }
 }
@@ -149,6 +158,7 @@ pub struct Config {
     pub kernel_image: KernelImageConfig,
     pub compat: CompatConfig,
     pub libraries: LibrariesConfig,
+    pub health: HealthConfig,
     pub log: LogConfig,
     pub metrics: MetricsConfig,
     pub admission: super::admission::AdmissionConfig,
@@ -165,7 +175,7 @@ pub struct LibrariesConfig {
     #[serde(with = "crate::core::enforcement::spelling::off_warn_enforce")]
     pub severity: Enforcement,
     /// An unfinished scan under `enforce`: `warn` or `refuse`.
-    #[serde(with = "crate::core::enforcement::spelling::warn_refuse")]
+    #[serde(with = "crate::core::enforcement::spelling::warn_enforce")]
     pub on_incomplete: Enforcement,
     /// Results kept by the identity of every file they read; empty: none.
     pub cache_dir: String,
@@ -239,7 +249,7 @@ pub enum MinorVersionCompat {
 pub struct CompatConfig {
     /// A requirement met only through a forward-compatibility alternative
     /// while the image ships no compat library: `refuse` or `warn`.
-    #[serde(with = "crate::core::enforcement::spelling::refuse_warn")]
+    #[serde(with = "crate::core::enforcement::spelling::warn_enforce")]
     pub missing_library: Enforcement,
 }
 
@@ -359,7 +369,7 @@ pub struct KernelImageConfig {
     /// the libraries not judged; the container starts) or `refuse` (an
     /// error, as for a library without code for a visible GPU). Under
     /// `severity = "warn"` always a warning.
-    #[serde(with = "crate::core::enforcement::spelling::warn_refuse")]
+    #[serde(with = "crate::core::enforcement::spelling::warn_enforce")]
     pub on_incomplete: Enforcement,
 }
 
@@ -386,6 +396,14 @@ pub fn default_kernel_image_libraries() -> Vec<String> {
         "usr/lib/{x86_64,aarch64}-linux-gnu/lib{cublas,cudnn}*.so.*".into(),
         "usr/local/cuda*/{lib64,targets/*/lib}/lib{cublas,cudnn}*.so.*".into(),
         "opt/conda/lib/lib{cublas,cudnn}*.so.*".into(),
+        // AMD (HIP code objects, scan::amd): PyTorch's ROCm wheels (libtorch_hip,
+        // and rocBLAS/hipBLASLt with their Tensile files beside them).
+        format!("{PY}/torch/lib/lib{{torch_hip,rocblas,hipblaslt}}*.so"),
+        // ROCm's libraries in ROCm images (rocm/pytorch, rocm/dev-*) and distro packages.
+        "opt/rocm*/lib/lib{rocblas,hipblaslt,rocsparse,rocrand,hiprand,rocfft,rocsolver,MIOpen,rccl}.so.*"
+            .into(),
+        "usr/lib/{x86_64,aarch64}-linux-gnu/lib{rocblas,hipblaslt,rocsparse,rocrand,rocfft,rocsolver}.so.*"
+            .into(),
     ]
 }
 
@@ -428,6 +446,7 @@ impl Default for Config {
             kernel_image: KernelImageConfig::default(),
             compat: CompatConfig::default(),
             libraries: LibrariesConfig::default(),
+            health: HealthConfig::default(),
             log: LogConfig::default(),
             metrics: MetricsConfig::default(),
             admission: super::admission::AdmissionConfig::default(),

@@ -3,6 +3,8 @@
 //! runtime's `--log` file and syslog.
 
 use crate::core::decision::{Decision, Severity, Verdict};
+use crate::core::logfmt::Line;
+use crate::core::policy::Mode;
 use crate::core::sanitize::{esc, one_line};
 use std::fmt::Write;
 
@@ -63,7 +65,12 @@ pub fn human(d: &Decision) -> String {
             let _ = writeln!(s, "          fix: {fix}");
         }
     }
-    let e = &d.edits;
+    human_edits(&mut s, &d.edits);
+    s
+}
+
+/// The edits' lines of [`human`], one `  edit: ...` line each.
+fn human_edits(s: &mut String, e: &crate::core::decision::Edits) {
     if !e.env.is_empty() {
         let vars: Vec<String> = e
             .env
@@ -101,7 +108,9 @@ pub fn human(d: &Decision) -> String {
             crate::core::tuning::shm::human(m.size)
         );
     }
-    s
+    if let Some(c) = &e.cpuset {
+        let _ = writeln!(s, "  edit: cpuset cpus={} mems={}", c.cpus, c.mems);
+    }
 }
 
 /// What a refusing hook prints on stderr: why, then how to fix it.
@@ -141,35 +150,8 @@ pub fn refusal_line(d: &Decision) -> String {
     one_line(&format!("gpu-guard refused {who}: {}", parts.join("; ")))
 }
 
-/// The one line a decision under `mode = "audit"` is logged as (syslog and
-/// the runtime's `--log`, at warning level): what enforce would refuse, or
-/// the edits it would make, and that nothing was done. None for a decision
-/// enforce would neither refuse nor change (logged as usual).
-pub fn audit_line(d: &Decision) -> Option<String> {
-    let edits = if d.verdict == Verdict::Refuse {
-        &d.withheld_edits
-    } else {
-        &d.edits
-    };
-    let line = match d.verdict {
-        Verdict::Refuse => {
-            refusal_line(d).replacen("gpu-guard refused", "gpu-guard would refuse", 1)
-        }
-        _ if !edits.is_empty() => {
-            let who = match &d.container_id {
-                Some(id) => format!("container {}", esc(id)),
-                None => "the container".to_string(),
-            };
-            format!("gpu-guard would edit {who}:{}", edits_words(edits))
-        }
-        _ => return None,
-    };
-    Some(one_line(&format!(
-        "audit: {line}; mode = \"audit\": nothing was refused or changed"
-    )))
-}
-
-/// ` env+=A,B caps-=X nnp=true rlimits=R`, the edits in log-line words.
+/// ` env+=A=1,B=2 caps-=X nnp=true rlimits=R mounts=/dev/shm:size=N`,
+/// the edits in log-line words.
 fn edits_words(e: &crate::core::decision::Edits) -> String {
     let mut s = String::new();
     if !e.env.is_empty() {
@@ -190,73 +172,99 @@ fn edits_words(e: &crate::core::decision::Edits) -> String {
         let r: Vec<&str> = e.rlimits.keys().map(String::as_str).collect();
         let _ = write!(s, " rlimits={}", r.join(","));
     }
+    for (dest, m) in &e.mounts {
+        let _ = write!(s, " mounts={}:size={}", esc(dest), m.size);
+    }
+    if let Some(c) = &e.cpuset {
+        let _ = write!(s, " cpuset={}/{}", c.cpus, c.mems);
+    }
     s
 }
 
-/// The syslog line for a decision worth logging.
-pub fn log_line(d: &Decision) -> String {
-    let id = d
-        .container_id
-        .as_deref()
-        .map(esc)
-        .unwrap_or_else(|| "-".into());
-    let mut s = format!(
-        "container={id} verdict={} gpu={}",
-        match d.verdict {
-            Verdict::Allow => "allow",
-            Verdict::Refuse => "refuse",
-            Verdict::Skip => "skip",
-        },
-        d.gpu_container
-    );
+/// The record of a decision made under `mode` (syslog, the runtime's
+/// `--log`), in core::logfmt's one format for every mode:
+///
+/// `verdict=refuse mode=enforce container=ID namespace=NS pod=POD
+/// container_name=NAME image=REF gpu=true gpus=0,1 check=requirement
+/// findings="error [requirement] ..."`
+///
+/// - `verdict`: allow, refuse, skip, or would_refuse (audit and warn:
+///   enforce would have refused it, and it starts);
+/// - `namespace`, `pod`, `container_name`, `image`: only where the CRI
+///   runtime's record of them is believed (core::workload);
+/// - `check`: the check of the first error finding, or `none`, as the
+///   metrics' label;
+/// - `edits`: what gpu-guard changed; `would_edit` under audit: what
+///   enforce would have changed, and nothing was;
+/// - `findings`: the errors and warnings, `SEVERITY [CHECK] MESSAGE`
+///   joined by ` | `.
+pub fn log_line(d: &Decision, mode: Mode) -> String {
+    let mut l = Line::new()
+        .field("verdict", d.outcome(mode))
+        .field("mode", mode.name())
+        .untrusted("container", d.container_id.as_deref().unwrap_or("-"));
+    if let Some(w) = &d.workload {
+        l = l
+            .untrusted_opt("namespace", w.namespace.as_deref())
+            .untrusted_opt("pod", w.pod.as_deref())
+            .untrusted_opt("container_name", w.container.as_deref())
+            .untrusted_opt("image", w.image.as_deref());
+    }
+    l = l.field("gpu", d.gpu_container);
     if let Some(v) = &d.visible_gpus {
-        let _ = write!(
-            s,
-            " gpus={}",
-            v.iter()
-                .map(|i| i.to_string())
-                .collect::<Vec<_>>()
-                .join(",")
-        );
+        let gpus: Vec<String> = v.iter().map(|i| i.to_string()).collect();
+        l = l.field("gpus", gpus.join(","));
     }
-    if !d.edits.env.is_empty() {
-        let _ = write!(
-            s,
-            " env+={}",
-            d.edits.env.keys().cloned().collect::<Vec<_>>().join(",")
-        );
+    let check = d.errors().next().map_or("none", |f| f.check.as_str());
+    l = l.field("check", check);
+    let (key, edits) = match (mode, d.verdict) {
+        (Mode::Audit, Verdict::Refuse) => ("would_edit", &d.withheld_edits),
+        (Mode::Audit, _) => ("would_edit", &d.edits),
+        _ => ("edits", &d.edits),
+    };
+    let words = edits_words(edits);
+    if !words.is_empty() {
+        l = l.field(key, words.trim_start());
     }
-    if !d.edits.capabilities_dropped.is_empty() {
-        let _ = write!(s, " caps-={}", d.edits.capabilities_dropped.join(","));
-    }
-    if d.edits.no_new_privileges {
-        s.push_str(" nnp=true");
-    }
-    if !d.edits.rlimits.is_empty() {
-        let _ = write!(
-            s,
-            " rlimits={}",
-            d.edits
-                .rlimits
-                .keys()
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(",")
-        );
-    }
-    for (dest, m) in &d.edits.mounts {
-        let _ = write!(s, " mount={dest}:size={}", m.size);
-    }
-    for f in &d.findings {
-        if f.severity != Severity::Info {
-            let _ = write!(
-                s,
-                " | {} [{}] {}",
+    let findings: Vec<String> = d
+        .findings
+        .iter()
+        .filter(|f| f.severity != Severity::Info)
+        .map(|f| {
+            format!(
+                "{} [{}] {}",
                 severity_word(f.severity),
                 f.check.as_str(),
                 f.message
-            );
-        }
+            )
+        })
+        .collect();
+    if !findings.is_empty() {
+        l = l.field("findings", findings.join(" | "));
     }
-    one_line(&s)
+    l.finish()
+}
+
+/// The level a decision's record is logged at: `error` for a refusal;
+/// `warning` for what audit or warn let start and enforce would refuse,
+/// for what audit would have edited, and for a decision with a warning;
+/// else `info`.
+pub fn log_level(d: &Decision, mode: Mode) -> Severity {
+    let would_edit = mode == Mode::Audit && !log_edits(d, mode).is_empty();
+    match d.outcome(mode) {
+        "refuse" => Severity::Error,
+        "would_refuse" => Severity::Warning,
+        _ if would_edit || d.findings.iter().any(|f| f.severity >= Severity::Warning) => {
+            Severity::Warning
+        }
+        _ => Severity::Info,
+    }
+}
+
+fn log_edits(d: &Decision, mode: Mode) -> &crate::core::decision::Edits {
+    if mode == Mode::Audit && d.verdict == Verdict::Refuse {
+        &d.withheld_edits
+    } else {
+        &d.edits
+    }
 }

@@ -84,7 +84,40 @@ pub struct TuningConfig {
     pub stack: Limit,
     /// The size of a GPU container's own `/dev/shm` tmpfs, only ever raised.
     pub shm_size: ShmSize,
+    /// GPUs across NUMA nodes, or a cpuset far from them: `warn`; `pin`
+    /// also gives a container without a cpuset its GPUs' node.
+    pub numa: NumaMode,
+    /// Multi-GPU containers whose GPUs have no P2P path: a `note`, or
+    /// `disable` (the note and `NCCL_P2P_DISABLE=1`).
+    pub nccl_p2p: NcclP2p,
     pub env: Vec<TuningRule>,
+}
+
+/// `tuning.numa` (core::tuning::numa).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NumaMode {
+    Off,
+    /// A `tuning` warning for GPUs on more than one NUMA node, or a cpuset
+    /// with no CPU on its GPUs' node.
+    #[default]
+    Warn,
+    /// The warnings, and `linux.resources.cpu.{cpus,mems}` of the GPUs'
+    /// node for a container that has no cpuset of its own.
+    Pin,
+}
+
+/// `tuning.nccl_p2p` (core::tuning::numa): what a multi-GPU container
+/// whose GPUs NVML reports no P2P path between gets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NcclP2p {
+    Off,
+    /// A `tuning` note naming the GPU pairs and NVML's status.
+    #[default]
+    Note,
+    /// The note, and `NCCL_P2P_DISABLE=1` unless the container sets it.
+    Disable,
 }
 
 /// `tuning.shm_size`: `""` (off), a number of bytes (an integer or a
@@ -234,6 +267,8 @@ impl Default for TuningConfig {
             memlock: Memlock::Off,
             stack: Limit::Off,
             shm_size: ShmSize::Off,
+            numa: NumaMode::Warn,
+            nccl_p2p: NcclP2p::Note,
             env: vec![
                 TuningRule::plain("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),
                 TuningRule::plain("CUDA_DEVICE_MAX_CONNECTIONS", "32"),

@@ -191,7 +191,7 @@ mod tests {
         }
     }
 
-    /// Name patches are what the API server accepts (issue 17 C6): one
+    /// Name patches are what the API server accepts: one
     /// value per field requirement, one term per included node.
     #[test]
     fn name_patches_are_one_name_each() {

@@ -2,8 +2,8 @@
 //! --image`, and `check --env` alone (one host or a fleet) when the env
 //! says anything about GPUs, are judged as `docker run --gpus all` would
 //! start them (design.md, "`gpu-guard check` before scheduling"; `check
-//! --help`; issue 21 A1: a requirement checked alone was a skip, counted
-//! as runs on every host).
+//! --help`): a requirement checked alone is never a skip that would count
+//! as runnable on every host.
 //!
 //! `--gpus all` makes moby's NVIDIA device driver add
 //! `NVIDIA_VISIBLE_DEVICES=all` and NVIDIA's hook to the spec (moby

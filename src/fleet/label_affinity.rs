@@ -1,37 +1,42 @@
 //! The label-only node affinity (`check --affinity` without `--nodes`, and
-//! the admission webhook): `nodeSelectorTerms` over node labels alone (GPU
-//! Feature Discovery's `nvidia.com/...` and gpu-guard's `gpu-guard.io/...`,
-//! never `matchFields`) that admit exactly the labelled nodes `check
-//! --nodes` allows.
+//! the admission webhook): `nodeSelectorTerms` over node labels alone
+//! (gpu-guard's `gpu-guard.io/...` and GPU Feature Discovery's
+//! `nvidia.com/...`, never `matchFields`) that admit exactly the labelled
+//! nodes `check --nodes` allows.
 //!
 //! Exact by construction, not by translating requirement syntax: the facts
-//! a node's labels give ([`super::nodes`]) are a driver version, a CUDA
-//! version, a compute capability (each a tuple of integers or absent), a
-//! GPU count and a brand. Every comparison the decision makes against
-//! them is against a constant (the requirements' versions; with a scanned
-//! image, its architectures, PTX ISA versions and compat libraries; the
-//! CUDA tables), so cutting each axis at those constants leaves cells on
-//! which the decision cannot change. Each cell is judged once per brand
-//! value by the real per-node judgement ([`super::Subject::judge_host`]) on
-//! labels built for it and read back by the node reader, at its lowest
-//! point and at its highest; a cell where the two disagree (a constant
-//! missed) is taken as refused and the affinity is marked not exact. For
-//! an image whose GPU code was scanned, the kernel-image findings and the
-//! rest of the judgement are judged apart, each on the cells of the axes it
-//! reads, to the same masks ([`super::label_grid_apart`]). The
-//! allowed cells are then covered by boxes, grown per brand set, and the
-//! boxes written as label expressions ([`super::label_exprs`]), a brand set
-//! as one `gpu-guard.io/brand In` list and a set of whole driver branches
-//! as one `gpu-guard.io/driver.branch In` list. Every term admits only
-//! allowed cells, so dropping terms (past [`MAX_TERMS`]) only narrows it.
+//! a node's labels give ([`super::node_facts`]) are a driver version, a
+//! CUDA version, compute capabilities, a GPU count, a brand and a healthy
+//! count. Every comparison the decision makes against them is against a
+//! constant (the requirements' versions; with a scanned image, its
+//! architectures, PTX ISA versions, compat libraries and CUDA runtimes), so
+//! cutting each axis at those constants leaves cells on which the decision
+//! cannot change ([`super::label_grid`]). Each cell is judged by the real
+//! per-node judgement on labels built for it and read back by the node
+//! reader, at its lowest point and at its highest ([`super::label_judge`]),
+//! once per source of facts (gpu-guard's integer labels, GFD's current
+//! labels, GFD's deprecated ones); a cell where the two ends disagree (a
+//! constant missed) is refused and the affinity marked not exact. The
+//! allowed cells are covered by boxes and written as terms
+//! ([`super::label_cover`]). With gpu-guard's integers a range of any fact
+//! is one `Gt` and one `Lt`, and the capabilities a node's code runs on
+//! are one range with a `NotIn` list, so an image's code and its
+//! requirements together stay a handful of terms.
+//!
+//! When no cell allows the container, no node with any labels could run
+//! it: that follows from what the image is (no architecture with code for
+//! any capability, an impossible requirement), never from the newest driver
+//! gpu-guard knows (a node labelled with a newer one is a cell too), so the
+//! admission webhook may deny it ([`place`]).
 
-use super::label_exprs::{self as lx, Dnf, Family};
-use super::label_grid::{axes, judge_grid, Axis, Grid, ABSENT, ALL, MIXED_BIT, N_VALUES};
+use super::label_cover::{logical_terms, write, Writing};
+use super::label_grid::cuts;
+use super::label_judge::{judge, Judged};
 use super::labels;
-use super::selector::{self, Expr, Term};
+use super::node_facts::Source;
+use super::selector::{self, Term};
 use super::Subject;
-use crate::core::facts::BRANDS;
-use std::collections::BTreeMap;
+use crate::core::facts::{Gpu, HostFacts, HostReport};
 
 /// The label affinity and how far it can be trusted.
 #[derive(Clone, Debug)]
@@ -43,254 +48,104 @@ pub struct LabelAffinity {
     pub notes: Vec<String>,
 }
 
+/// Where an image can go, from its labels alone (the admission webhook).
+#[derive(Clone, Debug)]
+pub enum LabelPlacement {
+    /// The terms admit exactly the labelled nodes that run it (`exact`),
+    /// or fewer, saying why in `notes`.
+    Terms(LabelAffinity),
+    /// No node with any labels could run it: what the image is stops it,
+    /// not the newest driver gpu-guard knows. Deny, with the diagnosis.
+    Nowhere { diagnosis: String },
+    /// Its affinity cannot be written (requirements with too many
+    /// constants): the image counts as unreadable.
+    Unwritable { reason: String },
+}
+
 /// At most this many terms, and [`MAX_EXPRESSIONS`] expressions in all:
 /// the API server sets no count, but the pod object must stay far below
 /// etcd's 1.5 MiB request limit (`--max-request-bytes`) with the pod's
 /// own spec, and the scheduler evaluates every term on every node for
-/// every pod. 64 terms of a few expressions are a few KiB; NVIDIA's
-/// official images need at most six.
+/// every pod. NVIDIA's official images with any GPU code need at most 16.
 pub const MAX_TERMS: usize = 64;
 pub const MAX_EXPRESSIONS: usize = 1024;
-/// A driver-branch `In` list longer than this stays a range.
-const MAX_BRANCHES: u64 = 64;
-/// A box of slots (inclusive) on every axis, for one brand set.
-type SlotBox = Vec<(usize, usize)>;
 
-/// Calls `f` with the index of every cell of box `b` until it returns
-/// false; true when it never did.
-fn all_in_box(g: &Grid, b: &SlotBox, mut f: impl FnMut(usize) -> bool) -> bool {
-    let mut coord: Vec<usize> = b.iter().map(|r| r.0).collect();
-    loop {
-        if !f(g.index(&coord)) {
-            return false;
-        }
-        let mut axis = coord.len();
-        loop {
-            if axis == 0 {
-                return true;
-            }
-            axis -= 1;
-            if coord[axis] < b[axis].1 {
-                coord[axis] += 1;
-                break;
-            }
-            coord[axis] = b[axis].0;
-        }
-    }
+/// The first note: what the terms read.
+fn labels_note() -> String {
+    format!(
+        "over node labels only: gpu-guard's {}, {}, {}/{}, {}, {} and {} (gpu-guard host --node-labels), else GPU Feature Discovery's nvidia.com/cuda.driver-version.*, cuda.runtime-version.* (or the deprecated cuda.driver.*, cuda.runtime.*) with gpu-guard's {}; a node without them is not admitted",
+        labels::DRIVER_INT,
+        labels::CUDA_INT,
+        labels::SM_MIN,
+        labels::SM_MAX,
+        labels::BRAND,
+        labels::DRIVER_BRANCH,
+        labels::HEALTHY,
+        labels::BRAND,
+    )
 }
 
-fn box_ok(g: &Grid, b: &SlotBox, s: u32) -> bool {
-    all_in_box(g, b, |i| g.masks[i] & s == s)
-}
-
-/// Grows a box from `start` while it stays within the cells allowing all
-/// of `s`: the last axes first (compute capability, CUDA), then drivers.
-fn grow(g: &Grid, start: &[usize], s: u32) -> SlotBox {
-    let mut b: SlotBox = start.iter().map(|&c| (c, c)).collect();
-    for axis in (0..b.len()).rev() {
-        loop {
-            let mut t = b.clone();
-            if t[axis].1 + 1 >= g.sizes[axis] {
-                break;
-            }
-            t[axis].1 += 1;
-            if !box_ok(g, &t, s) {
-                break;
-            }
-            b = t;
-        }
-        loop {
-            let mut t = b.clone();
-            if t[axis].0 == 0 {
-                break;
-            }
-            t[axis].0 -= 1;
-            if !box_ok(g, &t, s) {
-                break;
-            }
-            b = t;
-        }
-    }
-    b
-}
-
-/// Boxes covering every allowed (cell, brand value). Cells allowing every
-/// value first (no brand expression); then the brand values grouped by the
-/// cells that allow them (NVIDIA's lists name the same brands on every
-/// forward-compatibility branch), each group's cells covered by boxes.
-fn cover(g: &Grid) -> Vec<(SlotBox, u32)> {
-    let mut classes: BTreeMap<Vec<usize>, u32> = BTreeMap::new();
-    for v in 0..N_VALUES {
-        let cells: Vec<usize> = (0..g.cells())
-            .filter(|&i| g.masks[i] >> v & 1 == 1)
-            .collect();
-        if !cells.is_empty() {
-            *classes.entry(cells).or_default() |= 1 << v;
-        }
-    }
-    let mut order: Vec<(Vec<usize>, u32)> = classes.into_iter().collect();
-    order.sort_by_key(|(_, k)| (std::cmp::Reverse(k.count_ones()), *k));
-    let mut covered = vec![0u32; g.cells()];
-    let mut out = Vec::new();
-    let sets = std::iter::once((Vec::new(), ALL)).chain(order);
-    for (cells, k) in sets {
-        let targets: Vec<usize> = if k == ALL {
-            (0..g.cells()).filter(|&i| g.masks[i] == ALL).collect()
-        } else {
-            cells
-        };
-        for i in targets {
-            if covered[i] & k == k {
-                continue;
-            }
-            let b = grow(g, &g.coord(i), k);
-            all_in_box(g, &b, |j| {
-                covered[j] |= k;
-                true
-            });
-            out.push((b, k));
-        }
-    }
-    out
-}
-
-/// The brand expression for a set of brand values.
-fn brand_expr(s: u32) -> Option<Expr> {
-    let value = |i: usize| -> &'static str {
-        if i == 1 {
-            labels::MIXED
-        } else {
-            BRANDS[i - 2]
-        }
-    };
-    if s == ALL {
-        return None;
-    }
-    let pick = |inside: bool| -> Vec<&str> {
-        (1..N_VALUES)
-            .filter(|i| (s >> i & 1 == 1) == inside)
-            .map(value)
-            .collect()
-    };
-    Some(if s & ABSENT != 0 {
-        Expr::new(
-            labels::BRAND,
-            "NotIn",
-            &pick(false)
-                .iter()
-                .map(|v| v.to_string())
-                .collect::<Vec<_>>(),
-        )
-    } else {
-        Expr::is_in(labels::BRAND, &pick(true))
-    })
-}
-
-/// A box's driver range as whole branches `[a, b)`, when it is one.
-fn whole_branches(axis: &Axis, r: (usize, usize)) -> Option<(u64, u64)> {
-    let (lo, hi) = (axis.lo(r.0), axis.hi(r.1)?);
-    let whole = lo[1..].iter().chain(&hi[1..]).all(|&x| x == 0);
-    (whole && hi[0] > lo[0] && hi[0] - lo[0] <= MAX_BRANCHES).then_some((lo[0], hi[0]))
-}
-
-/// A logical term: a box (its driver axis possibly a branch list) and a
-/// brand set.
-struct Logical {
-    b: SlotBox,
-    s: u32,
-    branches: Option<Vec<u64>>,
-}
-
-/// Merges boxes that differ only in whole driver branches into one
-/// `gpu-guard.io/driver.branch In` list (only where the brand label, and
-/// so the branch label, must exist).
-fn merge_branches(g: &Grid, boxes: Vec<(SlotBox, u32)>) -> Vec<Logical> {
-    let mut out: Vec<Logical> = Vec::new();
-    for (b, s) in boxes {
-        let branches = (s & (ABSENT | MIXED_BIT) == 0)
-            .then(|| whole_branches(&g.axes[0], b[0]))
-            .flatten();
-        let Some((lo, hi)) = branches else {
-            out.push(Logical {
-                b,
-                s,
-                branches: None,
-            });
-            continue;
-        };
-        let same = out
-            .iter_mut()
-            .find(|l| l.s == s && l.branches.is_some() && l.b[1..] == b[1..]);
-        match same {
-            Some(l) => l.branches.get_or_insert_with(Vec::new).extend(lo..hi),
-            None => out.push(Logical {
-                b,
-                s,
-                branches: Some((lo..hi).collect()),
-            }),
-        }
-    }
-    out
-}
-
-/// A logical term as label terms, once per driver-label family.
-fn write(g: &Grid, l: &Logical) -> Vec<Vec<Expr>> {
-    let range = |i: usize| g.axes[i].range(l.b[i].0, l.b[i].1);
-    let mut rest: Dnf = lx::and(
-        &lx::cc_dnf(&range(2)),
-        &match g.axes.get(3) {
-            Some(_) => lx::count_dnf(&range(3)),
-            None => vec![Vec::new()],
-        },
-    );
-    if let Some(e) = brand_expr(l.s) {
-        rest = lx::and(&rest, &vec![vec![e]]);
-    }
-    let mut out = Vec::new();
-    for f in Family::ALL {
-        let driver: Dnf = match &l.branches {
-            Some(br) => {
-                let v: Vec<String> = br.iter().map(u64::to_string).collect();
-                vec![vec![Expr::new(labels::DRIVER_BRANCH, "In", &v)]]
-            }
-            None => {
-                let r = range(0);
-                match (r.full, r.interval) {
-                    (false, Some((lo, hi))) => lx::range_dnf(f.driver(), &lo, hi.as_deref(), true),
-                    _ => vec![Vec::new()],
-                }
-            }
-        };
-        let cuda = lx::single_dnf(f.cuda(), &range(1));
-        let fam = lx::and(&lx::and(&vec![f.guard()], &driver), &cuda);
-        out.extend(lx::and(&fam, &rest).into_iter().filter_map(lx::simplify));
-    }
-    out
+/// The judged grids of every source, or None when one is too large.
+fn judge_all(subject: &Subject) -> Option<Vec<Judged>> {
+    let fine = cuts(subject, true);
+    let coarse = cuts(subject, false);
+    Source::ALL
+        .iter()
+        .map(|&s| judge(subject, s, &fine, &coarse))
+        .collect()
 }
 
 /// The label affinity for `subject`.
 pub fn label_terms(subject: &Subject) -> LabelAffinity {
-    let mut notes = vec![format!(
-        "over node labels only: GPU Feature Discovery's nvidia.com/cuda.driver-version.*, cuda.runtime-version.* (or the deprecated cuda.driver.*, cuda.runtime.*) and gpu.compute.*, and gpu-guard's {} and {} (gpu-guard host --node-labels); a node without them is not admitted",
-        labels::BRAND,
-        labels::DRIVER_BRANCH
-    )];
-    let Some(grid) = judge_grid(subject, axes(subject)) else {
-        notes.push("the requirements compare with too many versions to judge; this affinity admits no node (stricter than gpu-guard, not exact)".into());
-        return LabelAffinity {
+    match place(subject) {
+        LabelPlacement::Terms(a) => a,
+        LabelPlacement::Nowhere { diagnosis } => LabelAffinity {
+            terms: vec![selector::admits_none()],
+            exact: true,
+            notes: vec![
+                labels_note(),
+                format!("no node with any labels could run it, so this affinity admits none: {diagnosis}"),
+            ],
+        },
+        LabelPlacement::Unwritable { reason } => LabelAffinity {
             terms: vec![selector::admits_none()],
             exact: false,
-            notes,
+            notes: vec![labels_note(), reason],
+        },
+    }
+}
+
+/// Where `subject` can go, from labels alone.
+pub fn place(subject: &Subject) -> LabelPlacement {
+    let Some(grids) = judge_all(subject) else {
+        return LabelPlacement::Unwritable {
+            reason: "the requirements compare with too many versions to judge; this affinity admits no node (not exact)".into(),
         };
     };
-    let mut exact = grid.consistent;
-    if !exact {
-        notes.push("some nodes could not be judged alike within a range; they are not admitted (stricter than gpu-guard, not exact)".into());
+    let any = grids
+        .iter()
+        .any(|g| g.allowed.iter().flatten().any(|a| !a.is_empty()));
+    if !any && grids.iter().all(|g| g.consistent) {
+        return LabelPlacement::Nowhere {
+            diagnosis: nowhere_diagnosis(subject),
+        };
     }
-    let logical = merge_branches(&grid, cover(&grid));
+    let mut notes = vec![labels_note()];
+    let mut exact = grids.iter().all(|g| g.consistent);
+    if !exact {
+        notes.push("some nodes could not be judged alike within a range; they are not admitted (not exact)".into());
+    }
+    let w = Writing {
+        all_gpus: subject.detection().request.all,
+        wanted: subject.gpus_wanted,
+    };
     let mut terms: Vec<Term> = Vec::new();
     let mut exprs = 0usize;
-    for t in logical.iter().flat_map(|l| write(&grid, l)) {
+    let written = grids
+        .iter()
+        .flat_map(|g| logical_terms(g).into_iter().map(move |l| (g, l)))
+        .flat_map(|(g, l)| write(g, &l, &w));
+    for t in written {
         let term = Term {
             match_expressions: t,
             match_fields: Vec::new(),
@@ -307,23 +162,90 @@ pub fn label_terms(subject: &Subject) -> LabelAffinity {
         terms.push(term);
     }
     if terms.is_empty() {
-        notes
-            .push("the container is allowed on no labelled node; this affinity admits none".into());
+        notes.push("some node could run it but no term could be written; this affinity admits none (not exact)".into());
         terms.push(selector::admits_none());
+        exact = false;
     }
     if let Err(e) = selector::validate(&terms) {
-        notes.push(format!(
-            "internal: the terms fail the API server's rules ({e}); this affinity admits none"
-        ));
-        return LabelAffinity {
-            terms: vec![selector::admits_none()],
-            exact: false,
-            notes,
+        return LabelPlacement::Unwritable {
+            reason: format!(
+                "internal: the terms fail the API server's rules ({e}); this affinity admits none"
+            ),
         };
     }
-    LabelAffinity {
+    LabelPlacement::Terms(LabelAffinity {
         terms,
         exact,
         notes,
+    })
+}
+
+/// Why no node runs `subject`, in its own findings: those on a node with
+/// the newest driver gpu-guard knows and each GPU generation, taken from
+/// the node where the fewest findings predict a failure (no node of any
+/// driver runs it; this is only what to tell).
+fn nowhere_diagnosis(subject: &Subject) -> String {
+    let (cuda, driver) = crate::core::cuda_tables::newest_toolkit();
+    let mut best: Option<Vec<String>> = None;
+    // Newest first: of nodes alike in what stops it, the newest is told.
+    let ccs = [
+        "12.0", "10.0", "9.0", "8.9", "8.6", "8.0", "7.5", "7.0", "6.1", "5.2",
+    ];
+    for brand in ["tesla", "geforce"] {
+        for cc in ccs {
+            let report = HostReport::from_facts(
+                HostFacts {
+                    driver_version: Some(driver.into()),
+                    cuda_driver_version: Some(cuda.into()),
+                    gpus: vec![Gpu {
+                        brand: brand.into(),
+                        compute_capability: Some(cc.into()),
+                        ..Gpu::default()
+                    }],
+                    ..HostFacts::default()
+                },
+                String::from("gpu-guard's best case"),
+            );
+            let d = subject.decide(&report);
+            let mut failing: Vec<String> =
+                d.failure_predictions().map(|f| f.message.clone()).collect();
+            if failing.is_empty() {
+                failing = d.errors().map(|f| f.message.clone()).collect();
+            }
+            if !failing.is_empty() && best.as_ref().map_or(true, |b| failing.len() < b.len()) {
+                best = Some(failing);
+            }
+        }
+    }
+    let mut why = best.unwrap_or_default();
+    why.truncate(3);
+    if why.is_empty() {
+        "no node labelled by gpu-guard or GPU Feature Discovery could run it".into()
+    } else {
+        why.join("; ")
     }
 }
+
+/// `terms` written for a pod asking for `n` GPUs: the healthy-count
+/// expression of every term (`gpu-guard.io/gpu.healthy NotIn [0..n-1]`,
+/// which a node without the label passes) set for `n`. The webhook
+/// places an image once per digest and each pod by its own
+/// `nvidia.com/gpu` limit.
+pub fn with_gpu_count(terms: &[Term], n: u32) -> Vec<Term> {
+    let unhealthy: Vec<String> = (0..n.max(1)).map(|x| x.to_string()).collect();
+    terms
+        .iter()
+        .map(|t| {
+            let mut t = t.clone();
+            for e in &mut t.match_expressions {
+                if e.key == labels::HEALTHY && e.operator == "NotIn" {
+                    e.values = unhealthy.clone();
+                }
+            }
+            t
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

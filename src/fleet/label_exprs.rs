@@ -1,7 +1,10 @@
 //! Label expressions for ranges of the facts node labels give: a range of
-//! versions spread over numeric part labels (`major`, `minor`, `revision`)
-//! becomes `Gt`/`Lt` expressions, once for each family of labels the node
-//! reader ([`super::nodes`]) takes that fact from.
+//! one of gpu-guard's integers ([`super::labels`]) is one `Gt` and one
+//! `Lt`; a range of versions spread over GPU Feature Discovery's numeric
+//! part labels (`major`, `minor`, `revision`) becomes `Gt`/`Lt` expressions
+//! per fixed prefix; a set of compute capabilities is a range and a
+//! `NotIn` list of the capabilities inside it that are not in the set
+//! ([`cc_dnf`]).
 //!
 //! Versions compare part by part (libnvidia-container dsl.c; missing parts
 //! are 0), so a range `[lo, hi)` of them is a union of pieces that fix a
@@ -9,7 +12,10 @@
 //! (strconv.ParseInt), so `05` and `5` are alike; equality is written
 //! `Gt n-1, Lt n+1` for that reason, never `In [n]`.
 
-use super::nodes::{CC_GFD, CC_OWN, COUNT, CUDA_NEW, CUDA_OLD, DRIVER_NEW, DRIVER_OLD};
+use super::labels::{self, SM_HIGHEST, SM_LOWEST};
+use super::node_facts::{
+    Source, CUDA_NEW, CUDA_OLD, DRIVER_INT_KEY, DRIVER_NEW, DRIVER_OLD, GFD_COUNT,
+};
 use super::selector::Expr;
 use std::collections::BTreeSet;
 
@@ -118,35 +124,48 @@ pub fn range_dnf(keys: &[&str], lo: &[u64], hi: Option<&[u64]>, opt_last: bool) 
         .collect()
 }
 
-/// Which labels the driver (and with it CUDA) come from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Family {
-    /// `nvidia.com/cuda.driver-version.*`, `cuda.runtime-version.*`.
-    Current,
-    /// Only the deprecated `cuda.driver.*`, `cuda.runtime.*` (older GFD).
-    Deprecated,
-}
-
-impl Family {
-    pub const ALL: [Family; 2] = [Family::Current, Family::Deprecated];
-    pub fn driver(self) -> &'static [&'static str; 3] {
+/// The labels each fact of a source comes from.
+impl Source {
+    /// The driver's part labels (one for gpu-guard's integer).
+    pub fn driver(self) -> &'static [&'static str] {
         match self {
-            Family::Current => &DRIVER_NEW,
-            Family::Deprecated => &DRIVER_OLD,
+            Source::Own => &DRIVER_INT_KEY,
+            Source::Gfd => &DRIVER_NEW,
+            Source::GfdDeprecated => &DRIVER_OLD,
         }
     }
-    pub fn cuda(self) -> &'static [&'static str; 2] {
+    pub fn cuda(self) -> &'static [&'static str] {
         match self {
-            Family::Current => &CUDA_NEW,
-            Family::Deprecated => &CUDA_OLD,
+            Source::Own => &[labels::CUDA_INT],
+            Source::Gfd => &CUDA_NEW,
+            Source::GfdDeprecated => &CUDA_OLD,
         }
     }
-    /// What a node of this family has (a GPU node's driver labels).
+    pub fn count(self) -> &'static str {
+        match self {
+            Source::Own => labels::COUNT,
+            Source::Gfd | Source::GfdDeprecated => GFD_COUNT,
+        }
+    }
+    /// What a node of this source has: its driver labels, and not those
+    /// of the sources read before it (super::node_facts `label_facts`).
     pub fn guard(self) -> Vec<Expr> {
         match self {
-            Family::Current => vec![Expr::exists(DRIVER_NEW[0])],
-            Family::Deprecated => vec![Expr::absent(DRIVER_NEW[0]), Expr::exists(DRIVER_OLD[0])],
+            Source::Own => vec![Expr::exists(labels::DRIVER_INT)],
+            Source::Gfd => vec![
+                Expr::absent(labels::DRIVER_INT),
+                Expr::exists(DRIVER_NEW[0]),
+            ],
+            Source::GfdDeprecated => vec![
+                Expr::absent(labels::DRIVER_INT),
+                Expr::absent(DRIVER_NEW[0]),
+                Expr::exists(DRIVER_OLD[0]),
+            ],
         }
+    }
+    /// GFD writes an empty revision for a two-part driver version.
+    pub fn optional_last(self) -> bool {
+        self != Source::Own
     }
 }
 
@@ -159,7 +178,7 @@ pub struct AxisRange {
     pub full: bool,
 }
 
-/// One-source facts (CUDA of a family, the GPU count).
+/// One-source facts (CUDA, the GPU count).
 pub fn single_dnf(keys: &[&str], r: &AxisRange) -> Dnf {
     if r.full {
         return vec![Vec::new()];
@@ -174,27 +193,97 @@ pub fn single_dnf(keys: &[&str], r: &AxisRange) -> Dnf {
     out
 }
 
-/// The compute capability: GFD's labels, else gpu-guard's, else unknown.
-pub fn cc_dnf(r: &AxisRange) -> Dnf {
-    if r.full {
-        return vec![Vec::new()];
-    }
+/// How many capabilities a `NotIn` list may name before the set is split
+/// into several terms.
+const MAX_HOLES: usize = 48;
+
+/// A set of compute capabilities, each run of it `[lo, hi)` (hi None: up
+/// to the highest label value), and whether "unknown" (no label) is in it.
+pub struct CcSet {
+    pub runs: Vec<(u64, Option<u64>)>,
+    pub absent: bool,
+}
+
+/// "Every GPU's compute capability is in `set`": over `sm.min` and
+/// `sm.max` (`both`: at most two models, so they are the node's whole set;
+/// min <= max), else over `sm` (one model). A run is a `Gt`/`Lt` pair; runs
+/// close enough are one range with the capabilities between them in a
+/// `NotIn` list; runs further apart are pairs of terms.
+pub fn cc_dnf(set: &CcSet, both: bool) -> Dnf {
+    let keys: &[&str] = if both {
+        &[labels::SM_MIN, labels::SM_MAX]
+    } else {
+        &[labels::SM]
+    };
     let mut out = Dnf::new();
-    if let Some((lo, hi)) = &r.interval {
-        out.extend(range_dnf(&CC_GFD, lo, hi.as_deref(), false));
-        for mut t in range_dnf(&CC_OWN, lo, hi.as_deref(), false) {
-            t.insert(0, Expr::absent(CC_GFD[0]));
+    if set.absent {
+        out.push(vec![Expr::absent(keys[0])]);
+    }
+    let groups = group_runs(&set.runs);
+    for (i, gi) in groups.iter().enumerate() {
+        if !both {
+            out.push(group_exprs(keys[0], gi, true, true));
+            continue;
+        }
+        for (j, gj) in groups.iter().enumerate().skip(i) {
+            // min <= max: the min label needs no upper bound when both lie
+            // in one group, the max label no lower one.
+            let mut t = group_exprs(keys[0], gi, true, i != j);
+            t.extend(group_exprs(keys[1], gj, i != j, true));
             out.push(t);
         }
-    }
-    if r.absent {
-        out.push(vec![Expr::absent(CC_GFD[0]), Expr::absent(CC_OWN[0])]);
     }
     out
 }
 
-pub fn count_dnf(r: &AxisRange) -> Dnf {
-    single_dnf(&[COUNT], r)
+/// Runs grouped while the capabilities between them stay few.
+fn group_runs(runs: &[(u64, Option<u64>)]) -> Vec<Vec<(u64, Option<u64>)>> {
+    let mut out: Vec<Vec<(u64, Option<u64>)>> = Vec::new();
+    let mut holes = 0u64;
+    for &r in runs {
+        let gap = out
+            .last()
+            .and_then(|g| g.last())
+            .and_then(|last| last.1)
+            .map(|end| r.0.saturating_sub(end));
+        match (out.last_mut(), gap) {
+            (Some(g), Some(n)) if holes + n <= MAX_HOLES as u64 => {
+                holes += n;
+                g.push(r);
+            }
+            _ => {
+                holes = 0;
+                out.push(vec![r]);
+            }
+        }
+    }
+    out
+}
+
+/// One group of runs over `key`: from its first start (`lower`) to its
+/// last end (`upper`), with the capabilities between runs excluded.
+fn group_exprs(key: &str, g: &[(u64, Option<u64>)], lower: bool, upper: bool) -> Vec<Expr> {
+    let lo = g[0].0;
+    let mut t = Vec::new();
+    if lower {
+        t.push(Expr::num(key, "Gt", lo.max(SM_LOWEST) - 1));
+    }
+    if let Some(hi) = g[g.len() - 1].1.filter(|&h| upper && h <= SM_HIGHEST) {
+        t.push(Expr::num(key, "Lt", hi));
+    }
+    let holes: Vec<String> = g
+        .windows(2)
+        .flat_map(|w| w[0].1.unwrap_or(w[1].0)..w[1].0)
+        .map(|x| x.to_string())
+        .collect();
+    if !holes.is_empty() {
+        t.push(Expr::new(key, "NotIn", &holes));
+    }
+    t
+}
+
+pub fn count_dnf(source: Source, r: &AxisRange) -> Dnf {
+    single_dnf(&[source.count()], r)
 }
 
 /// `a AND b`.

@@ -1,39 +1,39 @@
 //! The grid behind the label-only affinity ([`super::label_affinity`]):
-//! the axes of the facts node labels give (driver, CUDA, compute
-//! capability, and the GPU count when a request names GPUs), cut at every
-//! constant the decision compares them with, and each cell judged for each
-//! brand value by the per-node judgement `check --nodes` makes.
+//! the facts node labels give, each an axis cut at every constant the
+//! decision compares it with, so that the decision cannot change inside a
+//! cell. The cuts are found once in version space (a driver of three
+//! parts, a CUDA of two, a compute capability as its `sm` number) and laid
+//! on each source's labels ([`Source`]): gpu-guard's integers
+//! ([`super::labels::driver_int`]), or GPU Feature Discovery's part labels.
 
 use super::label_exprs::{AxisRange, Point};
-use super::labels;
-use super::nodes::{self, NodeLabels, CC_GFD, COUNT, CUDA_NEW, DRIVER_NEW};
-use super::{Host, Subject};
-use crate::core::decision::Verdict;
-use crate::core::facts::BRANDS;
+use super::labels::{self, SM_HIGHEST, SM_LOWEST};
+use super::node_facts::Source;
+use super::Subject;
+use crate::core::policy::MinorVersionCompat;
 use crate::core::requirement::{Key, Op, Operand};
-use std::collections::BTreeMap;
+use crate::core::version::Version;
 
-/// Cells x brand values judged at most (a hostile requirement with
-/// thousands of constants gets the strict fallback instead).
-const MAX_JUDGED: usize = 400_000;
 pub(super) const U32: u64 = u32::MAX as u64;
 
-/// Brand values: absent label, `mixed`, then each NVML brand.
-pub(super) const N_VALUES: usize = 2 + BRANDS.len();
-pub(super) const ALL: u32 = (1 << N_VALUES) - 1;
-pub(super) const ABSENT: u32 = 1;
-pub(super) const MIXED_BIT: u32 = 2;
-
 /// One fact over `parts` numeric labels, cut at `cuts`; `absent`: the
-/// labels may be missing (a slot of its own, before the intervals).
+/// labels may be missing (a slot of its own, before the intervals). Each
+/// part holds `lowest..=highest` (a label outside is an input error).
+#[derive(Clone, Debug)]
 pub(super) struct Axis {
-    parts: usize,
+    pub(super) parts: usize,
     cuts: Vec<Point>,
-    absent: bool,
+    pub(super) absent: bool,
+    lowest: u64,
+    highest: u64,
 }
 
 impl Axis {
-    fn new(parts: usize, absent: bool, raw: Vec<Point>) -> Axis {
+    pub(super) fn new(parts: usize, absent: bool, raw: Vec<Point>) -> Axis {
+        Axis::bounded(parts, absent, raw, 0, U32)
+    }
+
+    pub(super) fn bounded(parts: usize, absent: bool, raw: Vec<Point>, lo: u64, hi: u64) -> Axis {
         let mut cuts: Vec<Point> = raw
             .into_iter()
             .map(|mut p| {
@@ -48,19 +48,43 @@ impl Axis {
             parts,
             cuts,
             absent,
+            lowest: lo,
+            highest: hi,
         }
     }
-    pub(super) fn slots(&self) -> usize {
-        usize::from(self.absent) + self.cuts.len() + 1
+
+    /// The axis of a fact that is always absent (one slot).
+    pub(super) fn only_absent() -> Axis {
+        Axis {
+            parts: 1,
+            cuts: Vec::new(),
+            absent: true,
+            lowest: 1,
+            highest: 0,
+        }
     }
+
+    pub(super) fn slots(&self) -> usize {
+        usize::from(self.absent) + self.intervals()
+    }
+
+    fn intervals(&self) -> usize {
+        if self.lowest > self.highest {
+            0
+        } else {
+            self.cuts.len() + 1
+        }
+    }
+
     /// The interval index of a slot; None for the absent slot.
-    fn interval(&self, slot: usize) -> Option<usize> {
+    pub(super) fn interval(&self, slot: usize) -> Option<usize> {
         match (self.absent, slot) {
             (true, 0) => None,
             (true, s) => Some(s - 1),
             (false, s) => Some(s),
         }
     }
+
     pub(super) fn lo(&self, k: usize) -> Point {
         if k == 0 {
             vec![0; self.parts]
@@ -68,32 +92,71 @@ impl Axis {
             self.cuts[k - 1].clone()
         }
     }
+
     pub(super) fn hi(&self, k: usize) -> Option<Point> {
         self.cuts.get(k).cloned()
     }
-    /// The lowest and highest point of a slot a label can hold (parts of 32
-    /// bits); empty when none can; `[None]` for the absent slot.
+
+    /// The lowest and highest point of a slot a label can hold; empty when
+    /// none can; `[None]` for the absent slot.
     pub(super) fn samples(&self, slot: usize) -> Vec<Option<Point>> {
         let Some(k) = self.interval(slot) else {
             return vec![None];
         };
-        let lo = self.lo(k);
-        if lo.iter().any(|&x| x > U32) {
+        let mut lo = self.lo(k);
+        if self.parts == 1 {
+            lo[0] = lo[0].max(self.lowest);
+        }
+        if lo.iter().any(|&x| x > self.highest) {
             return Vec::new();
         }
-        let top = match self.hi(k) {
-            None => vec![U32; self.parts],
-            Some(h) => predecessor(&h),
+        let mut top = match self.hi(k) {
+            None => vec![self.highest; self.parts],
+            Some(h) => predecessor(&h, self.highest),
         };
-        if top <= lo {
+        if self.parts == 1 {
+            top[0] = top[0].min(self.highest);
+        }
+        if top < lo {
+            Vec::new()
+        } else if top == lo {
             vec![Some(lo)]
         } else {
             vec![Some(lo), Some(top)]
         }
     }
+
+    /// True when no label value lies in the slot.
+    pub(super) fn empty(&self, slot: usize) -> bool {
+        self.samples(slot).is_empty()
+    }
+
+    /// The range of slots `a..=b`, the empty slots around it taken in (no
+    /// label value lies there): from the start when every slot before `a`
+    /// is empty, unbounded when every slot after `b` is.
+    pub(super) fn range(&self, a: usize, b: usize) -> AxisRange {
+        let from_start = (0..a).all(|s| self.empty(s) && self.interval(s).is_some());
+        let to_end = (b + 1..self.slots()).all(|s| self.empty(s));
+        let absent = self.absent && a == 0;
+        let interval = self.interval(b).map(|last| {
+            let first = self.interval(a).unwrap_or(0);
+            let lo = if from_start {
+                vec![0; self.parts]
+            } else {
+                self.lo(first)
+            };
+            (lo, if to_end { None } else { self.hi(last) })
+        });
+        let full = (a == 0 || (!self.absent && from_start)) && to_end;
+        AxisRange {
+            absent,
+            interval,
+            full,
+        }
+    }
+
     /// For each slot of `fine`, the slot of this axis it lies in; None
-    /// unless every cut of this axis is one of `fine`'s (then no cut of
-    /// this axis falls inside a cell of `fine`).
+    /// unless every cut of this axis is one of `fine`'s.
     pub(super) fn project(&self, fine: &Axis) -> Option<Vec<usize>> {
         let subset = self.cuts.iter().all(|c| fine.cuts.binary_search(c).is_ok());
         if !subset || self.absent != fine.absent || self.parts != fine.parts {
@@ -109,26 +172,17 @@ impl Axis {
         };
         Some((0..fine.slots()).map(slot).collect())
     }
-    pub(super) fn range(&self, a: usize, b: usize) -> AxisRange {
-        let first = self.interval(a).unwrap_or(0);
-        let interval = self.interval(b).map(|last| (self.lo(first), self.hi(last)));
-        AxisRange {
-            absent: self.absent && a == 0,
-            interval,
-            full: a == 0 && b + 1 == self.slots(),
-        }
-    }
 }
 
-/// The point just below `p` with parts of 32 bits.
-fn predecessor(p: &[u64]) -> Point {
+/// The point just below `p` with parts of at most `top`.
+fn predecessor(p: &[u64], top: u64) -> Point {
     let mut out = p.to_vec();
     for i in (0..out.len()).rev() {
         if out[i] > 0 {
-            out[i] = (out[i] - 1).min(U32);
+            out[i] = (out[i] - 1).min(top);
             return out;
         }
-        out[i] = U32;
+        out[i] = top;
     }
     out
 }
@@ -145,31 +199,64 @@ fn cut_pair(v: &[u64], parts: usize) -> [Point; 2] {
     [t, next]
 }
 
-fn version_parts(v: &crate::core::version::Version) -> Point {
+fn version_parts(v: &Version) -> Point {
     (0..8).map(|i| v.part(i)).collect()
 }
 
-/// The constants the decision compares each axis with.
-struct Cuts {
-    driver: Vec<Point>,
-    cuda: Vec<Point>,
-    cc: Vec<Point>,
-    count: Option<Vec<Point>>,
+/// The constants the decision compares each fact with, in version space:
+/// drivers of three parts, CUDA versions of two, compute capabilities as
+/// `sm` numbers, GPU counts.
+#[derive(Default)]
+pub(super) struct Cuts {
+    pub(super) driver: Vec<Point>,
+    pub(super) cuda: Vec<Point>,
+    pub(super) sm: Vec<u64>,
+    pub(super) count: Option<Vec<Point>>,
 }
 
-/// CUDA versions are also compared by major alone (minor-version
-/// compatibility holds within one major; compat_check), so each CUDA cut
-/// brings its major's start and the next one.
-fn with_majors(cuda: &mut Vec<Point>) {
-    let majors: Vec<Point> = cuda
-        .iter()
-        .flat_map(|p| [vec![p[0], 0], vec![p[0] + 1, 0]])
-        .collect();
-    cuda.extend(majors);
+/// The cuts of `subject`; `images`: with those of its scanned GPU code
+/// ([`image_cuts`]). Without them every cut is still one of the cuts with
+/// them, so each cell of the finer grid lies in one cell of the coarser.
+pub(super) fn cuts(subject: &Subject, images: bool) -> Cuts {
+    let mut c = Cuts {
+        count: count_cuts(subject),
+        ..Cuts::default()
+    };
+    requirement_cuts(subject, &mut c);
+    if let Some(s) = subject.scanned().filter(|_| images || minor_allow(subject)) {
+        image_cuts(s, &mut c);
+    }
+    if minor_allow(subject) {
+        family_minimums(&mut c);
+    }
+    compat_cuts(subject, &mut c);
+    runtime_cuts(subject, &mut c);
+    if reads_majors(subject) {
+        let majors: Vec<Point> = c
+            .cuda
+            .iter()
+            .flat_map(|p| [vec![p[0], 0], vec![p[0] + 1, 0]])
+            .collect();
+        c.cuda.extend(majors);
+    }
+    c
+}
+
+fn minor_allow(subject: &Subject) -> bool {
+    subject.config().requirements.minor_version_compatibility == MinorVersionCompat::Allow
+}
+
+/// The decision compares CUDA majors too: minor-version compatibility
+/// (any mode but "off" words a finding from it), a scanned image (its
+/// compat and runtime rules).
+fn reads_majors(subject: &Subject) -> bool {
+    subject.scanned().is_some()
+        || subject.libraries().is_some()
+        || subject.config().requirements.minor_version_compatibility != MinorVersionCompat::Off
 }
 
 fn requirement_cuts(subject: &Subject, c: &mut Cuts) {
-    let every = reads_more(subject);
+    let every = reads_majors(subject);
     let image_cuda = subject
         .container()
         .env
@@ -188,21 +275,32 @@ fn requirement_cuts(subject: &Subject, c: &mut Cuts) {
             continue;
         };
         let p = version_parts(v);
-        let (axis, parts) = match key {
-            Key::Driver => (&mut c.driver, 3),
-            Key::Cuda => (&mut c.cuda, 2),
-            Key::Arch => (&mut c.cc, 2),
-            Key::Brand => continue,
-        };
-        axis.extend(op_cuts(&p, parts, f.op, every));
+        match key {
+            Key::Driver => c.driver.extend(op_cuts(&p, 3, f.op, every)),
+            Key::Cuda => c.cuda.extend(op_cuts(&p, 2, f.op, every)),
+            Key::Arch => {
+                c.sm.extend(op_cuts(&p, 2, f.op, true).iter().map(|p| sm_ceil(p)))
+            }
+            Key::Brand => {}
+        }
+    }
+}
+
+/// The smallest `sm` number at or above the capability `p` (`8.10` is 90:
+/// no label holds a minor of two digits).
+fn sm_ceil(p: &[u64]) -> u64 {
+    let (major, minor) = (p[0], p.get(1).copied().unwrap_or(0));
+    if minor > 9 {
+        (major + 1).saturating_mul(10)
+    } else {
+        major.saturating_mul(10) + minor
     }
 }
 
 /// Where `x op v` can change over points of `parts` parts: `>=`/`<` at
 /// `v`, `>`/`<=` just after it, `=`/`!=` at both; both too when `v` has
-/// more parts than the labels (`535.104.05.1`) or `every` (the decision
-/// also relaxes or re-reads the factor: minor-version compatibility, a
-/// scanned image's compat rules).
+/// more parts than the labels or `every` (the decision also relaxes or
+/// re-reads the factor).
 fn op_cuts(v: &[u64], parts: usize, op: Op, every: bool) -> Vec<Point> {
     let [at, after] = cut_pair(v, parts);
     let longer = v.iter().skip(parts).any(|&x| x > 0);
@@ -214,56 +312,22 @@ fn op_cuts(v: &[u64], parts: usize, op: Op, every: bool) -> Vec<Point> {
     }
 }
 
-/// The decision reads requirements beyond their plain judgement: CUDA
-/// minor-version compatibility (any mode but "off" words a finding from
-/// it) and a scanned image (kernel-image and compat rules compare CUDA
-/// majors).
-fn reads_more(subject: &Subject) -> bool {
-    subject.scanned().is_some()
-        || subject.config().requirements.minor_version_compatibility
-            != crate::core::policy::MinorVersionCompat::Off
-}
-
-/// With a scanned image: with `images`, its architectures and where
-/// NVIDIA's binary-compatibility rules change around them
-/// ([`image_cuts`]); and, where the decision uses them (minor-version
-/// compatibility "allow", compat libraries), the CUDA tables' driver
-/// minimums.
-fn scan_cuts(subject: &Subject, c: &mut Cuts, images: bool) {
-    let Some(s) = subject.scanned() else {
-        return;
-    };
-    if images {
-        image_cuts(s, c);
-    }
-    let allow = subject.config().requirements.minor_version_compatibility
-        == crate::core::policy::MinorVersionCompat::Allow;
-    if allow || has_compat(subject) {
-        table_cuts(c);
-    }
-}
-
 /// A scanned image's architectures and where NVIDIA's binary-compatibility
-/// rules change around them (the next minor and major; Tegra parts,
-/// exact-match only, on the majors the image has machine code for), every
-/// major's minor 10 (gpu-guard reads one-digit minors, sm_XY), and the CUDA
-/// its PTX needs. Only the judgement of the image's GPU code reads them
-/// (crate::core::kernel_image, and minor-version compatibility's check that
-/// every library runs as SASS: core::compat_check `sass_only`).
+/// rules change around them (crate::core::arch `sass_runs_on`,
+/// `ptx_jits_on`): at the architecture, the next minor and the next major;
+/// Tegra parts (exact match only) on the majors it has machine code for;
+/// and the CUDA its PTX needs (`ptx_isa_supported`).
 fn image_cuts(s: &crate::core::kernel_image::Scanned, c: &mut Cuts) {
     use crate::core::arch::{ptx_isa_needs, IsaNeed, Kind, PTX_ISA_TO_CUDA};
-    let images: Vec<_> = s
+    let images = s
         .libraries
         .iter()
         .filter_map(|l| l.outcome.as_ref().ok())
-        .flatten()
-        .collect();
+        .flatten();
     let mut sass_majors = Vec::new();
-    let mut top = 13u64;
-    for i in &images {
+    for i in images {
         let (x, y) = (u64::from(i.arch.major()), u64::from(i.arch.minor()));
-        top = top.max(x + 1);
-        c.cc.extend([vec![x, y], vec![x, y + 1], vec![x + 1, 0]]);
+        c.sm.extend([10 * x + y, 10 * x + y + 1, 10 * (x + 1)]);
         if i.kind == Kind::Sass {
             sass_majors.push(x);
         }
@@ -275,48 +339,32 @@ fn image_cuts(s: &crate::core::kernel_image::Scanned, c: &mut Cuts) {
             c.cuda.extend(cut_pair(&[a.into(), b.into()], 2));
         }
     }
-    // crate::core::arch TEGRA, and Cc::parse's range (majors 1 to 99).
+    // crate::core::arch TEGRA.
     for (x, y) in [(3, 2), (5, 3), (6, 2), (7, 2), (8, 7), (10, 1), (11, 0)] {
         if sass_majors.contains(&x) {
-            c.cc.extend(cut_pair(&[x, y], 2));
-        }
-    }
-    for x in 1..=top {
-        c.cc.extend([vec![x, 0], vec![x, 10]]);
-    }
-    c.cc.push(vec![100, 0]);
-}
-
-/// The image has compat libraries (their notes name driver branches and brands).
-fn has_compat(subject: &Subject) -> bool {
-    subject.compat().is_some_and(|c| !c.libs.is_empty())
-}
-
-fn table_cuts(c: &mut Cuts) {
-    let tables = crate::core::cuda_tables::TOOLKIT_MIN_DRIVER
-        .iter()
-        .map(|(t, d)| (*t, *d));
-    let family = crate::core::cuda_tables::MINOR_VERSION_FAMILY_MIN_DRIVER
-        .iter()
-        .map(|(_, d)| ("", *d));
-    for (tk, d) in tables.chain(family) {
-        if let Ok(v) = crate::core::version::Version::parse(d) {
-            let p = version_parts(&v);
-            c.driver.extend(cut_pair(&p, 3));
-            c.driver.extend(cut_pair(&p[..1], 3));
-        }
-        if let Ok(v) = crate::core::version::Version::parse(tk) {
-            c.cuda.extend(cut_pair(&version_parts(&v), 2));
+            c.sm.extend([10 * x + y, 10 * x + y + 1]);
         }
     }
 }
 
+/// The family minimum drivers minor-version compatibility "allow" compares
+/// a driver with (crate::core::compat_check `minor_version`).
+fn family_minimums(c: &mut Cuts) {
+    for (_, d) in crate::core::cuda_tables::MINOR_VERSION_FAMILY_MIN_DRIVER {
+        if let Ok(v) = Version::parse(d) {
+            c.driver.extend(cut_pair(&version_parts(&v), 3));
+        }
+    }
+}
+
+/// The image's compat libraries: their versions, the branches and the
+/// CUDA version their notes name (crate::core::compat `judge_gpu`).
 fn compat_cuts(subject: &Subject, c: &mut Cuts) {
     let Some(scan) = subject.compat() else {
         return;
     };
     for lib in &scan.libs {
-        if let Ok(v) = crate::core::version::Version::parse(&lib.version) {
+        if let Ok(v) = Version::parse(&lib.version) {
             let p = version_parts(&v);
             c.driver.extend(cut_pair(&p, 3));
             c.driver.extend(cut_pair(&p[..1], 3));
@@ -330,33 +378,34 @@ fn compat_cuts(subject: &Subject, c: &mut Cuts) {
         if let Some(v) = note
             .cuda_version
             .as_deref()
-            .and_then(|v| crate::core::version::Version::parse(v).ok())
+            .and_then(|v| Version::parse(v).ok())
         {
             c.cuda.extend(cut_pair(&version_parts(&v), 2));
         }
     }
 }
 
-/// The CUDA runtimes the image ships (core::libraries): the decision
-/// compares the host's CUDA with each runtime's major and, within it, its
-/// minor (minor-version compatibility), so both are cuts; a shipped CUDA 13
-/// runtime is a driver bound on nodes.
+/// The CUDA runtimes the image ships (crate::core::libraries
+/// `runtime_finding`): the host's CUDA against each runtime's major and
+/// minor, the driver against its family minimum.
 fn runtime_cuts(subject: &Subject, c: &mut Cuts) {
     let Some(scan) = subject.libraries() else {
         return;
     };
     for rt in &scan.cuda_runtimes {
-        let Ok(v) = crate::core::version::Version::parse(&rt.version) else {
+        let Ok(v) = Version::parse(&rt.version) else {
             continue;
         };
         let p = version_parts(&v);
         c.cuda.extend(cut_pair(&p, 2));
         c.cuda.extend([vec![p[0], 0], vec![p[0] + 1, 0]]);
-    }
-    let allow = subject.config().requirements.minor_version_compatibility
-        == crate::core::policy::MinorVersionCompat::Allow;
-    if allow && !scan.cuda_runtimes.is_empty() {
-        table_cuts(c);
+        if let Some(d) = rt
+            .min_driver
+            .as_deref()
+            .and_then(|d| Version::parse(d).ok())
+        {
+            c.driver.extend(cut_pair(&version_parts(&d), 3));
+        }
     }
 }
 
@@ -376,237 +425,112 @@ fn count_cuts(subject: &Subject) -> Option<Vec<Point>> {
     Some(cuts)
 }
 
-/// The axes: driver, CUDA, compute capability and, when it matters, count.
-pub(super) fn axes(subject: &Subject) -> Vec<Axis> {
-    axes_with(subject, true)
-}
-
-/// The axes, cut with (`images`) or without the cuts of the scanned GPU
-/// code ([`image_cuts`]): without them, every cut is still one of the
-/// axes' with them, so each cell of theirs lies in one cell of these.
-pub(super) fn axes_with(subject: &Subject, images: bool) -> Vec<Axis> {
-    let mut c = Cuts {
-        driver: Vec::new(),
-        cuda: Vec::new(),
-        cc: Vec::new(),
-        count: count_cuts(subject),
-    };
-    requirement_cuts(subject, &mut c);
-    scan_cuts(subject, &mut c, images);
-    compat_cuts(subject, &mut c);
-    runtime_cuts(subject, &mut c);
-    if reads_more(subject) {
-        with_majors(&mut c.cuda);
-    }
-    let mut out = vec![
-        Axis::new(3, false, c.driver),
-        Axis::new(2, true, c.cuda),
-        Axis::new(2, true, c.cc),
-    ];
-    if let Some(count) = c.count {
-        out.push(Axis::new(1, true, count));
-    }
-    out
-}
-
-/// The labels of a node at one point of every axis, with brand value `v`.
-fn labels_for(point: &[Option<Point>], v: usize) -> NodeLabels {
-    let mut l = BTreeMap::new();
-    let mut put = |keys: &[&str], p: &Option<Point>| {
-        if let Some(p) = p {
-            for (k, x) in keys.iter().zip(p) {
-                l.insert(k.to_string(), x.to_string());
+/// The smallest integer label value at or above the version `p`, under an
+/// encoding whose parts after the first are below `radix` ([`labels`]).
+fn int_ceil(p: &[u64], radix: &[u64]) -> Point {
+    let mut parts = p.to_vec();
+    parts.resize(radix.len() + 1, 0);
+    for i in (1..parts.len()).rev() {
+        if parts[i] >= radix[i - 1] {
+            parts[i] = 0;
+            parts[i - 1] = parts[i - 1].saturating_add(1);
+            for x in parts.iter_mut().skip(i + 1) {
+                *x = 0;
             }
         }
-    };
-    put(&DRIVER_NEW, &point[0]);
-    put(&CUDA_NEW, &point[1]);
-    put(&CC_GFD, &point[2]);
-    if let Some(count) = point.get(3) {
-        put(&[COUNT], count);
     }
-    let major = point[0].as_ref().map(|p| p[0]).unwrap_or(0);
-    let brand = match v {
-        0 => None,
-        1 => Some(labels::MIXED),
-        i => Some(BRANDS[i - 2]),
-    };
-    if let Some(b) = brand {
-        l.insert(labels::BRAND.into(), b.into());
-        l.insert(labels::DRIVER_BRANCH.into(), major.to_string());
-    }
-    NodeLabels {
-        name: "gpu-guard-affinity-probe".into(),
-        labels: l,
-    }
-}
-
-/// The host a node with these labels is, as `check --nodes` reads it.
-pub(super) fn host_for(point: &[Option<Point>], v: usize) -> Option<Host> {
-    nodes::host_from_node(&labels_for(point, v)).ok()
-}
-
-/// Allowed on a node with these labels: the judgement `check --nodes` makes.
-fn allowed(subject: &Subject, point: &[Option<Point>], v: usize) -> bool {
-    host_for(point, v).is_some_and(|h| subject.judge_host(&h).verdict == Verdict::Allow)
-}
-
-/// Every cell's mask of allowed brand values, and whether the two samples
-/// of every cell agreed.
-pub(super) struct Grid {
-    pub(super) axes: Vec<Axis>,
-    pub(super) sizes: Vec<usize>,
-    pub(super) masks: Vec<u32>,
-    pub(super) consistent: bool,
-}
-
-impl Grid {
-    pub(super) fn new(axes: Vec<Axis>) -> Grid {
-        Grid {
-            sizes: axes.iter().map(Axis::slots).collect(),
-            axes,
-            masks: Vec::new(),
-            consistent: true,
-        }
-    }
-    pub(super) fn cells(&self) -> usize {
-        self.sizes.iter().product()
-    }
-    pub(super) fn index(&self, coord: &[usize]) -> usize {
-        index_in(&self.sizes, coord)
-    }
-    pub(super) fn coord(&self, i: usize) -> Vec<usize> {
-        coord_in(&self.sizes, i)
-    }
-    /// A cell's lowest and highest point a label can hold on every axis;
-    /// None when some axis has none there.
-    pub(super) fn ends(&self, coord: &[usize]) -> Option<Ends> {
-        ends(self.axes.iter().zip(coord).map(|(a, &s)| (a, s)))
-    }
-}
-
-/// The index of a cell of a grid of `sizes` slots, the last axis fastest.
-pub(super) fn index_in(sizes: &[usize], coord: &[usize]) -> usize {
-    coord.iter().zip(sizes).fold(0, |acc, (c, s)| acc * s + c)
-}
-
-/// The slots of cell `i` of a grid of `sizes` slots.
-pub(super) fn coord_in(sizes: &[usize], mut i: usize) -> Vec<usize> {
-    let mut out = vec![0; sizes.len()];
-    for (o, s) in out.iter_mut().zip(sizes).rev() {
-        *o = i % s;
-        i /= s;
-    }
-    out
-}
-
-/// The lowest and the highest point of a cell.
-pub(super) struct Ends {
-    pub(super) low: Vec<Option<Point>>,
-    pub(super) high: Vec<Option<Point>>,
-}
-
-impl Ends {
-    /// Judges the cell at both ends: (allowed, the ends agree). A cell
-    /// whose ends disagree (a constant missed) is not allowed.
-    pub(super) fn judge(&self, allowed: impl Fn(&[Option<Point>]) -> bool) -> (bool, bool) {
-        let a = allowed(&self.low);
-        let agree = self.low == self.high || allowed(&self.high) == a;
-        (a && agree, agree)
-    }
-}
-
-/// The ends of the cell of one slot per axis.
-pub(super) fn ends<'a>(slots: impl Iterator<Item = (&'a Axis, usize)>) -> Option<Ends> {
-    let mut e = Ends {
-        low: Vec::new(),
-        high: Vec::new(),
-    };
-    for (axis, slot) in slots {
-        let s = axis.samples(slot);
-        e.low.push(s.first()?.clone());
-        e.high.push(s.last()?.clone());
-    }
-    Some(e)
-}
-
-/// Brand values the decision cannot tell apart, as masks: the absent
-/// label and `mixed` give the same facts (brand unknown), and brands no
-/// requirement names compare alike; with compat libraries (whose notes
-/// list brands) every brand is its own.
-pub(super) fn brand_classes(subject: &Subject) -> Vec<u32> {
-    let named: Vec<String> = subject
-        .requirements
+    let n = parts
         .iter()
-        .flat_map(|r| &r.any_of)
-        .flat_map(|a| &a.factors)
-        .filter_map(|f| match &f.operand {
-            Operand::Brand(b) => Some(b.to_ascii_lowercase()),
-            _ => None,
-        })
-        .collect();
-    let mut classes = vec![ABSENT | MIXED_BIT];
-    let mut others = 0u32;
-    for (i, b) in BRANDS.iter().enumerate() {
-        let bit = 1u32 << (i + 2);
-        if has_compat(subject) || named.iter().any(|n| n == b) {
-            classes.push(bit);
-        } else {
-            others |= bit;
-        }
-    }
-    if others != 0 {
-        classes.push(others);
-    }
-    classes
+        .zip(std::iter::once(&1).chain(radix.iter()))
+        .fold(0u64, |acc, (x, r)| {
+            acc.saturating_mul(*r).saturating_add(*x)
+        });
+    vec![n.min(U32 + 1)]
 }
 
-/// Every cell's mask and whether all cells were judged alike at both ends.
-pub(super) struct Judged {
-    pub(super) masks: Vec<u32>,
-    pub(super) consistent: bool,
+/// The axes of one source's nodes: driver, CUDA and (when it matters)
+/// GPU count; and the compute-capability axis.
+pub(super) struct Axes {
+    pub(super) node: Vec<Axis>,
+    pub(super) cc: Axis,
 }
 
-/// The grid of `axes`, each cell judged for each brand class, or None when
-/// it has too many cells. With a scanned image the kernel-image findings
-/// are judged apart where that is exact ([`super::label_grid_apart`]);
-/// otherwise, and always to the same result, every cell is judged whole
-/// ([`judge_cells`]).
-pub(super) fn judge_grid(subject: &Subject, axes: Vec<Axis>) -> Option<Grid> {
-    let mut g = Grid::new(axes);
-    let classes = brand_classes(subject);
-    if g.cells().saturating_mul(classes.len() * 2) > MAX_JUDGED {
-        return None;
-    }
-    let judged = super::label_grid_apart::judge(subject, &g, &classes)
-        .unwrap_or_else(|| judge_cells(subject, &g, &classes));
-    g.masks = judged.masks;
-    g.consistent = judged.consistent;
-    Some(g)
-}
-
-/// Every cell judged whole for each brand class, at its lowest point and at
-/// its highest, by the per-node judgement `check --nodes` makes.
-pub(super) fn judge_cells(subject: &Subject, g: &Grid, classes: &[u32]) -> Judged {
-    let mut out = Judged {
-        masks: Vec::with_capacity(g.cells()),
-        consistent: true,
+/// The axes of `source` from `cuts`.
+pub(super) fn axes(source: Source, c: &Cuts) -> Axes {
+    let mut node = match source {
+        Source::Own => vec![
+            Axis::new(
+                1,
+                false,
+                c.driver
+                    .iter()
+                    .map(|p| int_ceil(p, &[1000, 1000]))
+                    .collect(),
+            ),
+            Axis::new(
+                1,
+                true,
+                c.cuda.iter().map(|p| int_ceil(p, &[100])).collect(),
+            ),
+        ],
+        Source::Gfd | Source::GfdDeprecated => vec![
+            Axis::new(3, false, c.driver.clone()),
+            Axis::new(2, true, c.cuda.clone()),
+        ],
     };
-    for i in 0..g.cells() {
-        let Some(ends) = g.ends(&g.coord(i)) else {
-            out.masks.push(0);
-            continue;
-        };
-        let mut mask = 0u32;
-        for class in classes {
-            let v = class.trailing_zeros() as usize;
-            let (ok, agree) = ends.judge(|p| allowed(subject, p, v));
-            out.consistent &= agree;
-            if ok {
-                mask |= class;
-            }
-        }
-        out.masks.push(mask);
+    if let Some(count) = &c.count {
+        node.push(Axis::new(1, true, count.clone()));
     }
-    out
+    let cc = match source {
+        Source::Own => {
+            let mut sm: Vec<Point> = c.sm.iter().map(|&x| vec![x]).collect();
+            sm.extend([vec![SM_LOWEST], vec![SM_HIGHEST + 1]]);
+            Axis::bounded(1, true, sm, SM_LOWEST, SM_HIGHEST)
+        }
+        Source::Gfd | Source::GfdDeprecated => Axis::only_absent(),
+    };
+    Axes { node, cc }
+}
+
+/// The labels of the compute-capability axis's point: all three of
+/// gpu-guard's (one model) or none.
+pub(super) fn cc_labels(sm: Option<u64>) -> Vec<(&'static str, String)> {
+    match sm {
+        Some(x) => [labels::SM, labels::SM_MIN, labels::SM_MAX]
+            .into_iter()
+            .map(|k| (k, x.to_string()))
+            .collect(),
+        None => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integer_ceilings_order_as_versions() {
+        assert_eq!(int_ceil(&[535, 104, 5], &[1000, 1000]), vec![535_104_005]);
+        assert_eq!(int_ceil(&[535, 1000, 0], &[1000, 1000]), vec![536_000_000]);
+        assert_eq!(
+            int_ceil(&[535, 104, 1000], &[1000, 1000]),
+            vec![535_105_000]
+        );
+        assert_eq!(int_ceil(&[12, 4], &[100]), vec![1204]);
+        assert_eq!(int_ceil(&[12, 100], &[100]), vec![1300]);
+        assert_eq!(sm_ceil(&[8, 10]), 90);
+        assert_eq!(sm_ceil(&[8, 6]), 86);
+    }
+
+    #[test]
+    fn samples_stay_in_the_labels_range() {
+        let a = Axis::bounded(1, true, vec![vec![10], vec![80], vec![1000]], 10, 999);
+        assert_eq!(a.samples(0), vec![None]);
+        assert!(a.samples(1).is_empty());
+        assert_eq!(a.samples(2), vec![Some(vec![10]), Some(vec![79])]);
+        assert_eq!(a.samples(3), vec![Some(vec![80]), Some(vec![999])]);
+        assert!(a.samples(4).is_empty());
+        let none = Axis::only_absent();
+        assert_eq!(none.slots(), 1);
+    }
 }

@@ -1,15 +1,35 @@
-//! gpu-guard's own node labels (`gpu-guard host --node-labels`): the facts
-//! GPU Feature Discovery does not label, the brand above all, so that
-//! `check --nodes` and `--affinity` can judge `brand=` alternatives.
+//! gpu-guard's own node labels (`gpu-guard host --node-labels`): every fact
+//! an exact node affinity needs, each in one label a node selector can
+//! compare in one expression.
 //!
-//! They are made for node affinities: `gpu-guard.io/brand` holds one value
-//! (the brand of every GPU, or `mixed`), so one `In` expression covers the
-//! many `brand=X,driver>=N,driver<N+1` alternatives of NVIDIA's images, and
-//! `gpu-guard.io/driver.branch` holds the driver major as a plain decimal,
-//! so a set of branches is one `In` list. The per-brand
-//! `gpu-guard.io/brand.<brand>=true` labels of earlier releases are still
-//! written for affinities people wrote by hand; gpu-guard reads only the
-//! single-valued one.
+//! Kubernetes compares labels with `In`/`NotIn` (strings) and `Gt`/`Lt`
+//! (integers, strconv.ParseInt; apimachinery labels/selector.go). GPU
+//! Feature Discovery splits each version into part labels (`major`,
+//! `minor`, `revision`), so a range of versions is a union of terms, one
+//! per fixed prefix, and two ranges ANDed are their cross product. So each
+//! fact is also written here as one integer whose order is the version's:
+//! - [`DRIVER_INT`]: the driver version `a.b.c` as `a*1000000 + b*1000 + c`
+//!   (`535.104.05` is `535104005`), written when every part fits (NVIDIA's
+//!   minor and revision have at most three digits);
+//! - [`CUDA_INT`]: the CUDA version the driver supports, `a.b` as `a*100 + b`;
+//! - [`SM`], [`SM_MIN`], [`SM_MAX`]: compute capabilities as `nvcc` numbers
+//!   them (`sm_90` is `90`: major*10 + minor). GFD labels one model of a node
+//!   with several (the last); the container given all GPUs must run on
+//!   each. `sm` is written when every GPU has the same capability; `sm.min`
+//!   and `sm.max` when there are at most two (then they are the node's whole
+//!   set, so "runs on every GPU" is "runs on `sm.min` and on `sm.max`");
+//!   none when a capability is unknown or there are more models;
+//! - [`COUNT`]: the GPU count; [`BRAND`]: one value (the brand of every GPU,
+//!   or [`MIXED`]), so one `In` list covers the many
+//!   `brand=X,driver>=N,driver<N+1` alternatives of NVIDIA's images;
+//!   [`DRIVER_BRANCH`]: the driver major, so a set of branches is one `In`
+//!   list; [`VENDOR`]: `nvidia` (the axis other vendors' labels join).
+//!
+//! The per-brand `gpu-guard.io/brand.<brand>=true` and the
+//! `compute.min[.major|.minor]` labels of earlier releases are still written
+//! for affinities people wrote by hand; `check --nodes` reads the ones above.
+//! `gpu-guard.io/gpu.healthy` and `gpu.failed` (GPU health) are read from
+//! nodes: a pod asking for N GPUs is not placed where fewer are healthy.
 //!
 //! The output is node-feature-discovery's local feature-file format: one
 //! `name=value` per line, `#` comments; a name with a namespace (`x.io/y`)
@@ -21,6 +41,8 @@ use crate::core::facts::HostFacts;
 use crate::core::version::Version;
 
 pub const PREFIX: &str = "gpu-guard.io/";
+/// `gpu-guard.io/vendor=nvidia` on a node with NVIDIA GPUs.
+pub const VENDOR: &str = "gpu-guard.io/vendor";
 /// `gpu-guard.io/brand=<nvml brand>`, or [`MIXED`].
 pub const BRAND: &str = "gpu-guard.io/brand";
 /// The brand value of a node whose GPUs are not all of one brand.
@@ -31,10 +53,31 @@ pub const COMPUTE_MIN: &str = "gpu-guard.io/compute.min";
 pub const COMPUTE_MIN_MAJOR: &str = "gpu-guard.io/compute.min.major";
 pub const COMPUTE_MIN_MINOR: &str = "gpu-guard.io/compute.min.minor";
 pub const DRIVER_BRANCH: &str = "gpu-guard.io/driver.branch";
+/// The driver version as one integer ([`driver_int`]).
+pub const DRIVER_INT: &str = "gpu-guard.io/driver.int";
+/// The driver's CUDA version as one integer ([`cuda_int`]).
+pub const CUDA_INT: &str = "gpu-guard.io/cuda.int";
+/// The compute capability of every GPU, when they share one.
+pub const SM: &str = "gpu-guard.io/sm";
+/// The lowest and highest compute capability, with at most two models.
+pub const SM_MIN: &str = "gpu-guard.io/sm.min";
+pub const SM_MAX: &str = "gpu-guard.io/sm.max";
+/// How many GPUs the node has.
+pub const COUNT: &str = "gpu-guard.io/gpu.count";
+/// GPUs not failed (core::health: health unknown counts as not failed),
+/// and GPUs failed: an affinity keeps pods that need N GPUs off nodes with
+/// fewer healthy ones. Written only when NVML's health of some GPU is known
+/// (a host described by facts without health has neither label).
+pub const HEALTHY: &str = "gpu-guard.io/gpu.healthy";
+pub const FAILED: &str = "gpu-guard.io/gpu.failed";
 pub const FWD_COMPAT: &str = "gpu-guard.io/fwd-compat.eligible";
 /// Where NFD's local source reads feature files (node-feature-discovery
 /// source/local/local.go featureFilesDir).
 pub const FEATURES_FILE: &str = "/etc/kubernetes/node-feature-discovery/features.d/gpu-guard";
+
+/// The range of [`SM`] values: compute capabilities 1.0 to 99.9 (Cc::parse).
+pub const SM_LOWEST: u64 = 10;
+pub const SM_HIGHEST: u64 = 999;
 
 /// Brands that CUDA forward compatibility serves: data-center and
 /// professional boards, NVML `nvmlBrandType_t` codes 1, 2 and 7-14 (nvml.h:
@@ -54,11 +97,70 @@ const FWD_COMPAT_BRANDS: &[&str] = &[
     "nvidia",
 ];
 
+/// `a.b.c` as `a*1000000 + b*1000 + c`, when it has at most three parts and
+/// the minor and revision at most three digits: the integer orders as the
+/// version does (libnvidia-container dsl.c compares part by part).
+pub fn driver_int(v: &Version) -> Option<u64> {
+    let fits = (3..8).all(|i| v.part(i) == 0) && v.part(1) < 1000 && v.part(2) < 1000;
+    fits.then(|| v.major() * 1_000_000 + v.part(1) * 1000 + v.part(2))
+}
+
+/// The version a [`DRIVER_INT`] value stands for: `535.104.05`.
+pub fn driver_from_int(n: u64) -> String {
+    format!("{}.{}.{:02}", n / 1_000_000, n / 1000 % 1000, n % 1000)
+}
+
+/// `a.b` as `a*100 + b`, when it has two parts and the minor two digits.
+pub fn cuda_int(v: &Version) -> Option<u64> {
+    let fits = (2..8).all(|i| v.part(i) == 0) && v.minor() < 100;
+    fits.then(|| v.major() * 100 + v.minor())
+}
+
+/// The version a [`CUDA_INT`] value stands for: `12.4`.
+pub fn cuda_from_int(n: u64) -> String {
+    format!("{}.{}", n / 100, n % 100)
+}
+
+/// `8.6` as 86, as nvcc numbers `sm_86`.
+fn sm_of(cc: &str) -> Option<u64> {
+    crate::core::arch::Cc::parse(cc).map(|c| u64::from(c.arch_number()))
+}
+
 /// The labels for one host, sorted by name. Facts the host does not know
 /// (no driver, a brand NVML could not read) produce no label: absence is
 /// "unknown" to the readers of these labels.
 pub fn node_labels(facts: &HostFacts) -> Vec<(String, String)> {
     let mut out = Vec::new();
+    brand_labels(facts, &mut out);
+    compute_labels(facts, &mut out);
+    let driver = facts
+        .driver_version
+        .as_deref()
+        .and_then(|d| Version::parse(d).ok());
+    if let Some(d) = &driver {
+        out.push((DRIVER_BRANCH.into(), d.major().to_string()));
+    }
+    // The integer labels make a node one whose every fact comes from
+    // gpu-guard (fleet::node_facts): only with GPUs to judge.
+    if !facts.gpus.is_empty() {
+        out.push((VENDOR.into(), "nvidia".into()));
+        out.push((COUNT.into(), facts.gpus.len().to_string()));
+        if let Some(n) = driver.as_ref().and_then(driver_int) {
+            out.push((DRIVER_INT.into(), n.to_string()));
+        }
+        let cuda = facts
+            .cuda_driver_version
+            .as_deref()
+            .and_then(|c| Version::parse(c).ok());
+        if let Some(n) = cuda.as_ref().and_then(cuda_int) {
+            out.push((CUDA_INT.into(), n.to_string()));
+        }
+    }
+    out.sort();
+    out
+}
+
+fn brand_labels(facts: &HostFacts, out: &mut Vec<(String, String)>) {
     let mut brands: Vec<&str> = facts
         .gpus
         .iter()
@@ -75,24 +177,18 @@ pub fn node_labels(facts: &HostFacts) -> Vec<(String, String)> {
     for b in &brands {
         out.push((format!("{BRAND_PREFIX}{b}"), "true".to_string()));
     }
-    let min_cc = facts
-        .gpus
-        .iter()
-        .filter_map(|g| g.compute_capability.as_deref())
-        .filter_map(|c| Version::parse(c).ok())
-        .min();
-    if let Some(cc) = min_cc {
-        out.push((COMPUTE_MIN.into(), format!("{}.{}", cc.major(), cc.minor())));
-        // Kubernetes Gt/Lt compare integers only, so the parts are labels too.
-        out.push((COMPUTE_MIN_MAJOR.into(), cc.major().to_string()));
-        out.push((COMPUTE_MIN_MINOR.into(), cc.minor().to_string()));
-    }
-    let branch = facts
-        .driver_version
-        .as_deref()
-        .and_then(|d| Version::parse(d).ok());
-    if let Some(d) = branch {
-        out.push((DRIVER_BRANCH.into(), d.major().to_string()));
+    if facts.gpus.iter().any(|g| g.health.is_some()) {
+        let failed = facts
+            .gpus
+            .iter()
+            .filter(|g| {
+                g.health
+                    .as_ref()
+                    .is_some_and(|h| h.state == crate::core::health::HealthState::Failed)
+            })
+            .count();
+        out.push((HEALTHY.into(), (facts.gpus.len() - failed).to_string()));
+        out.push((FAILED.into(), failed.to_string()));
     }
     let all_known = !facts.gpus.is_empty()
         && facts
@@ -106,8 +202,32 @@ pub fn node_labels(facts: &HostFacts) -> Vec<(String, String)> {
             .all(|g| FWD_COMPAT_BRANDS.contains(&g.brand.as_str()));
         out.push((FWD_COMPAT.into(), eligible.to_string()));
     }
-    out.sort();
-    out
+}
+
+/// [`SM`], [`SM_MIN`], [`SM_MAX`] and the older `compute.min` labels.
+fn compute_labels(facts: &HostFacts, out: &mut Vec<(String, String)>) {
+    let sms: Option<Vec<u64>> = facts
+        .gpus
+        .iter()
+        .map(|g| g.compute_capability.as_deref().and_then(sm_of))
+        .collect();
+    let Some(mut sms) = sms.filter(|s| !s.is_empty()) else {
+        return;
+    };
+    sms.sort_unstable();
+    sms.dedup();
+    let (lo, hi) = (sms[0], sms[sms.len() - 1]);
+    if sms.len() == 1 {
+        out.push((SM.into(), lo.to_string()));
+    }
+    if sms.len() <= 2 {
+        out.push((SM_MIN.into(), lo.to_string()));
+        out.push((SM_MAX.into(), hi.to_string()));
+    }
+    let (major, minor) = (lo / 10, lo % 10);
+    out.push((COMPUTE_MIN.into(), format!("{major}.{minor}")));
+    out.push((COMPUTE_MIN_MAJOR.into(), major.to_string()));
+    out.push((COMPUTE_MIN_MINOR.into(), minor.to_string()));
 }
 
 /// The feature file's text: a comment naming the writer, then the labels.
@@ -132,12 +252,17 @@ mod tests {
         }
     }
 
+    fn get<'a>(l: &'a [(String, String)], k: &str) -> Option<&'a str> {
+        l.iter().find(|(x, _)| x == k).map(|(_, v)| v.as_str())
+    }
+
     #[test]
     fn labels_for_a_mixed_host() {
         let f = HostFacts {
             driver_version: Some("535.104.05".into()),
             cuda_driver_version: Some("12.2".into()),
             gpus: vec![gpu("tesla", "8.0"), gpu("geforcertx", "7.5")],
+            ..Default::default()
         };
         let l = node_labels(&f);
         let text = feature_file(&l);
@@ -148,6 +273,112 @@ mod tests {
         assert!(text.contains("gpu-guard.io/compute.min.major=7\n"));
         assert!(text.contains("gpu-guard.io/driver.branch=535\n"));
         assert!(text.contains("gpu-guard.io/fwd-compat.eligible=false\n"));
+        assert_eq!(get(&l, DRIVER_INT), Some("535104005"));
+        assert_eq!(get(&l, CUDA_INT), Some("1202"));
+        assert_eq!(get(&l, SM), None);
+        assert_eq!((get(&l, SM_MIN), get(&l, SM_MAX)), (Some("75"), Some("80")));
+        assert_eq!(get(&l, COUNT), Some("2"));
+        assert_eq!(get(&l, VENDOR), Some("nvidia"));
+    }
+
+    #[test]
+    fn one_model_three_models_and_unknowns() {
+        let f = HostFacts {
+            driver_version: Some("570.26".into()),
+            cuda_driver_version: Some("12.8".into()),
+            gpus: vec![gpu("tesla", "9.0"), gpu("tesla", "9.0")],
+            ..HostFacts::default()
+        };
+        let l = node_labels(&f);
+        assert_eq!(get(&l, SM), Some("90"));
+        assert_eq!(get(&l, SM_MIN), Some("90"));
+        assert_eq!(get(&l, DRIVER_INT), Some("570026000"));
+        assert_eq!(driver_from_int(570_026_000), "570.26.00");
+        let three = HostFacts {
+            gpus: vec![
+                gpu("tesla", "9.0"),
+                gpu("tesla", "8.0"),
+                gpu("tesla", "8.6"),
+            ],
+            ..f.clone()
+        };
+        let l = node_labels(&three);
+        assert!(get(&l, SM).is_none() && get(&l, SM_MIN).is_none());
+        let unknown_cc = HostFacts {
+            gpus: vec![Gpu {
+                compute_capability: None,
+                ..gpu("tesla", "9.0")
+            }],
+            ..f.clone()
+        };
+        assert!(get(&node_labels(&unknown_cc), SM_MIN).is_none());
+        // A four-part driver fits no integer; a host without GPUs gets none.
+        let odd = HostFacts {
+            driver_version: Some("535.104.05.1".into()),
+            ..f.clone()
+        };
+        assert!(get(&node_labels(&odd), DRIVER_INT).is_none());
+        let none = HostFacts {
+            gpus: Vec::new(),
+            ..f
+        };
+        let l = node_labels(&none);
+        assert!(get(&l, DRIVER_INT).is_none() && get(&l, VENDOR).is_none());
+        assert_eq!(get(&l, DRIVER_BRANCH), Some("570"));
+    }
+
+    #[test]
+    fn integers_order_as_versions() {
+        let v = |s: &str| Version::parse(s).unwrap();
+        let ds = [
+            "418.39",
+            "535.54.03",
+            "535.104.05",
+            "535.104.5",
+            "550.54.14",
+            "570.26",
+        ];
+        for a in ds {
+            for b in ds {
+                let (x, y) = (v(a), v(b));
+                assert_eq!(driver_int(&x).cmp(&driver_int(&y)), x.cmp(&y), "{a} {b}");
+            }
+            assert_eq!(v(&driver_from_int(driver_int(&v(a)).unwrap())), v(a));
+        }
+        assert_eq!(cuda_int(&v("12.10")), Some(1210));
+        assert_eq!(cuda_from_int(1305), "13.5");
+        assert!(cuda_int(&v("12.100")).is_none());
+    }
+
+    #[test]
+    fn healthy_and_failed_counts() {
+        use crate::core::health::{judge, NvmlHealth};
+        let mut bad = gpu("tesla", "9.0");
+        bad.health = Some(judge(&NvmlHealth {
+            remap_failure: true,
+            ..NvmlHealth::default()
+        }));
+        let mut pending = gpu("tesla", "9.0");
+        pending.health = Some(judge(&NvmlHealth {
+            remap_pending: true,
+            ..NvmlHealth::default()
+        }));
+        let f = HostFacts {
+            driver_version: Some("550.54.15".into()),
+            cuda_driver_version: Some("12.4".into()),
+            gpus: vec![gpu("tesla", "9.0"), bad, pending],
+            ..HostFacts::default()
+        };
+        let text = feature_file(&node_labels(&f));
+        assert!(text.contains("gpu-guard.io/gpu.healthy=2\n"), "{text}");
+        assert!(text.contains("gpu-guard.io/gpu.failed=1\n"), "{text}");
+        let none = feature_file(&node_labels(&HostFacts::default()));
+        assert!(!none.contains("gpu.healthy"), "{none}");
+        let unknown = HostFacts {
+            gpus: vec![gpu("tesla", "9.0")],
+            ..f
+        };
+        assert!(!feature_file(&node_labels(&unknown)).contains("gpu.failed"));
     }
 
     #[test]
@@ -156,6 +387,7 @@ mod tests {
             driver_version: Some("550.54.15".into()),
             cuda_driver_version: Some("12.4".into()),
             gpus: vec![gpu("unknown", "9.0")],
+            ..Default::default()
         };
         let l = node_labels(&f);
         assert!(l.iter().all(|(k, _)| k != FWD_COMPAT));

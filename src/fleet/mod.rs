@@ -7,27 +7,35 @@
 //! [`crate::core::decide`] call on facts already in memory. That keeps a
 //! 1,000-host run under 1 ms a host (integration/bench-fleet.sh measures it).
 //!
-//! - [`nodes`] builds host facts from Kubernetes node labels (GPU Feature
-//!   Discovery and gpu-guard's own);
+//! A fleet is judged for placement: a host is allowed only where the
+//! container would work ([`placement`]), whatever `severity` or `mode`
+//! lets a container start at the node.
+//!
+//! - [`nodes`] and [`node_facts`] build host facts from Kubernetes node
+//!   labels (gpu-guard's own, else GPU Feature Discovery's);
 //! - [`labels`] writes gpu-guard's node labels (`host --node-labels`);
-//! - [`affinity`] turns the verdicts into a Kubernetes `nodeAffinity`;
+//! - [`affinity`] turns the verdicts into a Kubernetes `nodeAffinity`, and
+//!   [`label_affinity`] writes one from labels alone;
 //! - [`summary`] words the table, the summary line and the exit status.
 
 pub mod affinity;
 pub mod attached;
 pub mod label_affinity;
+mod label_cover;
 pub mod label_exprs;
 mod label_grid;
-mod label_grid_apart;
+mod label_judge;
 pub mod labels;
+pub mod node_facts;
 pub mod nodes;
+pub mod placement;
 pub mod selector;
 pub mod summary;
 pub mod unknown;
 
 use crate::core::compat::CompatScan;
 use crate::core::container::Container;
-use crate::core::decision::{Check, Decision, Finding};
+use crate::core::decision::{Decision, Finding};
 use crate::core::detect::Detection;
 use crate::core::facts::HostReport;
 use crate::core::kernel_image::Scanned;
@@ -44,6 +52,9 @@ pub struct Subject<'a> {
     judge: Judge<'a>,
     /// The requirements that are checked (for short reasons and the affinity).
     pub requirements: Vec<Requirement>,
+    /// How many GPUs the pod asks for (its `nvidia.com/gpu` limit; 1 when
+    /// not known): a node labelled with fewer healthy GPUs is not chosen.
+    pub gpus_wanted: u32,
 }
 
 /// One host of the fleet and where its facts came from.
@@ -57,14 +68,24 @@ pub enum HostFacts {
     /// Facts to judge on (from a file, or from node labels).
     Known {
         report: HostReport,
-        /// Set when the facts were built from Kubernetes node labels: the
-        /// info line saying which facts labels gave and which are unknown.
-        from_labels: Option<String>,
+        /// Set when the facts were built from Kubernetes node labels.
+        labels: Option<LabelInfo>,
     },
     /// A node without GPU Feature Discovery labels: nothing to judge on, so
     /// a GPU container is refused there ([`unknown::no_gpu_facts`]); `why`
     /// says what the labels lack.
     NoGpuFacts { why: String },
+}
+
+/// What node labels said beyond host facts.
+#[derive(Clone, Debug, Default)]
+pub struct LabelInfo {
+    /// The info line saying which facts labels gave and which are unknown.
+    pub note: String,
+    /// `gpu-guard.io/gpu.healthy`, when labelled.
+    pub healthy: Option<u32>,
+    /// Two GPU models: which GPU index has which is not labelled.
+    pub mixed_models: bool,
 }
 
 /// One host's outcome: always a Decision (docs/interfaces.md).
@@ -85,7 +106,14 @@ impl<'a> Subject<'a> {
         Subject {
             requirements: judge.requirements(),
             judge,
+            gpus_wanted: 1,
         }
+    }
+
+    /// The pod asks for `n` GPUs (its `nvidia.com/gpu` limit; at least 1).
+    pub fn with_gpus_wanted(mut self, n: u32) -> Subject<'a> {
+        self.gpus_wanted = n.max(1);
+        self
     }
 
     pub fn container(&self) -> &Container {
@@ -125,8 +153,9 @@ impl<'a> Subject<'a> {
         self.judge.on_host(Some(host))
     }
 
-    /// Judges every host. Facts from labels add an info finding saying so,
-    /// and "cannot be judged" warnings get a fix that fits labels.
+    /// Judges every host for placement ([`placement`]). Facts from labels
+    /// add an info finding saying so, and "cannot be judged" warnings get a
+    /// fix that fits labels.
     pub fn judge_all(&self, hosts: &[Host]) -> Vec<HostResult> {
         hosts
             .iter()
@@ -137,60 +166,27 @@ impl<'a> Subject<'a> {
             .collect()
     }
 
-    /// One host's Decision (a node without GPU facts included).
+    /// One host's Decision for placement (a node without GPU facts
+    /// included): allowed only where the container would work.
     pub fn judge_host(&self, h: &Host) -> Decision {
-        self.judge_host_by(h, |r| self.decide(r))
+        placement::judge(self, h, true)
     }
 
-    /// [`Subject::judge_host`] without the kernel-image findings
-    /// ([`Judge::on_host_without_kernel_image`]): the label affinity judges
-    /// those apart ([`label_grid_apart`]).
+    /// The judgement of the GPU code alone on one host: the kernel-image
+    /// findings and, on facts from labels, the refusal of code that labels
+    /// cannot judge ([`placement::kernel_findings`]).
+    pub(crate) fn kernel_judgement(&self, h: &Host) -> Vec<Finding> {
+        placement::kernel_findings(self, h)
+    }
+
+    /// [`Subject::judge_host`] without [`Subject::kernel_judgement`]: the
+    /// label affinity judges those apart ([`label_judge`]).
     pub(crate) fn judge_host_without_kernel_image(&self, h: &Host) -> Decision {
-        self.judge_host_by(h, |r| self.judge.on_host_without_kernel_image(Some(r)))
+        placement::judge(self, h, false)
     }
 
-    /// The kernel-image findings of [`Subject::judge_host`] on one host.
-    pub(crate) fn kernel_image_findings(&self, h: &Host) -> Vec<Finding> {
-        match &h.facts {
-            HostFacts::NoGpuFacts { .. } => Vec::new(),
-            HostFacts::Known { report, .. } => self.judge.kernel_image_findings(report),
-        }
-    }
-
-    fn judge_host_by(&self, h: &Host, decide: impl Fn(&HostReport) -> Decision) -> Decision {
-        match &h.facts {
-            HostFacts::NoGpuFacts { why } => unknown::no_gpu_facts(self.detection().gpu, why),
-            HostFacts::Known {
-                report,
-                from_labels,
-            } => self.decide_labelled(decide(report), report, from_labels.as_deref()),
-        }
-    }
-
-    fn decide_labelled(
-        &self,
-        mut d: Decision,
-        report: &HostReport,
-        from_labels: Option<&str>,
-    ) -> Decision {
-        let Some(note) = from_labels else {
-            return d;
-        };
-        if !d.gpu_container {
-            return d;
-        }
-        // Facts labels cannot give are unknown, never a pass (design.md).
-        if let Some(facts) = &report.facts {
-            unknown::refuse_unknown(
-                &mut d,
-                &self.requirements,
-                &self.detection().request,
-                facts,
-                self.config().mode,
-            );
-        }
-        d.findings.insert(0, Finding::info(Check::Host, note));
-        d
+    pub(crate) fn judge(&self) -> &Judge<'a> {
+        &self.judge
     }
 }
 

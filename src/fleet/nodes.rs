@@ -3,37 +3,12 @@
 //! GPU Feature Discovery (GFD) puts on GPU nodes and from gpu-guard's own
 //! (`host --node-labels`, [`super::labels`]).
 //!
-//! Label names, from NVIDIA/k8s-device-plugin internal/lm:
-//! - nvml.go newVersionLabeler: `nvidia.com/cuda.driver-version.{major,minor,
-//!   revision,full}` and `nvidia.com/cuda.runtime-version.{major,minor,full}`
-//!   (the CUDA version the driver supports, nvmlSystemGetCudaDriverVersion),
-//!   written together with the deprecated `nvidia.com/cuda.driver.{major,
-//!   minor,rev}` and `nvidia.com/cuda.runtime.{major,minor}`; the revision is
-//!   empty for a two-part driver version;
-//! - resource.go: `nvidia.com/gpu.{product,count,memory}` and, from
-//!   newArchitectureLabels, `nvidia.com/gpu.compute.{major,minor}`;
-//! - mig-strategy.go: `nvidia.com/mig.strategy`.
-//!
-//! Each fact has one source, chosen by which labels exist, so that a node
-//! affinity written over the same labels ([`super::label_affinity`]) admits
-//! exactly the nodes judged allowed here:
-//! - driver: the `driver-version.*` parts, else (an older GFD) the
-//!   deprecated `driver.*` parts; neither: no GPU facts. `.full` is shown,
-//!   never compared (Kubernetes can only compare the numeric parts);
-//! - CUDA: the `runtime-version.*` parts with the first, `runtime.*` with
-//!   the second; absent: unknown;
-//! - compute capability: GFD's `gpu.compute.*`, else gpu-guard's
-//!   `compute.min.*`; absent: unknown;
-//! - brand: gpu-guard's single-valued `gpu-guard.io/brand`; absent or
-//!   `mixed` (GPUs of several brands): unknown. GFD has no brand label.
-//!
-//! Unknown facts are never a pass ([`super::unknown`]). Labels that no
-//! labeller writes (a part that is not a number, a count of 0, a driver
-//! branch that disagrees with the driver, a brand gpu-guard does not know)
-//! are input errors naming the node: a guess would be a silent answer.
+//! Which labels give which fact, and from which source, is
+//! [`super::node_facts`]'s.
 
-use super::{labels, Host, HostFacts as Facts};
-use crate::core::facts::{Gpu, HostFacts, HostReport, BRANDS};
+use super::node_facts::{self, LabelFacts, Source, CC_GFD, DRIVER_FULL};
+use super::{labels, Host, HostFacts as Facts, LabelInfo};
+use crate::core::facts::{Gpu, HostFacts, HostReport};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -66,32 +41,6 @@ const MAX_NODES_FILE: u64 = 256 << 20;
 /// More GPUs than any node has: GPUs past this are not built (they would
 /// all be alike), the count shown is the label's.
 const MAX_GPUS: u32 = 64;
-
-pub const DRIVER_NEW: [&str; 3] = [
-    "nvidia.com/cuda.driver-version.major",
-    "nvidia.com/cuda.driver-version.minor",
-    "nvidia.com/cuda.driver-version.revision",
-];
-pub const DRIVER_OLD: [&str; 3] = [
-    "nvidia.com/cuda.driver.major",
-    "nvidia.com/cuda.driver.minor",
-    "nvidia.com/cuda.driver.rev",
-];
-pub const CUDA_NEW: [&str; 2] = [
-    "nvidia.com/cuda.runtime-version.major",
-    "nvidia.com/cuda.runtime-version.minor",
-];
-pub const CUDA_OLD: [&str; 2] = [
-    "nvidia.com/cuda.runtime.major",
-    "nvidia.com/cuda.runtime.minor",
-];
-pub const CC_GFD: [&str; 2] = [
-    "nvidia.com/gpu.compute.major",
-    "nvidia.com/gpu.compute.minor",
-];
-pub const CC_OWN: [&str; 2] = [labels::COMPUTE_MIN_MAJOR, labels::COMPUTE_MIN_MINOR];
-pub const COUNT: &str = "nvidia.com/gpu.count";
-const DRIVER_FULL: &str = "nvidia.com/cuda.driver-version.full";
 
 /// A label value. Kubernetes labels are strings; a hand-written YAML list
 /// may leave `count: 8` unquoted, which is read as the string it spells.
@@ -228,150 +177,13 @@ pub fn check_unique<'a>(names: impl IntoIterator<Item = &'a str>) -> Result<(), 
     Ok(())
 }
 
-/// The facts one node's labels give, before they become [`HostFacts`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LabelFacts {
-    /// The driver version as labelled (`535.104.05`): parts joined.
-    pub driver: String,
-    pub driver_major: u32,
-    pub cuda: Option<(u32, u32)>,
-    pub cc: Option<(u32, u32)>,
-    pub count: u32,
-    /// An NVML brand, or None: unknown (absent, or `mixed`).
-    pub brand: Option<String>,
-    /// `gpu-guard.io/brand=mixed`.
-    pub mixed: bool,
-}
+pub use node_facts::label_facts;
 
-struct Reader<'a> {
-    node: &'a str,
-    l: &'a BTreeMap<String, String>,
-}
-
-impl Reader<'_> {
-    fn bad(&self, key: &str, why: &str) -> NodesError {
-        let value = self.l.get(key).cloned().unwrap_or_default();
-        NodesError::Label {
-            node: crate::core::sanitize::esc(self.node),
-            key: key.to_string(),
-            value: crate::core::sanitize::esc(&value),
-            why: why.to_string(),
-        }
-    }
-
-    /// A decimal number as Kubernetes' `Gt`/`Lt` read it (strconv.ParseInt,
-    /// base 10) within 32 bits: digits only, leading zeros allowed.
-    fn num(&self, key: &str) -> Result<Option<u32>, NodesError> {
-        let Some(v) = self.l.get(key) else {
-            return Ok(None);
-        };
-        let ok = !v.is_empty() && v.len() <= 10 && v.bytes().all(|b| b.is_ascii_digit());
-        match v.parse::<u32>() {
-            Ok(n) if ok => Ok(Some(n)),
-            _ => Err(self.bad(key, "is not a number from 0 to 4294967295")),
-        }
-    }
-
-    /// `major.minor` from two labels: absent major is None; a major
-    /// without its minor is an input error.
-    fn pair(&self, keys: &[&str; 2]) -> Result<Option<(u32, u32)>, NodesError> {
-        let Some(major) = self.num(keys[0])? else {
-            return Ok(None);
-        };
-        match self.num(keys[1])? {
-            Some(minor) => Ok(Some((major, minor))),
-            None => Err(self.bad(keys[1], &format!("is missing (it comes with {})", keys[0]))),
-        }
-    }
-
-    /// The driver from one family of part labels: the text and the major.
-    fn driver(&self, keys: &[&str; 3]) -> Result<Option<(String, u32)>, NodesError> {
-        let Some(major) = self.num(keys[0])? else {
-            return Ok(None);
-        };
-        if self.num(keys[1])?.is_none() {
-            return Err(self.bad(keys[1], &format!("is missing (it comes with {})", keys[0])));
-        }
-        // GFD writes an empty revision for a two-part version (nvml.go).
-        let rev = self.l.get(keys[2]).filter(|r| !r.is_empty());
-        if rev.is_some() {
-            self.num(keys[2])?;
-        }
-        let mut text = format!("{}.{}", self.l[keys[0]], self.l[keys[1]]);
-        if let Some(r) = rev {
-            text.push('.');
-            text.push_str(r);
-        }
-        Ok(Some((text, major)))
-    }
-
-    fn brand(&self) -> Result<(Option<String>, bool), NodesError> {
-        match self.l.get(labels::BRAND).map(String::as_str) {
-            None => Ok((None, false)),
-            Some(labels::MIXED) => Ok((None, true)),
-            Some(b) if BRANDS.contains(&b) => Ok((Some(b.to_string()), false)),
-            Some(_) => Err(self.bad(
-                labels::BRAND,
-                "is not an NVML brand gpu-guard knows, nor `mixed`",
-            )),
-        }
-    }
-
-    /// gpu-guard's branch label must agree with the driver the facts come
-    /// from, written as gpu-guard writes it: affinities match it with `In`.
-    fn check_branch(&self, major: u32, brand_set: bool) -> Result<(), NodesError> {
-        match self.l.get(labels::DRIVER_BRANCH) {
-            Some(b) if *b == major.to_string() => Ok(()),
-            Some(_) => Err(self.bad(
-                labels::DRIVER_BRANCH,
-                &format!("disagrees with the node's driver labels (branch {major}): stale labels; rerun `gpu-guard host --node-labels --write` on the node"),
-            )),
-            None if brand_set => Err(NodesError::Node {
-                node: crate::core::sanitize::esc(self.node),
-                why: format!("{} without {}: incomplete gpu-guard labels; rerun `gpu-guard host --node-labels --write` on the node", labels::BRAND, labels::DRIVER_BRANCH),
-            }),
-            None => Ok(()),
-        }
-    }
-}
-
-/// The facts of a node's labels; None for a node without driver labels.
-pub fn label_facts(node: &NodeLabels) -> Result<Option<LabelFacts>, NodesError> {
-    let r = Reader {
-        node: &node.name,
-        l: &node.labels,
-    };
-    let (driver, cuda_keys) = match r.driver(&DRIVER_NEW)? {
-        Some(d) => (d, &CUDA_NEW),
-        None => match r.driver(&DRIVER_OLD)? {
-            Some(d) => (d, &CUDA_OLD),
-            None => return Ok(None),
-        },
-    };
-    let cuda = r.pair(cuda_keys)?;
-    let cc = match r.pair(&CC_GFD)? {
-        Some(cc) => Some(cc),
-        None => r.pair(&CC_OWN)?,
-    };
-    let count = match r.num(COUNT)? {
-        None => 1,
-        Some(0) => return Err(r.bad(COUNT, "is not a GPU count: GFD labels only nodes with GPUs")),
-        Some(n) => n,
-    };
-    let (brand, mixed) = r.brand()?;
-    r.check_branch(driver.1, node.labels.contains_key(labels::BRAND))?;
-    Ok(Some(LabelFacts {
-        driver: driver.0,
-        driver_major: driver.1,
-        cuda,
-        cc,
-        count,
-        brand,
-        mixed,
-    }))
-}
-
-/// A node as a host. A node without driver labels has no GPU facts.
+/// A node as a host. A node without driver labels has no GPU facts. With
+/// two compute capabilities the first GPU has the lower, the others the
+/// higher: a container given every GPU runs on both (which GPU has which
+/// is not labelled: a request by index is judged without them, see
+/// [`LabelInfo::mixed_models`]).
 pub fn host_from_node(node: &NodeLabels) -> Result<Host, NodesError> {
     let Some(f) = label_facts(node)? else {
         return Ok(Host {
@@ -386,27 +198,32 @@ pub fn host_from_node(node: &NodeLabels) -> Result<Host, NodesError> {
         .get("nvidia.com/gpu.product")
         .map(|s| s.trim())
         .unwrap_or("");
-    let cc = f.cc.map(|(a, b)| format!("{a}.{b}"));
+    let cc = |sm: u32| format!("{}.{}", sm / 10, sm % 10);
     let gpus = (0..f.count.min(MAX_GPUS))
         .map(|i| Gpu {
             index: i,
             name: product.to_string(),
             brand: f.brand.clone().unwrap_or_default(),
-            compute_capability: cc.clone(),
+            compute_capability: f.sms.map(|(lo, hi)| cc(if i == 0 { lo } else { hi })),
             ..Default::default()
         })
         .collect();
-    let note = label_note(&f, product, l);
+    let info = LabelInfo {
+        note: label_note(&f, product, l),
+        healthy: f.healthy,
+        mixed_models: f.sms.is_some_and(|(a, b)| a != b),
+    };
     let facts = HostFacts {
         driver_version: Some(f.driver),
         cuda_driver_version: f.cuda.map(|(a, b)| format!("{a}.{b}")),
         gpus,
+        ..Default::default()
     };
     Ok(Host {
         name: node.name.clone(),
         facts: Facts::Known {
             report: HostReport::from_facts(facts, format!("node labels of {}", node.name)),
-            from_labels: Some(note),
+            labels: Some(info),
         },
     })
 }
@@ -446,17 +263,24 @@ fn mig_note(l: &BTreeMap<String, String>) -> Option<String> {
 fn label_note(f: &LabelFacts, product: &str, l: &BTreeMap<String, String>) -> String {
     let esc = crate::core::sanitize::esc;
     let cuda = f.cuda.map(|(a, b)| format!("{a}.{b}"));
-    let cc = f.cc.map(|(a, b)| format!("{a}.{b}"));
+    let cc = |sm: u32| format!("{}.{}", sm / 10, sm % 10);
+    let ccs = match f.sms {
+        Some((a, b)) if a == b => cc(a),
+        Some((a, b)) => format!("{} and {}", cc(a), cc(b)),
+        None => cc_unknown(f, l),
+    };
     let mut s = format!(
-        "host facts from node labels: driver {}, CUDA {}, {}× {}, cc {}",
+        "host facts from node labels: driver {}, CUDA {}, {}× {}, cc {ccs}",
         esc(&f.driver),
         cuda.as_deref().unwrap_or("unknown"),
         f.count,
         esc(if product.is_empty() { "GPU" } else { product }),
-        cc.as_deref().unwrap_or("unknown"),
     );
     if let Some(m) = mig_note(l) {
         s.push_str(&format!(", {}", esc(&m)));
+    }
+    if let Some(h) = f.healthy {
+        s.push_str(&format!(", {h} healthy"));
     }
     let old_brand_labels = l.keys().any(|k| k.starts_with(labels::BRAND_PREFIX));
     match (&f.brand, f.mixed) {
@@ -475,103 +299,31 @@ fn label_note(f: &LabelFacts, product: &str, l: &BTreeMap<String, String>) -> St
     s
 }
 
+/// Why the compute capability is unknown, naming what the node shows.
+fn cc_unknown(f: &LabelFacts, l: &BTreeMap<String, String>) -> String {
+    let gfd = match (l.get(CC_GFD[0]), l.get(CC_GFD[1])) {
+        (Some(a), Some(b)) => format!(
+            " (GPU Feature Discovery shows {}.{} for one GPU model, and the node may have more)",
+            crate::core::sanitize::esc(a),
+            crate::core::sanitize::esc(b)
+        ),
+        _ => String::new(),
+    };
+    match f.source {
+        Source::Own => format!(
+            "unknown (no {}: a GPU without a known compute capability, or more than two models){gfd}",
+            labels::SM_MIN
+        ),
+        _ => format!(
+            "unknown without gpu-guard's {} labels{gfd}",
+            labels::SM_MIN
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn node(pairs: &[(&str, &str)]) -> NodeLabels {
-        NodeLabels {
-            name: "n".into(),
-            labels: pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        }
-    }
-
-    const GFD: &[(&str, &str)] = &[
-        ("nvidia.com/cuda.driver-version.major", "535"),
-        ("nvidia.com/cuda.driver-version.minor", "104"),
-        ("nvidia.com/cuda.driver-version.revision", "05"),
-        ("nvidia.com/cuda.runtime-version.major", "12"),
-        ("nvidia.com/cuda.runtime-version.minor", "2"),
-    ];
-
-    fn with(extra: &[(&'static str, &'static str)]) -> NodeLabels {
-        let mut v: Vec<(&str, &str)> = GFD.to_vec();
-        v.extend_from_slice(extra);
-        node(&v)
-    }
-
-    #[test]
-    fn families_and_sources() {
-        let f = label_facts(&with(&[])).unwrap().unwrap();
-        assert_eq!(f.driver, "535.104.05");
-        assert_eq!(
-            (f.cuda, f.cc, f.count, f.brand),
-            (Some((12, 2)), None, 1, None)
-        );
-        let old = node(&[
-            ("nvidia.com/cuda.driver.major", "550"),
-            ("nvidia.com/cuda.driver.minor", "54"),
-            ("nvidia.com/cuda.driver.rev", ""),
-            ("nvidia.com/cuda.runtime.major", "12"),
-            ("nvidia.com/cuda.runtime.minor", "4"),
-            ("nvidia.com/cuda.runtime-version.major", "99"),
-            ("nvidia.com/cuda.runtime-version.minor", "9"),
-        ]);
-        let f = label_facts(&old).unwrap().unwrap();
-        // The deprecated driver labels come with the deprecated CUDA ones.
-        assert_eq!((f.driver.as_str(), f.cuda), ("550.54", Some((12, 4))));
-        let cc = with(&[
-            ("gpu-guard.io/compute.min.major", "7"),
-            ("gpu-guard.io/compute.min.minor", "5"),
-        ]);
-        assert_eq!(label_facts(&cc).unwrap().unwrap().cc, Some((7, 5)));
-        let both = with(&[
-            ("nvidia.com/gpu.compute.major", "8"),
-            ("nvidia.com/gpu.compute.minor", "0"),
-            ("gpu-guard.io/compute.min.major", "7"),
-            ("gpu-guard.io/compute.min.minor", "5"),
-        ]);
-        assert_eq!(label_facts(&both).unwrap().unwrap().cc, Some((8, 0)));
-        assert!(label_facts(&node(&[(DRIVER_FULL, "535.104.05")]))
-            .unwrap()
-            .is_none());
-    }
-
-    #[test]
-    fn labels_no_labeller_writes_are_input_errors() {
-        for bad in [
-            ("nvidia.com/gpu.count", "-1"),
-            ("nvidia.com/gpu.count", "4294967296"),
-            ("nvidia.com/gpu.count", "0"),
-            ("nvidia.com/gpu.count", "8x"),
-            ("nvidia.com/gpu.compute.major", "8"),
-            ("gpu-guard.io/brand", "teslaa"),
-            ("gpu-guard.io/driver.branch", "550"),
-            ("gpu-guard.io/driver.branch", "0535"),
-        ] {
-            let e = label_facts(&with(&[bad])).unwrap_err().to_string();
-            assert!(e.starts_with("node n: "), "{bad:?}: {e}");
-        }
-        let e = label_facts(&with(&[("gpu-guard.io/brand", "tesla")])).unwrap_err();
-        assert!(e.to_string().contains("incomplete"), "{e}");
-        let ok = with(&[
-            ("gpu-guard.io/brand", "tesla"),
-            ("gpu-guard.io/driver.branch", "535"),
-        ]);
-        assert_eq!(
-            label_facts(&ok).unwrap().unwrap().brand.as_deref(),
-            Some("tesla")
-        );
-        let mixed = with(&[
-            ("gpu-guard.io/brand", "mixed"),
-            ("gpu-guard.io/driver.branch", "535"),
-        ]);
-        let f = label_facts(&mixed).unwrap().unwrap();
-        assert!(f.mixed && f.brand.is_none());
-    }
 
     #[test]
     fn yaml_and_json_read_alike() {
@@ -584,5 +336,38 @@ mod tests {
         assert!(parse_nodes("kind: List\nitems:\n- metadata: {}\n").is_err());
         assert!(parse_nodes("{\"driver_version\": null}").is_err());
         assert!(check_unique(["a", "b", "a"]).is_err());
+    }
+
+    #[test]
+    fn two_models_make_two_gpus_and_a_mixed_node() {
+        let n = NodeLabels {
+            name: "n".into(),
+            labels: [
+                ("gpu-guard.io/driver.int", "550054015"),
+                ("gpu-guard.io/driver.branch", "550"),
+                ("gpu-guard.io/sm.min", "80"),
+                ("gpu-guard.io/sm.max", "90"),
+                ("gpu-guard.io/gpu.count", "3"),
+            ]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        };
+        let h = host_from_node(&n).unwrap();
+        let Facts::Known { report, labels } = &h.facts else {
+            panic!("no facts");
+        };
+        let ccs: Vec<_> = report
+            .facts
+            .as_ref()
+            .unwrap()
+            .gpus
+            .iter()
+            .map(|g| g.compute_capability.clone().unwrap())
+            .collect();
+        assert_eq!(ccs, ["8.0", "9.0", "9.0"]);
+        let info = labels.as_ref().unwrap();
+        assert!(info.mixed_models);
+        assert!(info.note.contains("cc 8.0 and 9.0"), "{}", info.note);
     }
 }

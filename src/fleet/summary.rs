@@ -1,10 +1,12 @@
 //! The fleet's outcome for people (a table and a summary line), as JSON, and
 //! as an exit status.
 //!
-//! Counting: a host is *allowed* when the container would start there as a
-//! GPU container (verdict allow), *refused* when it would not (a node
-//! without GPU facts included: a GPU container cannot be judged there), and
-//! *skipped* when gpu-guard would not judge it as a GPU container at all.
+//! Counting: a host is *allowed* when the container would start and work
+//! there as a GPU container (verdict allow: fleets are judged for
+//! placement, super::placement, so no finding predicts a failure there),
+//! *refused* when it would not (a node without GPU facts included: a GPU
+//! container cannot be judged there), and *skipped* when gpu-guard would
+//! not judge it as a GPU container at all.
 //! A skip is never counted as runnable: a fleet answer built on it would
 //! pass every host, even one without a driver.
 
@@ -96,11 +98,18 @@ pub fn to_json<'a>(image: &'a ImageInfo, results: &'a [HostResult]) -> FleetJson
     }
 }
 
-/// The longest note shown in a table row.
-const NOTE_MAX: usize = 110;
+/// The longest note a table row shows on a terminal (`note_max`); piped
+/// or with `--wide` a note is never cut.
+pub const NOTE_MAX: usize = 110;
 
-/// One line per host: name, verdict, first error (else first warning).
-pub fn table(subject: &Subject, results: &[HostResult], facts: &[Option<&HostFacts>]) -> String {
+/// One line per host: name, verdict, first error (else first warning),
+/// the note cut to `note_max` characters when one is given.
+pub fn table(
+    subject: &Subject,
+    results: &[HostResult],
+    facts: &[Option<&HostFacts>],
+    note_max: Option<usize>,
+) -> String {
     let width = results
         .iter()
         .map(|r| r.host.chars().count())
@@ -119,8 +128,8 @@ pub fn table(subject: &Subject, results: &[HostResult], facts: &[Option<&HostFac
             _ => (verdict_word(d), first_note(d)),
         };
         let mut note = crate::core::sanitize::one_line(&note);
-        if note.chars().count() > NOTE_MAX {
-            note = note.chars().take(NOTE_MAX - 1).collect::<String>() + "…";
+        if let Some(max) = note_max.filter(|m| note.chars().count() > *m) {
+            note = note.chars().take(max.saturating_sub(1)).collect::<String>() + "…";
         }
         let host = crate::core::sanitize::esc(&r.host);
         s.push_str(&format!("{host:<width$}  {verdict:<12}  {note}\n"));
@@ -138,7 +147,11 @@ fn verdict_word(d: &Decision) -> &'static str {
 
 fn first_note(d: &Decision) -> String {
     let pick = |sev| d.findings.iter().find(|f| f.severity == sev);
-    match pick(Severity::Error).or_else(|| pick(Severity::Warning)) {
+    let predicted = d.failure_predictions().next();
+    match pick(Severity::Error)
+        .or(predicted)
+        .or_else(|| pick(Severity::Warning))
+    {
         Some(f) => f.title().to_string(),
         None => "-".to_string(),
     }
@@ -188,7 +201,8 @@ pub fn summary_line(
 /// A few words for why `d` refused on a host: derived from the first error
 /// finding's check, and for requirements from re-judging on the facts.
 pub fn short_reason(subject: &Subject, d: &Decision, facts: &HostFacts) -> String {
-    let Some(f) = d.errors().next() else {
+    // A placement refusal may rest on a warning that predicts a failure.
+    let Some(f) = d.errors().next().or_else(|| d.failure_predictions().next()) else {
         return "refused".into();
     };
     match f.check {

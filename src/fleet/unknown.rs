@@ -1,5 +1,5 @@
 //! Facts that node labels cannot give are unknown, never a pass (design.md,
-//! "`gpu-guard check` before scheduling"; issue 21 A2).
+//! "`gpu-guard check` before scheduling").
 //!
 //! The core judges a requirement three-valued: an alternative whose facts
 //! are missing is "cannot judge", and a requirement left with only such

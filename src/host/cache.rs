@@ -20,7 +20,10 @@ use serde::{Deserialize, Serialize};
 use crate::core::facts::HostFacts;
 
 /// Tags our files; anything else at the path is foreign and ignored.
-pub const FORMAT: &str = "gpu-guard host facts cache v1";
+///
+/// v2: facts carry each GPU's health and topology; a v1 file (without) is a
+/// miss, so an upgrade reads NVML once instead of serving unknown health.
+pub const FORMAT: &str = "gpu-guard host facts cache v2";
 /// A cache file is a few KiB even for 8 GPUs with MIG devices.
 const MAX_CACHE_FILE: u64 = 1 << 20;
 
@@ -292,8 +295,33 @@ mod tests {
                 pci_bus_id: Some("00000000:AF:00.0".into()),
                 mig_devices: vec![],
                 minor_number: Some(0),
+                ..Gpu::default()
             }],
+            ..Default::default()
         }
+    }
+
+    /// Facts with AMD GPUs (a facts file or a cache written by another
+    /// probe) survive the cache as they are.
+    #[test]
+    fn amd_facts_round_trip() {
+        let d = tempdir("amd");
+        let p = d.join("host-facts.json");
+        let mut f = facts();
+        f.amdgpu_driver_version = Some("6.16.6".into());
+        f.gpus.push(Gpu {
+            index: 0,
+            vendor: crate::core::facts::Vendor::Amd,
+            name: "AMD Instinct MI300X OAM".into(),
+            target_id: Some("gfx942:sramecc+:xnack-".into()),
+            render_node: Some("/dev/dri/renderD128".into()),
+            compute_units: Some(304),
+            xnack_per_process: true,
+            kfd_node: Some(2),
+            ..Default::default()
+        });
+        store(&p, &key(), &f, "NVML (x)", 1_000_000).unwrap();
+        assert_eq!(load(&p, &key(), 300, 1_000_001).unwrap().facts, f);
     }
 
     #[test]

@@ -11,19 +11,29 @@
 //! Bounds and hostile files: a file is opened without blocking and must
 //! be a regular file (a FIFO is reported at once, never waited on; CDI's
 //! own reader would block on it); at most [`MAX_SPEC_BYTES`] per file,
-//! [`MAX_TOTAL_BYTES`] and [`MAX_FILES`] in all; YAML aliases and nesting
+//! [`MAX_TOTAL_BYTES`] and [`MAX_FILES`] in all, [`MAX_LISTED`] names
+//! listed per directory; a text that may nest deeper than
+//! [`crate::core::cdi::MAX_NESTING`] levels is not parsed (libyaml's
+//! scanner is quadratic in the depth, core::cdi::nesting); YAML aliases
 //! are bounded by serde_yaml_ng. Symlinks are followed as the kernel
-//! follows them.
+//! follows them. A bound never turns the check off silently: what it left
+//! unread is recorded ([`SpecState::OverBound`], [`CdiSpecs::cuts`]), and
+//! a GPU container whose CDI device it may define is refused
+//! (core::cdi::judge).
 //!
 //! Trust: a spec decides what is mounted into a container and which hooks
 //! run as root on the host, so it is held to the rule of gpu-guard's own
 //! config (docs/interfaces.md, "Config file", "Trust"): owned by root (or
 //! the user gpu-guard runs as), not writable by group or others, in
-//! directories no one else can change. A spec that fails it is still
-//! read, so that resolution matches CDI's, and marked untrusted: a
-//! container whose device comes from it is refused (core::cdi).
+//! directories no one else can change. That is checked before a byte of
+//! it is parsed: a spec that fails it is recorded as
+//! [`SpecState::Untrusted`], never parsed, and a GPU container whose CDI
+//! device it may define (CDI would read it) is refused (core::cdi).
 
-use crate::core::cdi::{CdiSpecs, HostPaths, NotChecked, PathState, Spec, SpecEntry, SpecState};
+use crate::core::cdi::{
+    may_nest_deeper, CdiSpecs, Cut, HostPaths, NotChecked, PathState, Spec, SpecEntry, SpecState,
+    MAX_NESTING,
+};
 use crate::core::sanitize::one_line;
 use crate::sys::policy_file::{self, PolicyFileError};
 use nix::fcntl::OFlag;
@@ -39,6 +49,9 @@ pub const MAX_SPEC_BYTES: u64 = 4 << 20;
 pub const MAX_TOTAL_BYTES: u64 = 16 << 20;
 /// Spec files read in all directories.
 pub const MAX_FILES: usize = 256;
+/// Spec file names listed in one directory (they are sorted before any is
+/// read, so all must be listed: past this the listing is incomplete).
+pub const MAX_LISTED: usize = MAX_FILES * 4;
 
 /// Where NVIDIA's refresh unit is installed (the toolkit's
 /// deployments/systemd/nvidia-cdi-refresh.service).
@@ -70,7 +83,7 @@ pub fn load(dirs: &[String]) -> CdiSpecs {
                 continue;
             }
         };
-        let names = match spec_names(Path::new(dir)) {
+        let (names, complete) = match spec_names(Path::new(dir)) {
             Ok(n) => n,
             Err(e) => {
                 out.problems
@@ -78,21 +91,38 @@ pub fn load(dirs: &[String]) -> CdiSpecs {
                 continue;
             }
         };
+        if !complete {
+            cut(
+                &mut out,
+                priority,
+                priority,
+                format!("CDI spec directory {dir} holds more than {MAX_LISTED} spec files; gpu-guard did not list them all"),
+            );
+        }
         for name in names {
             let path = Path::new(dir).join(&name);
             if budget.files == 0 {
-                out.problems.push(format!(
-                    "more than {MAX_FILES} CDI spec files: {} and the files after it were not read",
-                    path.display()
-                ));
+                let last = dirs.len().saturating_sub(1);
+                cut(
+                    &mut out,
+                    priority,
+                    last,
+                    format!(
+                        "more than {MAX_FILES} CDI spec files: {} and the files after it were not read",
+                        path.display()
+                    ),
+                );
                 return out;
             }
             budget.files -= 1;
-            let (untrusted, state) = read_spec(&path, &mut budget);
+            let (untrusted, state) = match &dir_untrusted {
+                Some(why) => (Some(why.clone()), SpecState::Untrusted),
+                None => read_spec(&path, &mut budget),
+            };
             out.entries.push(SpecEntry {
                 path: path.to_string_lossy().into_owned(),
                 priority,
-                untrusted: untrusted.or_else(|| dir_untrusted.clone()),
+                untrusted,
                 state,
             });
         }
@@ -100,14 +130,23 @@ pub fn load(dirs: &[String]) -> CdiSpecs {
     out
 }
 
+/// Records a listing a bound cut short, for `host` and for the judgement.
+fn cut(out: &mut CdiSpecs, from: usize, to: usize, message: String) {
+    out.problems.push(message.clone());
+    out.cuts.push(Cut { from, to, message });
+}
+
 struct Budget {
     files: usize,
     bytes: u64,
 }
 
-/// The names of the spec files of `dir`, sorted by bytes.
-fn spec_names(dir: &Path) -> std::io::Result<Vec<String>> {
+/// The names of the spec files of `dir`, sorted by bytes, and whether the
+/// listing is complete (at most [`MAX_LISTED`] names are kept: a directory
+/// of a million names is listed, never stored).
+fn spec_names(dir: &Path) -> std::io::Result<(Vec<String>, bool)> {
     let mut names = Vec::new();
+    let mut complete = true;
     for e in fs::read_dir(dir)? {
         let e = e?;
         if e.file_type().is_ok_and(|t| t.is_dir()) {
@@ -116,24 +155,25 @@ fn spec_names(dir: &Path) -> std::io::Result<Vec<String>> {
         let name = e.file_name().to_string_lossy().into_owned();
         // filepath.Ext: from the last dot.
         let ext = name.rfind('.').map(|i| &name[i..]);
-        if matches!(ext, Some(".json" | ".yaml")) {
-            names.push(name);
+        if !matches!(ext, Some(".json" | ".yaml")) {
+            continue;
         }
-        // A directory of a million names is listed, never read: bound it.
-        if names.len() > MAX_FILES * 4 {
+        if names.len() == MAX_LISTED {
+            complete = false;
             break;
         }
+        names.push(name);
     }
     names.sort();
-    Ok(names)
+    Ok((names, complete))
 }
 
 /// Reads and parses one spec file: why others could have written it (if
-/// so), and what it holds.
+/// so: then it is not read), and what it holds.
 fn read_spec(path: &Path, budget: &mut Budget) -> (Option<String>, SpecState) {
-    let mut untrusted = match policy_file::resolve_trusted(path) {
-        Ok(_) => None,
-        Err(PolicyFileError::Untrusted(m)) => Some(m),
+    match policy_file::resolve_trusted(path) {
+        Ok(_) => {}
+        Err(PolicyFileError::Untrusted(m)) => return (Some(m), SpecState::Untrusted),
         Err(PolicyFileError::Absent) => {
             return (
                 None,
@@ -141,54 +181,61 @@ fn read_spec(path: &Path, budget: &mut Budget) -> (Option<String>, SpecState) {
             )
         }
         Err(PolicyFileError::Unreadable(e)) => return (None, SpecState::Unreadable(e.to_string())),
-    };
+    }
     let file = match OpenOptions::new()
         .read(true)
         .custom_flags((OFlag::O_NONBLOCK | OFlag::O_CLOEXEC).bits())
         .open(path)
     {
         Ok(f) => f,
-        Err(e) => return (untrusted, SpecState::Unreadable(e.to_string())),
+        Err(e) => return (None, SpecState::Unreadable(e.to_string())),
     };
     let m = match file.metadata() {
         Ok(m) => m,
-        Err(e) => return (untrusted, SpecState::Unreadable(e.to_string())),
+        Err(e) => return (None, SpecState::Unreadable(e.to_string())),
     };
     if !m.is_file() {
         let what = policy_file::kind_of(&m);
         return (
-            untrusted,
+            None,
             SpecState::Unreadable(format!("{what}, not a regular file")),
         );
     }
-    if untrusted.is_none() && (!policy_file::trusted_owner(m.uid()) || m.mode() & 0o022 != 0) {
-        untrusted = Some(format!(
-            "mode {:04o}, owner uid {}",
-            m.mode() & 0o7777,
-            m.uid()
-        ));
+    // The file opened, as opposed to the path resolved: owner and mode.
+    if !policy_file::trusted_owner(m.uid()) || m.mode() & 0o022 != 0 {
+        let why = format!("mode {:04o}, owner uid {}", m.mode() & 0o7777, m.uid());
+        return (Some(why), SpecState::Untrusted);
     }
     let limit = MAX_SPEC_BYTES.min(budget.bytes);
     if m.len() > limit {
-        let why = if limit < MAX_SPEC_BYTES {
-            format!("the CDI specs read before it used up the {MAX_TOTAL_BYTES}-byte budget")
-        } else {
-            format!("larger than {MAX_SPEC_BYTES} bytes")
-        };
-        return (untrusted, SpecState::Unreadable(why));
+        return (None, SpecState::OverBound(over_size(limit)));
     }
     let mut bytes = Vec::with_capacity(m.len() as usize);
     if let Err(e) = file.take(limit + 1).read_to_end(&mut bytes) {
-        return (untrusted, SpecState::Unreadable(e.to_string()));
+        return (None, SpecState::Unreadable(e.to_string()));
     }
     if bytes.len() as u64 > limit {
-        return (
-            untrusted,
-            SpecState::Unreadable(format!("larger than {limit} bytes")),
-        );
+        return (None, SpecState::OverBound(over_size(limit)));
     }
     budget.bytes -= bytes.len() as u64;
-    (untrusted, parse(&bytes))
+    if may_nest_deeper(&bytes, MAX_NESTING) {
+        return (
+            None,
+            SpecState::OverBound(format!(
+                "it may nest more than {MAX_NESTING} levels deep, deeper than any CDI spec"
+            )),
+        );
+    }
+    (None, parse(&bytes))
+}
+
+/// Why a file past the byte bounds was not read.
+fn over_size(limit: u64) -> String {
+    if limit < MAX_SPEC_BYTES {
+        format!("the CDI specs read before it used up the {MAX_TOTAL_BYTES}-byte budget")
+    } else {
+        format!("larger than {MAX_SPEC_BYTES} bytes")
+    }
 }
 
 /// A spec file's content as CDI would take it.
@@ -314,7 +361,11 @@ mod tests {
             bomb.push_str(&format!("{cur}: &{cur} [*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev}]\n"));
         }
         fs::write(d.join("bomb.yaml"), bomb).unwrap();
-        fs::write(d.join("open.yaml"), SPEC).unwrap();
+        // 60,000 nested lists: libyaml's scanner takes seconds on it.
+        let deep = format!("{}{}", "[".repeat(60_000), "]".repeat(60_000));
+        fs::write(d.join("deep.yaml"), &deep).unwrap();
+        // The same from anyone: never parsed, by the trust rule first.
+        fs::write(d.join("open.yaml"), &deep).unwrap();
         fs::set_permissions(d.join("open.yaml"), fs::Permissions::from_mode(0o666)).unwrap();
         let t = Instant::now();
         let s = load(&[d.to_string_lossy().into_owned()]);
@@ -345,7 +396,11 @@ mod tests {
             })
         );
         match &by("huge.json").state {
-            SpecState::Unreadable(m) => assert!(m.contains("larger than"), "{m}"),
+            SpecState::OverBound(m) => assert!(m.contains("larger than"), "{m}"),
+            o => panic!("{o:?}"),
+        }
+        match &by("deep.yaml").state {
+            SpecState::OverBound(m) => assert!(m.contains("levels deep"), "{m}"),
             o => panic!("{o:?}"),
         }
         assert!(matches!(
@@ -353,7 +408,7 @@ mod tests {
             SpecState::NotChecked(NotChecked::Invalid(_))
         ));
         let open = by("open.yaml");
-        assert!(matches!(open.state, SpecState::Read(_)));
+        assert_eq!(open.state, SpecState::Untrusted);
         assert!(
             open.untrusted.as_deref().unwrap().contains("mode 0666"),
             "{open:?}"
@@ -368,6 +423,35 @@ mod tests {
         fs::set_permissions(&d, fs::Permissions::from_mode(0o777)).unwrap();
         let s = load(&[d.to_string_lossy().into_owned()]);
         assert!(s.entries[0].untrusted.is_some(), "{s:?}");
+        assert_eq!(s.entries[0].state, SpecState::Untrusted);
+        fs::remove_dir_all(d).unwrap();
+    }
+
+    #[test]
+    fn a_listing_past_its_bound_is_recorded_never_cut_silently() {
+        let d = tempdir("listing");
+        let (a, b) = (d.join("a"), d.join("b"));
+        for x in [&a, &b] {
+            fs::create_dir(x).unwrap();
+            fs::set_permissions(x, fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        for i in 0..=MAX_LISTED {
+            fs::write(a.join(format!("s{i:05}.yaml")), "").unwrap();
+        }
+        fs::write(b.join("nvidia.yaml"), SPEC).unwrap();
+        let dirs: Vec<String> = [&a, &b]
+            .iter()
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect();
+        let s = load(&dirs);
+        // The listing of `a` is incomplete; so is everything after the
+        // file budget ran out there.
+        assert_eq!(s.cuts.len(), 2, "{:?}", s.cuts);
+        assert_eq!((s.cuts[0].from, s.cuts[0].to), (0, 0));
+        assert!(s.cuts[0].message.contains("did not list them all"));
+        assert_eq!((s.cuts[1].from, s.cuts[1].to), (0, 1));
+        assert!(s.cuts[1].message.contains("were not read"));
+        assert_eq!(s.entries.len(), MAX_FILES);
         fs::remove_dir_all(d).unwrap();
     }
 

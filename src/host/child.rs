@@ -10,7 +10,7 @@
 //! loads libnvidia-ml at all; it runs this binary again:
 //!
 //! ```text
-//! /proc/self/exe __probe --nvml-library=L --proc-nvidia=P --dev=D
+//! /proc/self/exe __probe --nvml-library=L --proc-nvidia=P --dev=D --sys=S
 //!                        [--boot-id=F] [--modules=F] [--devices=F]
 //! ```
 //!
@@ -18,7 +18,7 @@
 //! goes on running Rust code beside the parent's threads.) The child gets
 //! the parent's [`ProbePaths`] and `host.nvml_library` as arguments, reads
 //! no config and no test-only variables, runs the same uncached probe the
-//! parent used to run on a thread (NVML, else /proc, with every diagnosis),
+//! parent would otherwise run on a thread (NVML, else /proc, with every diagnosis),
 //! and prints one [`Answer`] as a single JSON line on stdout. `/proc/self/exe`
 //! is the running binary even when its file was replaced by an upgrade.
 //!
@@ -26,7 +26,7 @@
 //! (counted from before the spawn). At the deadline it sends SIGKILL and
 //! returns at once, WITHOUT waitpid: a child in D state dies only when its
 //! ioctl returns, and waiting would be the hang this module exists to avoid.
-//! The stuck thread is now in another process, so the hook exits and the
+//! The stuck thread is in another process, so the hook exits and the
 //! wrapper's execve goes ahead. The abandoned child stays a zombie-to-be of
 //! this process (of the real runtime, after the wrapper's execve; pids do
 //! not change across execve) and is reaped by whoever inherits it when this
@@ -186,6 +186,7 @@ pub fn args(library: &str, paths: &ProbePaths) -> Vec<OsString> {
         flag("nvml-library", library.as_ref()),
         flag("proc-nvidia", paths.proc_nvidia.as_os_str()),
         flag("dev", paths.dev.as_os_str()),
+        flag("sys", paths.sys.as_os_str()),
     ];
     for (name, p) in [
         ("boot-id", &paths.boot_id),
@@ -371,7 +372,9 @@ mod tests {
             boot_id: None,
             modules: Some(PathBuf::from("/m")),
             devices: None,
+            sys: PathBuf::from("/sys"),
             probe_exe: PathBuf::from("/unused"),
+            host_root: PathBuf::from("/unused-root"),
         }
     }
 
@@ -386,6 +389,7 @@ mod tests {
                 "--nvml-library=",
                 "--proc-nvidia=-odd/proc",
                 "--dev=/d ev",
+                "--sys=/sys",
                 "--modules=/m"
             ]
         );
@@ -402,6 +406,7 @@ mod tests {
                     name: "X".into(),
                     ..Gpu::default()
                 }],
+                ..Default::default()
             },
             "NVML (lib)",
         );

@@ -4,8 +4,8 @@
 //! `host.facts_file` decides what starts on this host, as the config does,
 //! so it is read under the config's trust rules
 //! ([`crate::sys::policy_file`]: owned by root or the effective uid, not
-//! writable by group or others, a regular file, bounded; README,
-//! "Configuration"): [`ConfiguredFactsFile`]. A file named on `check`'s
+//! writable by group or others, a regular file, bounded;
+//! docs/configuration.md): [`ConfiguredFactsFile`]. A file named on `check`'s
 //! command line is the caller's own input: [`FactsFile`].
 
 use crate::core::facts::{HostFacts, HostProblem, HostProblemKind, HostReport, HostSource};

@@ -95,6 +95,17 @@ pub fn nvidia_char_devices(over: Option<&Path>) -> Result<Vec<String>, KernelErr
         .collect())
 }
 
+/// Every character device /proc/devices lists, as (name, major): which
+/// majors are GPU drivers' (core::device_table).
+pub fn char_majors(over: Option<&Path>) -> Result<Vec<(String, u32)>, KernelError> {
+    let devices: procfs::Devices = read(over)?;
+    Ok(devices
+        .char_devices
+        .into_iter()
+        .map(|d| (d.name, d.major))
+        .collect())
+}
+
 /// One clause for a diagnosis: is the kernel module loaded, and which
 /// NVIDIA character devices exist. Unreadable files are said as such.
 pub fn describe(modules: Option<&Path>, devices: Option<&Path>) -> String {

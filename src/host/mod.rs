@@ -18,11 +18,16 @@
 pub mod cache;
 pub mod cdi;
 pub mod child;
+pub mod device_nodes;
+pub mod devnodes;
 pub mod facts_file;
 pub mod kernel;
+pub mod kfd;
 pub mod nvidia_config;
 pub mod nvml;
+pub mod nvml_health;
 pub mod procfs;
+pub mod topology;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -46,6 +51,33 @@ pub const ENV_BOOT_ID_FILE: &str = "GPU_GUARD_BOOT_ID_FILE";
 pub const ENV_PROC_MODULES: &str = "GPU_GUARD_PROC_MODULES";
 #[cfg(feature = "test-hooks")]
 pub const ENV_PROC_DEVICES: &str = "GPU_GUARD_PROC_DEVICES";
+/// TEST ONLY: the root the AMD facts (KFD topology, amdgpu) are read under.
+#[cfg(feature = "test-hooks")]
+pub const ENV_HOST_ROOT: &str = "GPU_GUARD_HOST_ROOT";
+/// TEST ONLY: the root [`nvml::default_library`] searches (the host's
+/// library directories and the GPU Operator's driver root under it).
+#[cfg(feature = "test-hooks")]
+pub const ENV_LIBRARY_ROOT: &str = "GPU_GUARD_LIBRARY_ROOT";
+
+/// The NVML library the probe loads: `host.nvml_library`, else the host's
+/// own (the loader's search), else the GPU Operator's driver root's.
+fn nvml_library(configured: &str) -> String {
+    if !configured.is_empty() {
+        return configured.to_string();
+    }
+    #[cfg(feature = "test-hooks")]
+    let root = std::env::var_os(ENV_LIBRARY_ROOT)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/"));
+    #[cfg(not(feature = "test-hooks"))]
+    let root = PathBuf::from("/");
+    nvml::default_library(&root)
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+#[cfg(feature = "test-hooks")]
+pub const ENV_SYS_DIR: &str = "GPU_GUARD_SYS_DIR";
 
 /// The host paths the probe reads, and the binary it runs NVML in; tests
 /// point them at fake trees and at the gpu-guard binary.
@@ -62,10 +94,15 @@ pub struct ProbePaths {
     pub modules: Option<PathBuf>,
     /// None: `/proc/devices`.
     pub devices: Option<PathBuf>,
+    /// `/sys`: each GPU's NUMA node and local CPUs (topology.rs).
+    pub sys: PathBuf,
     /// The gpu-guard binary the uncached probe runs in ([`child`]):
     /// [`SELF_EXE`] in gpu-guard itself. A program that links the library
     /// (a test) names a gpu-guard binary here.
     pub probe_exe: PathBuf,
+    /// The root the AMD facts are read under (`sys/class/kfd`,
+    /// `sys/module/amdgpu`, [`kfd`]): `/`, or `--host-root`.
+    pub host_root: PathBuf,
 }
 
 /// This process's own binary, still the same file after an upgrade replaced
@@ -81,7 +118,25 @@ impl ProbePaths {
             boot_id: None,
             modules: None,
             devices: None,
+            sys: PathBuf::from("/sys"),
             probe_exe: PathBuf::from(SELF_EXE),
+            host_root: PathBuf::from("/"),
+        }
+    }
+
+    /// The paths of a host whose root filesystem is mounted at `root`
+    /// (`gpu-guard host --host-root`): its /proc, /dev and /sys there.
+    pub fn under_root(root: &Path) -> ProbePaths {
+        let at = |p: &str| root.join(p);
+        ProbePaths {
+            proc_nvidia: at("proc/driver/nvidia"),
+            dev: at("dev"),
+            boot_id: Some(at("proc/sys/kernel/random/boot_id")),
+            modules: Some(at("proc/modules")),
+            devices: Some(at("proc/devices")),
+            sys: at("sys"),
+            probe_exe: PathBuf::from(SELF_EXE),
+            host_root: root.to_path_buf(),
         }
     }
 
@@ -101,6 +156,12 @@ impl ProbePaths {
             p.boot_id = var(ENV_BOOT_ID_FILE).map(PathBuf::from);
             p.modules = var(ENV_PROC_MODULES).map(PathBuf::from);
             p.devices = var(ENV_PROC_DEVICES).map(PathBuf::from);
+            if let Some(v) = var(ENV_HOST_ROOT) {
+                p.host_root = PathBuf::from(v);
+            }
+            if let Some(v) = var(ENV_SYS_DIR) {
+                p.sys = PathBuf::from(v);
+            }
             p
         }
         #[cfg(not(feature = "test-hooks"))]
@@ -113,6 +174,21 @@ impl ProbePaths {
 /// `cfg.probe_timeout_ms` (+ small slack).
 pub fn probe(cfg: &HostConfig) -> HostReport {
     probe_with(cfg, &ProbePaths::from_env())
+}
+
+/// The probe a GPU container start makes under `cfg`: [`probe`] with the
+/// cache's lifetime shortened to `[health] max_age_s` while health is
+/// checked, so a GPU that fails after the last probe is seen within that
+/// time (core::health::HealthConfig::cache_ttl_s).
+pub fn probe_for(cfg: &crate::core::policy::Config) -> HostReport {
+    probe_for_with(cfg, &ProbePaths::from_env())
+}
+
+/// [`probe_for`] with explicit host paths.
+pub fn probe_for_with(cfg: &crate::core::policy::Config, paths: &ProbePaths) -> HostReport {
+    let mut host = cfg.host.clone();
+    host.cache_ttl_s = cfg.health.cache_ttl_s(host.cache_ttl_s);
+    probe_with(&host, paths)
 }
 
 /// [`probe`] with explicit host paths (tests drive the /proc fallback and the
@@ -141,7 +217,7 @@ pub fn probe_with(cfg: &HostConfig, paths: &ProbePaths) -> HostReport {
                         hit.age_ms / 1000
                     ),
                 );
-                check_device_nodes(&mut r, &paths.dev);
+                merge_amd(&mut r, paths);
                 return r;
             }
             Err(miss) => log::debug!("host facts cache not used: {miss}"),
@@ -152,7 +228,7 @@ pub fn probe_with(cfg: &HostConfig, paths: &ProbePaths) -> HostReport {
     // child, cut at the deadline (child.rs).
     let outcome = child::run(
         &paths.probe_exe,
-        &cfg.nvml_library,
+        &nvml_library(&cfg.nvml_library),
         paths,
         cfg.probe_timeout_ms,
     );
@@ -182,8 +258,39 @@ pub fn probe_with(cfg: &HostConfig, paths: &ProbePaths) -> HostReport {
         }
         Err(e) => deadline_failure(cfg, &e, version_text.as_deref()),
     };
-    check_device_nodes(&mut report, &paths.dev);
+    merge_amd(&mut report, paths);
     report
+}
+
+/// Adds the AMD GPUs and the amdgpu driver ([`kfd`]) to established
+/// facts. Read afresh on every probe, never cached: a few small sysfs
+/// reads, and the cache key knows nothing of amdgpu.
+fn merge_amd(report: &mut HostReport, paths: &ProbePaths) {
+    let Some(facts) = report.facts.as_mut() else {
+        return;
+    };
+    let mut amd = kfd::read(&paths.host_root);
+    facts.amdgpu_driver_version = amd.driver_version;
+    // Their NUMA node and local CPUs, as for NVIDIA's (topology.rs).
+    for g in &mut amd.gpus {
+        let Some(bus) = g.pci_bus_id.as_deref() else {
+            continue;
+        };
+        if let Some((node, cpus)) = topology::read_device(&paths.sys, bus) {
+            g.numa_node = Some(node);
+            g.local_cpus = cpus;
+        }
+    }
+    facts.gpus.extend(amd.gpus);
+    for message in amd.problems {
+        report.problems.push(HostProblem {
+            kind: HostProblemKind::Degraded,
+            message,
+            fix: Some(
+                "check the amdgpu driver (`dmesg | grep -i amdgpu`); gpu-guard reads the KFD topology as root".into(),
+            ),
+        });
+    }
 }
 
 /// The cache path and key, or None when the cache is off or its key cannot
@@ -267,7 +374,7 @@ fn uncached(configured_lib: &str, paths: &ProbePaths) -> Uncached {
     let lib = library_label(configured_lib);
     let lib_path = (!configured_lib.is_empty()).then(|| Path::new(configured_lib));
     let source = format!("NVML ({lib})");
-    match nvml::probe(lib_path) {
+    let mut u = match nvml::probe(lib_path) {
         Ok(n) => {
             let mut report = HostReport::from_facts(n.facts, source);
             let cacheable = n.lost.is_empty();
@@ -280,7 +387,13 @@ fn uncached(configured_lib: &str, paths: &ProbePaths) -> Uncached {
             report: nvml_failure(&lib, lib_path, &e, paths),
             cacheable: false,
         },
+    };
+    // Bus ids are known now (a lost GPU's from /proc): where sysfs puts
+    // each GPU. Cached with the rest: a device's node does not change.
+    if let Some(f) = u.report.facts.as_mut() {
+        topology::fill(f, &paths.sys);
     }
+    u
 }
 
 /// Names the lost GPUs. NVML cannot describe a GPU it lost, but /proc still
@@ -513,56 +626,23 @@ fn procfs_source(paths: &ProbePaths) -> String {
     paths.proc_nvidia.display().to_string()
 }
 
-/// Device nodes the NVIDIA container stack bind-mounts into GPU containers:
-/// /dev/nvidiactl, /dev/nvidia-uvm (CUDA needs it) and /dev/nvidiaN per GPU.
-/// libnvidia-container creates missing ones in its legacy mode (nvc_init
-/// loads the modules and runs nvidia-modprobe), but CDI specs list them and
-/// a start fails when one is missing: a warning, not a refusal.
-fn check_device_nodes(report: &mut HostReport, dev: &Path) {
-    let Some(facts) = &report.facts else {
-        return;
-    };
-    if let Some(p) = device_nodes_problem(facts, dev) {
-        report.problems.push(p);
+/// The host's NVIDIA device nodes at fault (core::device_nodes): every
+/// GPU's node, /dev/nvidiactl and /dev/nvidia-uvm under `dev`, each as
+/// (is an error, message, fix), for `gpu-guard host` and `doctor`. Nothing
+/// without a driver. A container start judges only the nodes it will use,
+/// against its user (pipeline/local.rs).
+pub fn device_node_problems(
+    facts: &HostFacts,
+    dev: &Path,
+    devices: Option<&Path>,
+    group_file: &Path,
+) -> Vec<(bool, String, String)> {
+    if facts.driver_version.is_none() {
+        return Vec::new();
     }
-}
-
-/// The start of the device-node problem's message (`doctor` reports it as
-/// a check of its own).
-pub const DEVICE_NODES_MISSING: &str = "NVIDIA device nodes missing";
-
-/// The device nodes a host with a driver needs that are missing under
-/// `dev`, as a problem; None without a driver or when all are there.
-pub fn device_nodes_problem(facts: &HostFacts, dev: &Path) -> Option<HostProblem> {
-    facts.driver_version.as_ref()?;
-    let mut names = vec!["nvidiactl".to_string(), "nvidia-uvm".to_string()];
-    names.extend(
-        facts
-            .gpus
-            .iter()
-            .filter_map(|g| g.minor_number)
-            .map(|m| format!("nvidia{m}")),
-    );
-    let missing: Vec<String> = names
-        .iter()
-        .map(|n| dev.join(n))
-        .filter(|p| std::fs::symlink_metadata(p).is_err())
-        .map(|p| p.display().to_string())
-        .collect();
-    if missing.is_empty() {
-        return None;
-    }
-    Some(HostProblem {
-        kind: HostProblemKind::Degraded,
-        message: format!(
-            "{DEVICE_NODES_MISSING}: {}; GPU containers that need them will fail to start",
-            missing.join(", ")
-        ),
-        fix: Some(
-            "create them with `nvidia-modprobe -u -c 0` (or run `nvidia-smi` once as root); enable nvidia-persistenced so they exist after boot"
-                .into(),
-        ),
-    })
+    let names = devnodes::nvidia_names(&facts.gpus);
+    let nodes = devnodes::read(dev, devices, &names, group_file);
+    crate::core::device_nodes::host_problems(&nodes)
 }
 
 #[cfg(test)]
@@ -576,8 +656,6 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dev);
         std::fs::create_dir_all(&dev).unwrap();
         std::fs::write(dev.join("nvidiactl"), b"").unwrap();
-        std::fs::write(dev.join("nvidia-uvm"), b"").unwrap();
-        std::fs::write(dev.join("nvidia0"), b"").unwrap();
         let gpu = |i: u32, minor| Gpu {
             index: i,
             minor_number: Some(minor),
@@ -587,28 +665,22 @@ mod tests {
             driver_version: Some("550.54.14".into()),
             cuda_driver_version: None,
             gpus: vec![gpu(0, 0), gpu(1, 3)],
+            ..Default::default()
         };
-        let mut r = HostReport::from_facts(facts.clone(), "t");
-        check_device_nodes(&mut r, &dev);
-        assert_eq!(r.problems.len(), 1);
-        assert_eq!(r.problems[0].kind, HostProblemKind::Degraded);
+        let none = dev.join("none");
+        let p = device_node_problems(&facts, &dev, Some(&none), &none);
+        let text: Vec<&str> = p.iter().map(|(_, m, _)| m.as_str()).collect();
+        assert_eq!(p.len(), 4, "{text:?}");
         assert!(
-            r.problems[0].message.contains("nvidia3"),
-            "{:?}",
-            r.problems
+            p[0].0 && text[0].contains("nvidiactl is a regular file"),
+            "{text:?}"
         );
         assert!(
-            !r.problems[0].message.contains("nvidia0"),
-            "{:?}",
-            r.problems
+            !p[1].0 && text[1].contains("nvidia-uvm is missing"),
+            "{text:?}"
         );
-        std::fs::write(dev.join("nvidia3"), b"").unwrap();
-        let mut r = HostReport::from_facts(facts, "t");
-        check_device_nodes(&mut r, &dev);
-        assert!(r.problems.is_empty(), "{:?}", r.problems);
-        let mut r = HostReport::from_facts(HostFacts::default(), "no driver");
-        check_device_nodes(&mut r, &dev.join("none"));
-        assert!(r.problems.is_empty());
+        assert!(text[3].contains("nvidia3"), "{text:?}");
+        assert!(device_node_problems(&HostFacts::default(), &none, None, &none).is_empty());
         std::fs::remove_dir_all(&dev).unwrap();
     }
 }

@@ -16,6 +16,8 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
 
 use crate::core::facts::{Gpu, HostFacts, MigDevice};
+use crate::core::health::NvmlHealth;
+use crate::host::nvml_health;
 
 /// The library name the dynamic loader resolves when `host.nvml_library` is
 /// empty: the soname the NVIDIA driver installs (nvml-wrapper's default too).
@@ -243,17 +245,24 @@ fn read_facts(nvml: &Nvml) -> Result<NvmlFacts, NvmlProbeError> {
                 gpus.push(Gpu {
                     index,
                     brand: "unknown".into(),
+                    health: Some(crate::core::health::judge(&NvmlHealth {
+                        lost: true,
+                        ..NvmlHealth::default()
+                    })),
                     ..Gpu::default()
                 });
             }
             Err(GpuError::Other(e)) => return Err(e),
         }
     }
+    let lost_index: Vec<u32> = lost.iter().map(|l| l.index).collect();
+    nvml_health::fill_p2p(nvml, &mut gpus, &lost_index);
     Ok(NvmlFacts {
         facts: HostFacts {
             driver_version: Some(driver),
             cuda_driver_version: cuda,
             gpus,
+            ..Default::default()
         },
         lost,
     })
@@ -279,6 +288,7 @@ fn read_gpu(nvml: &Nvml, index: u32) -> Result<Gpu, GpuError> {
     let pci_bus_id = optional(dev.pci_info(), "nvmlDeviceGetPciInfo_v3")?.map(|p| p.bus_id);
     let minor_number = optional(dev.minor_number(), "nvmlDeviceGetMinorNumber")?;
     let mig_devices = read_migs(&dev)?;
+    let health = nvml_health::read(&dev).map_err(|l| GpuError::Lost(l.0))?;
     Ok(Gpu {
         index,
         uuid,
@@ -289,6 +299,8 @@ fn read_gpu(nvml: &Nvml, index: u32) -> Result<Gpu, GpuError> {
         pci_bus_id,
         mig_devices,
         minor_number,
+        health: Some(crate::core::health::judge(&health)),
+        ..Gpu::default()
     })
 }
 
@@ -324,6 +336,41 @@ fn read_migs(dev: &nvml_wrapper::Device) -> Result<Vec<MigDevice>, GpuError> {
         }
     }
     Ok(out)
+}
+
+/// The GPU Operator's driver root: its driver container's root filesystem,
+/// where NVML and the driver libraries are on nodes whose host has no
+/// driver installed. NVIDIA's toolkit reads the driver there through its
+/// driver-root setting (nvidia-container-toolkit config.toml,
+/// `[nvidia-container-cli] root`, which the GPU Operator sets to this path;
+/// `nvidia-ctk cdi generate --driver-root`).
+pub const OPERATOR_DRIVER_ROOT: &str = "/run/nvidia/driver";
+
+/// Where a driver installs libnvidia-ml.so.1 (Debian/Ubuntu multiarch,
+/// RHEL's lib64, others' lib), relative to a root.
+const LIBRARY_DIRS: [&str; 5] = [
+    "usr/lib/x86_64-linux-gnu",
+    "lib/x86_64-linux-gnu",
+    "usr/lib64",
+    "lib64",
+    "usr/lib",
+];
+
+/// The NVML library to load when `host.nvml_library` is empty, on the
+/// host whose root is `root`: `None` (the loader's own search) when the
+/// host has libnvidia-ml.so.1 in its library directories, else the one in
+/// the GPU Operator's driver root when it is there, else `None`.
+pub fn default_library(root: &Path) -> Option<std::path::PathBuf> {
+    let find = |base: &Path| {
+        LIBRARY_DIRS
+            .iter()
+            .map(|d| base.join(d).join(DEFAULT_LIBRARY))
+            .find(|p| p.exists())
+    };
+    if find(root).is_some() {
+        return None;
+    }
+    find(&root.join(OPERATOR_DRIVER_ROOT.trim_start_matches('/')))
 }
 
 /// The version in a libnvidia-ml file name (`libnvidia-ml.so.550.90.07`),

@@ -218,8 +218,10 @@ pub fn facts(version_text: &str, gpus: &[ProcGpu]) -> HostFacts {
                 pci_bus_id: g.pci_bus_id.clone(),
                 mig_devices: Vec::new(),
                 minor_number: g.minor,
+                ..Gpu::default()
             })
             .collect(),
+        ..Default::default()
     }
 }
 

@@ -1,4 +1,4 @@
-//! One budget for everything reading an image costs (issue 17 C5): it is
+//! One budget for everything reading an image costs: it is
 //! made when the image is opened and spent by every pass after it (the
 //! outer archive's headers, the header pass, the content pass), so a check
 //! never costs more than [`Limits`] say, however many passes it takes.

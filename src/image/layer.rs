@@ -118,6 +118,12 @@ pub(crate) fn stream(
     visit: &mut EntryVisitor<'_>,
 ) -> Result<(), ImageError> {
     let what = format!("layer {n} ({})", layer.path);
+    // Never past the declared size: a blob that goes on is refused at its
+    // first byte too many, not after reading it to the end.
+    let raw: Box<dyn Read + Send> = match layer.size {
+        Some(s) => Box::new(raw.take(s.saturating_add(1))),
+        None => raw,
+    };
     let mut rawh = HashRead::new(Compressed { inner: raw, budget });
     let result = stream_inner(&what, layer, &mut rawh, budget, visit);
     let got = rawh.count();
@@ -156,7 +162,7 @@ pub(crate) fn stream(
             }
             return Err(ImageError::BadJson {
                 what,
-                msg: format!("{count} bytes, the manifest says {expected}"),
+                msg: format!("more than the {expected} bytes the manifest says"),
             });
         }
     }

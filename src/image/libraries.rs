@@ -9,10 +9,18 @@
 //! `scan_with`); else this module makes one of its own. Files the model
 //! reaches only through a symlink or a hard link are read in a second,
 //! targeted pass.
+//!
+//! Budgets (`[libraries]`): the files whose facts are kept count against
+//! `max_files`, the facts' bytes in memory against `max_file_bytes` and
+//! `max_bytes` (past one, a file is not judged and the scan says so), and
+//! the model's work against `time_budget_ms`, from when the layers are read
+//! ([`crate::scan::ldso::budget`]).
 
 use super::stream_elf::Recorder;
 use super::{ContentRef, Image, ImageError, ImageFile, Kind as TKind, Tree};
+use crate::core::policy::LibrariesConfig;
 use crate::scan::elf_dynamic::DynInfo;
+use crate::scan::ldso::budget::Budget;
 use crate::scan::ldso::content::Content;
 use crate::scan::ldso::resolve::{self, Resolved, StartEnv};
 use crate::scan::ldso::snapshot::{FileMeta, Idx, Kind, Snapshot};
@@ -78,12 +86,50 @@ impl Content for ImageContent {
 }
 
 /// What the loader model needs of the files an image pass streams by.
-#[derive(Default)]
 pub struct LibraryTap {
     first: HashMap<ContentRef, Read1>,
+    max_files: u64,
+    max_file_bytes: u64,
+    max_bytes: u64,
+    files_left: u64,
+    bytes_left: u64,
+}
+
+impl Default for LibraryTap {
+    /// The default `[libraries]` budgets.
+    fn default() -> LibraryTap {
+        LibraryTap::with_limits(&LibrariesConfig::default())
+    }
 }
 
 impl LibraryTap {
+    /// A tap within `cfg`'s budgets of files and bytes.
+    pub fn with_limits(cfg: &LibrariesConfig) -> LibraryTap {
+        LibraryTap {
+            first: HashMap::new(),
+            max_files: cfg.max_files,
+            max_file_bytes: cfg.max_file_bytes,
+            max_bytes: cfg.max_bytes,
+            files_left: cfg.max_files,
+            bytes_left: cfg.max_bytes,
+        }
+    }
+
+    /// The facts of one file, charged to the budgets: an error (with
+    /// "budget" in it, so the scan names the file as not judged) past one.
+    fn charge(&mut self, info: Result<DynInfo, String>) -> Result<Arc<DynInfo>, String> {
+        let info = info?;
+        let kept = info.retained_bytes();
+        if kept > self.max_file_bytes || kept > self.bytes_left {
+            return Err(format!(
+                "read budget used up: its facts take {kept} bytes (libraries.max_file_bytes {}, max_bytes {})",
+                self.max_file_bytes, self.max_bytes
+            ));
+        }
+        self.bytes_left -= kept;
+        Ok(Arc::new(info))
+    }
+
     /// Reads `f` from `r` for the model, while `also` (another reader of
     /// the same stream, or nothing) reads it too: the file is read to its
     /// end either way.
@@ -98,19 +144,30 @@ impl LibraryTap {
             let text = read_up_to(r, MAX_TEXT)?;
             also(&mut text.as_slice())?;
             Read1::Text(text)
+        } else if self.files_left == 0 {
+            also(r)?;
+            Read1::Elf(Err(format!(
+                "read budget used up: more than {} files to parse (libraries.max_files)",
+                self.max_files
+            )))
         } else {
+            self.files_left -= 1;
             let mut rec = Recorder::new(r, f.size);
             also(&mut rec)?;
-            Read1::Elf(rec.finish().map(Arc::new))
+            let info = rec.finish();
+            Read1::Elf(self.charge(info))
         };
         self.first.insert(c, read);
         Ok(())
     }
 }
 
-fn read_one(f: &ImageFile, r: &mut dyn Read) -> io::Result<Read1> {
-    let mut tap = LibraryTap::default();
-    let c = ContentRef { layer: 0, entry: 0 };
+/// Reads one file for the model, charged to `tap`'s budgets.
+fn read_one(tap: &mut LibraryTap, f: &ImageFile, r: &mut dyn Read) -> io::Result<Read1> {
+    let c = ContentRef {
+        layer: usize::MAX,
+        entry: u64::MAX,
+    };
     tap.visit(c, f, r, &mut |_| Ok(()))?;
     tap.first
         .remove(&c)
@@ -166,8 +223,8 @@ pub fn snapshot(tree: &Tree) -> Snapshot {
 
 /// Reads the image's candidate files in a header pass of its own (which
 /// also gives the final tree), then [`finish`].
-pub fn read(img: &Image) -> Result<(Tree, ImageContent), ImageError> {
-    let mut tap = LibraryTap::default();
+pub fn read(img: &Image, cfg: &LibrariesConfig) -> Result<(Tree, ImageContent), ImageError> {
+    let mut tap = LibraryTap::with_limits(cfg);
     let tree = img.index_with(&candidate, &mut |c, f, r| {
         tap.visit(c, f, r, &mut |_| Ok(()))
     })?;
@@ -177,8 +234,8 @@ pub fn read(img: &Image) -> Result<(Tree, ImageContent), ImageError> {
 
 /// What a pass gave (`tap`), plus the candidates reached only through a
 /// symlink or a hard link, read in a targeted pass.
-pub fn finish(img: &Image, tree: &Tree, tap: LibraryTap) -> Result<ImageContent, ImageError> {
-    let mut first = tap.first;
+pub fn finish(img: &Image, tree: &Tree, mut tap: LibraryTap) -> Result<ImageContent, ImageError> {
+    let mut first = std::mem::take(&mut tap.first);
     let mut files: HashMap<(u64, u64), Read1> = HashMap::new();
     let mut again: BTreeMap<String, ()> = BTreeMap::new();
     for (path, node) in tree.iter() {
@@ -210,28 +267,50 @@ pub fn finish(img: &Image, tree: &Tree, tap: LibraryTap) -> Result<ImageContent,
                 .get(&f.path)
                 .and_then(|n| n.content)
                 .ok_or_else(|| io::Error::other("no content"))?;
-            files.insert(key(c), read_one(f, r)?);
+            files.insert(key(c), read_one(&mut tap, f, r)?);
             Ok(())
         })?;
     }
     Ok(ImageContent { files })
 }
 
-/// The libraries scan of an image, for a container started with `start`.
-pub fn scan(img: &Image, start: &StartEnv, trees: bool) -> Result<Resolved, ImageError> {
-    let (tree, content) = read(img)?;
-    Ok(resolve::resolve(snapshot(&tree), &content, start, trees))
+/// The libraries scan of an image, for a container started with `start`,
+/// within `cfg`'s budgets.
+pub fn scan(
+    img: &Image,
+    start: &StartEnv,
+    trees: bool,
+    cfg: &LibrariesConfig,
+) -> Result<Resolved, ImageError> {
+    let (tree, content) = read(img, cfg)?;
+    Ok(model(&tree, &content, start, trees, cfg))
 }
 
-/// The same, from a pass already made (image::scan `scan_with`).
+/// The same, from a pass already made (image::scan `scan_with`) with a
+/// tap made by [`LibraryTap::with_limits`].
 pub fn scan_from(
     img: &Image,
     tree: &Tree,
     tap: LibraryTap,
     start: &StartEnv,
+    cfg: &LibrariesConfig,
 ) -> Result<Resolved, ImageError> {
     let content = finish(img, tree, tap)?;
-    Ok(resolve::resolve(snapshot(tree), &content, start, false))
+    Ok(model(tree, &content, start, false, cfg))
+}
+
+/// The loader model over what was read, within `time_budget_ms` from now.
+fn model(
+    tree: &Tree,
+    content: &ImageContent,
+    start: &StartEnv,
+    trees: bool,
+    cfg: &LibrariesConfig,
+) -> Resolved {
+    let budget = Budget::from_now(cfg.time_budget_ms);
+    let mut r = resolve::resolve(snapshot(tree), content, start, trees, &budget);
+    crate::scan::ldso::note_budget(&mut r.scan, &budget);
+    r
 }
 
 #[cfg(test)]

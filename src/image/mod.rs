@@ -1,5 +1,5 @@
 //! Reads a container image without running it or unpacking it to disk
-//! (`gpu-guard check --image`, README "Before scheduling"):
+//! (`gpu-guard check --image`, docs/before-scheduling.md):
 //! an OCI image layout directory, a docker-archive tar (`docker save`) or
 //! an OCI archive tar.
 //!
@@ -22,8 +22,8 @@
 //! only the layers that hold matched files, and only up to the last match;
 //! the blob's tail is hashed (to verify its digest) without being
 //! decompressed.
-//! Measured (tests/image_reader.rs `measure_passes`, debug build, one
-//! 32 MiB gzip layer): header pass 0.85 s; content pass 0.02 s for a
+//! Measured (debug build, one 32 MiB gzip layer; integration/bench-image.sh
+//! times whole reads): header pass 0.85 s; content pass 0.02 s for a
 //! library at the start of the layer, 0.99 s for one at its end. So the
 //! worst case is about twice a single pass, only for layers that hold a
 //! matched file.
@@ -37,6 +37,7 @@
 //! sizes and tar extension headers (of the layers and of the outer
 //! archive); memory is the decoders' windows plus the tree's metadata.
 
+pub mod amd;
 mod budget;
 mod decoder;
 mod digest;
@@ -59,7 +60,7 @@ pub use error::ImageError;
 pub use platform::Platform;
 pub use readat::{scan_fatbin, FatbinScan};
 pub(crate) use readat::{ReadAtBuf, MAX_READAT_BYTES};
-pub use registry_source::BlobSource;
+pub use source::BlobSource;
 pub use tree::{normalize, ContentRef, Kind, Node, Tree};
 
 use budget::Budget;

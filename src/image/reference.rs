@@ -18,7 +18,7 @@
 //! A bare path (anything else) keeps working, and its format is told from
 //! what it holds. The transport spelling wins, as in skopeo: `oci:x` is the
 //! layout `x`, even when a file named `oci:x` exists; `./oci:x` (or an
-//! absolute path) names that file (README, "Before scheduling").
+//! absolute path) names that file (docs/before-scheduling.md).
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -240,8 +240,102 @@ impl ImageRef {
     }
 }
 
+/// Whether a bare `--image` value that names no file reads as a docker
+/// reference (`nvidia/cuda:12.4.1-base-ubuntu22.04`, `ubuntu`,
+/// `localhost:5000/x@sha256:...`) rather than a path, by distribution's
+/// grammar (distribution `reference/regexp.go`): path components of
+/// lowercase alphanumerics joined by `.`, `_`, `__` or `-`, the first
+/// optionally a registry host (with a `.` or a port, or `localhost`), then
+/// an optional `:TAG` (`[\w][\w.-]{0,127}`) and `@ALGORITHM:HEX`. A path
+/// that starts with `/`, `.` or `~`, or ends in `.tar`, is not one.
+pub fn is_docker_reference(s: &str) -> bool {
+    if s.starts_with(['/', '.', '~']) || s.ends_with(".tar") || s.len() > 255 + 150 {
+        return false;
+    }
+    let (name_tag, digest_ok) = match s.split_once('@') {
+        Some((n, d)) => (
+            n,
+            d.split_once(':').is_some_and(|(a, h)| {
+                !a.is_empty()
+                    && a.bytes().all(|b| {
+                        b.is_ascii_lowercase() || b.is_ascii_digit() || b"+._-".contains(&b)
+                    })
+                    && h.len() >= 32
+                    && h.bytes().all(|b| b.is_ascii_hexdigit())
+            }),
+        ),
+        None => (s, true),
+    };
+    let (name, tag) = match name_tag.rsplit_once(':') {
+        Some((n, t)) if !t.contains('/') => (n, Some(t)),
+        _ => (name_tag, None),
+    };
+    let tag_ok = tag.map_or(true, |t| {
+        t.len() <= 128
+            && t.bytes()
+                .next()
+                .is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_')
+            && t.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+    });
+    let mut parts = name.split('/').peekable();
+    let first = parts.next().unwrap_or("");
+    let has_host =
+        name.contains('/') && (first.contains('.') || first.contains(':') || first == "localhost");
+    let host_ok = !has_host
+        || first
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b));
+    let component = |c: &str| {
+        !c.is_empty()
+            && c.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))
+            && c.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+            && c.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric())
+    };
+    let path_ok = if has_host {
+        parts.peek().is_some() && parts.all(component)
+    } else {
+        component(first) && parts.all(component)
+    };
+    digest_ok && tag_ok && host_ok && path_ok
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn docker_references_are_told_from_paths() {
+        let d = format!("sha256:{}", "ab".repeat(32));
+        for r in [
+            "nvidia/cuda:12.4.1-base-ubuntu22.04",
+            "ubuntu",
+            "ubuntu:22.04",
+            "nvcr.io/nvidia/pytorch:24.05-py3",
+            "localhost:5000/team/app",
+            "localhost/app:1",
+            &format!("team/app@{d}"),
+            &format!("reg.example:5000/team/app:v1@{d}"),
+        ] {
+            assert!(is_docker_reference(r), "{r}");
+        }
+        for p in [
+            "/images/cuda.tar",
+            "./layout",
+            "../x",
+            "~/x",
+            "image.tar",
+            "Images/Cuda",
+            "team/app:",
+            "team//app",
+            "team/app@sha256:xyz",
+            "team/app:-bad",
+            "a b",
+            "",
+        ] {
+            assert!(!is_docker_reference(p), "{p}");
+        }
+    }
+
     use super::*;
 
     fn p(s: &str) -> Result<ImageRef, ReferenceError> {

@@ -9,18 +9,8 @@
 use super::budget::Budget;
 use super::digest::{self, Digest};
 use super::open::{self, parse_json, Manifestish};
-use super::source::Source;
+use super::source::{BlobSource, Source};
 use super::{Format, Image, ImageError, Options};
-use std::io::{self, Read};
-
-/// Blobs addressed by digest.
-pub trait BlobSource: Send + Sync {
-    /// The blob's bytes as they arrive. The image reader checks digest and
-    /// size; the source need not (it must not buffer the blob whole).
-    fn open_blob(&self, digest: &Digest) -> io::Result<Box<dyn Read + Send>>;
-    /// Where the blobs come from, for messages (`registry HOST/REPO`).
-    fn describe(&self) -> String;
-}
 
 impl Image {
     /// An image whose manifest was fetched and verified by the caller (a

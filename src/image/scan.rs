@@ -18,6 +18,7 @@
 
 use super::libraries::{candidate, LibraryTap};
 use super::{ContentRef, Image, ImageError, ImageFile, Kind, ReadAtBuf, Tree, MAX_READAT_BYTES};
+use crate::core::amd::AmdCode;
 use crate::core::kernel_image::{Image as Code, Library, Outcome, Scanned};
 use crate::core::policy::KernelImageConfig;
 use crate::scan::compat_lib::{self, CompatLib, CompatScan, COMPAT_DIR, MAX_LIBS};
@@ -57,9 +58,10 @@ pub struct ScanStats {
     pub layers_read_again: usize,
 }
 
-/// A library's distinct images, its fatbin entry count, and whether its
-/// section names were known (see [`stream_fatbin::StreamScan`]).
-type CodeScan = Result<(Vec<Code>, u64, bool), Failure>;
+/// A library's distinct images, its fatbin entry count, whether its
+/// section names were known (see [`stream_fatbin::StreamScan`]), and its
+/// distinct AMD code objects.
+type CodeScan = Result<(Vec<Code>, u64, bool, Vec<AmdCode>), Failure>;
 
 /// One file's result, by where its content is.
 #[derive(Clone, Debug)]
@@ -124,9 +126,10 @@ fn read_file(
         code: None,
         note: None,
     };
-    let code_of = |r: Result<(Vec<fatbin::Entry>, bool), FatbinError>| match r {
-        Ok((entries, known)) => {
-            let n = entries.len() as u64;
+    let code_of = |r: Result<(Vec<fatbin::Entry>, bool, Vec<AmdCode>), FatbinError>| match r {
+        Ok((entries, known, amd)) => {
+            let n = entries.len() as u64 + amd.len() as u64;
+            let amd: BTreeSet<AmdCode> = amd.into_iter().collect();
             let set: BTreeSet<Code> = entries
                 .into_iter()
                 .map(|e| Code {
@@ -135,7 +138,12 @@ fn read_file(
                     ptx_isa: e.ptx_isa,
                 })
                 .collect();
-            Ok((set.into_iter().collect(), n, known))
+            Ok((
+                set.into_iter().collect(),
+                n,
+                known,
+                amd.into_iter().collect(),
+            ))
         }
         Err(e) if e.is_budget() => Err(Failure::Budget),
         Err(e) => Err(Failure::Unreadable(e.to_string())),
@@ -149,7 +157,11 @@ fn read_file(
                 if want_code {
                     let mut v = Vec::new();
                     let r = fatbin::scan_image(&buf, &mut budget, &mut |e| v.push(e));
-                    out.code = Some(code_of(r.map(|()| (v, true))));
+                    let mut a = Vec::new();
+                    let r = r.and_then(|()| {
+                        crate::scan::amd::scan_image(&buf, &mut budget, &mut |c| a.push(c))
+                    });
+                    out.code = Some(code_of(r.map(|()| (v, true, a))));
                 }
             }
             None => {
@@ -164,7 +176,7 @@ fn read_file(
         }
     } else if want_code {
         let r = stream_fatbin::scan_stream(&mut t, f.size, &mut budget);
-        out.code = Some(code_of(r.map(|s| (s.entries, s.sections_known))));
+        out.code = Some(code_of(r.map(|s| (s.entries, s.sections_known, s.amd))));
     }
     if let Some((kind, msg)) = t.failed {
         return Err(io::Error::new(kind, msg));
@@ -232,13 +244,21 @@ pub fn scan_with(
     let mut out = ImageScan::default();
     let max_entries = cfg.max_entries;
     let tapped = libs.is_some();
-    let wanted = |p: &str| is_lib(p) || maybe_compat(p) || (tapped && candidate(p));
+    let mut texts: HashMap<ContentRef, String> = HashMap::new();
+    let wanted = |p: &str| {
+        is_lib(p) || maybe_compat(p) || (tapped && candidate(p)) || super::amd::is_version_file(p)
+    };
     let tree = img.index_with(&wanted, &mut |c, f, r| {
         let (code, note) = (is_lib(&f.path), maybe_compat(&f.path));
+        let version = super::amd::is_version_file(&f.path);
         let mut res = None;
         let mut read = |r: &mut dyn Read| -> io::Result<()> {
             if code || note {
                 res = Some(read_file(f, r, code, note, max_entries)?);
+            } else if version {
+                if let Some(t) = super::amd::read_text(r, f.size)? {
+                    texts.insert(c, t);
+                }
             }
             Ok(())
         };
@@ -274,7 +294,8 @@ pub fn scan_with(
         &mut results,
         &mut out.stats,
     )?;
-    judge_libraries(libs, &results, cfg, &mut out);
+    let amd = judge_libraries(libs, &results, cfg, &mut out);
+    (out.scanned.amd, out.scanned.rocm) = super::amd::finish(&tree, amd, &texts)?;
     for c in compat {
         let note = results
             .get(&c.content)
@@ -408,7 +429,8 @@ fn judge_libraries(
     results: &Results,
     cfg: &KernelImageConfig,
     out: &mut ImageScan,
-) {
+) -> Vec<(String, Vec<AmdCode>)> {
+    let mut amd = Vec::new();
     let (mut files, mut bytes, mut entries) = (0u64, 0u64, 0u64);
     let entry_budget = || format!("entry budget of {} fatbin entries used up", cfg.max_entries);
     let mut unknown_sections = Vec::new();
@@ -433,7 +455,8 @@ fn judge_libraries(
                 out.scanned.not_scanned.push(path);
                 break;
             }
-            (None, Some(Ok((images, n, known)))) => {
+            (None, Some(Ok((images, n, known, codes)))) => {
+                amd.push((path.clone(), codes));
                 entries = entries.saturating_add(n);
                 if entries > cfg.max_entries {
                     out.scanned.incomplete = Some(entry_budget());
@@ -468,8 +491,9 @@ fn judge_libraries(
             .collect();
         out.notes.push(format!(
             "the section names of {} could not be kept while streaming; every fat binary \
-             container in the file was counted, in a fatbin section or not",
+             container and offload bundle in the file was counted, in its section or not",
             shown.join(", ")
         ));
     }
+    amd
 }

@@ -6,6 +6,7 @@
 //! `<id>/layer.tar`) already normalized by [`super::tree::normalize`].
 
 use super::budget::Budget;
+use super::digest::Digest;
 use super::error::ImageError;
 use super::layer::take_name;
 use super::tar_guard::TarGuard;
@@ -29,10 +30,21 @@ pub(crate) enum Entry {
     Other,
 }
 
+/// Blobs addressed by digest: an image that is not a file (a registry's,
+/// `docker://...`; the HTTP side lives in crates/registry, so the hook and
+/// the runtime wrapper never link it).
+pub trait BlobSource: Send + Sync {
+    /// The blob's bytes as they arrive. The image reader checks digest and
+    /// size; the source need not (it must not buffer the blob whole).
+    fn open_blob(&self, digest: &Digest) -> io::Result<Box<dyn Read + Send>>;
+    /// Where the blobs come from, for messages (`registry HOST/REPO`).
+    fn describe(&self) -> String;
+}
+
 pub(crate) enum Source {
     Dir(PathBuf),
     /// Blobs fetched by digest (`blobs/sha256/<hex>` paths only).
-    Remote(Box<dyn super::registry_source::BlobSource>),
+    Remote(Box<dyn BlobSource>),
     Archive {
         file: Arc<File>,
         entries: HashMap<String, Entry>,

@@ -390,8 +390,8 @@ mod tests {
         );
     }
 
-    /// Issue 17 C3: one entry of 520k components resolved in a time linear
-    /// in its length (it was quadratic: 20 minutes). Tested below the path
+    /// One entry of 520k components resolved in a time linear in its
+    /// length (a quadratic walk takes 20 minutes). Tested below the path
     /// cap of the layer reader, which refuses such a path first.
     #[test]
     fn resolution_is_linear_in_the_path() {

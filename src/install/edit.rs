@@ -1,7 +1,7 @@
-//! Carrying out a planned engine-config change: the unified diff that
-//! `--dry-run` prints, the backup taken before every write, and the atomic
-//! write itself (crate::sys::fsutil::atomic_write: temp file beside the target,
-//! fsync, rename), so an engine never reads half a config.
+//! A planned engine-config change: the unified diff that `--dry-run`
+//! prints, the bounded read of the files, and the backup taken before the
+//! first write (the writes themselves are transaction.rs's: staged, then
+//! renamed, so an engine never reads half a config).
 //!
 //! Backups live under the state directory (`/var/lib/gpu-guard/backup/` +
 //! the file's absolute path), never beside the file: CRI-O reads *every*
@@ -126,65 +126,29 @@ pub fn backup_path(backup_dir: &Path, path: &Path) -> PathBuf {
     out
 }
 
-/// Applies one change: backs up the current content to `backup` (when there
-/// is content and it changes), then writes atomically or removes the file.
-pub fn apply(change: &FileChange, backup: &Path) -> Result<(), EditError> {
-    if change.is_noop() {
-        return Ok(());
-    }
-    if let Some(before) = &change.before {
-        let write_backup = || -> io::Result<()> {
-            if let Some(dir) = backup.parent() {
-                // 0700 whatever the umask, and refused if others can write
-                // it: root writes engine configs (and credentials) here, and
-                // a user who could write the directory could race that.
-                fs::DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o700)
-                    .create(dir)?;
-                fsutil::check_private_dir(dir)?;
-            }
-            // Backups can hold registry credentials that admins put in
-            // engine configs: readable by root only.
-            fsutil::atomic_write(backup, before.as_bytes(), 0o600)
-        };
-        write_backup().map_err(|source| EditError::Backup {
-            path: change.path.clone(),
-            backup: backup.to_path_buf(),
-            source,
-        })?;
-    }
-    match &change.after {
-        Some(after) => {
-            let write = || -> io::Result<()> {
-                if let Some(dir) = change.path.parent() {
-                    if !dir.as_os_str().is_empty() {
-                        // 0755 whatever the umask: gpu-guard reads its own
-                        // config.d only when no one else can write it
-                        // (README, Configuration), and engines' config
-                        // directories are root's 0755 too.
-                        fs::DirBuilder::new()
-                            .recursive(true)
-                            .mode(0o755)
-                            .create(dir)?;
-                    }
-                }
-                fsutil::atomic_write(&change.path, after.as_bytes(), change.mode)
-            };
-            write().map_err(|source| EditError::Write {
-                path: change.path.clone(),
-                source,
-            })
+/// Writes `before` (the content of `path` before gpu-guard changes it) to
+/// `backup`, in a private directory.
+pub fn write_backup(path: &Path, backup: &Path, before: &str) -> Result<(), EditError> {
+    let write_backup = || -> io::Result<()> {
+        if let Some(dir) = backup.parent() {
+            // 0700 whatever the umask, and refused if others can write
+            // it: root writes engine configs (and credentials) here, and
+            // a user who could write the directory could race that.
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)?;
+            fsutil::check_private_dir(dir)?;
         }
-        None => match fs::remove_file(&change.path) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(source) => Err(EditError::Remove {
-                path: change.path.clone(),
-                source,
-            }),
-        },
-    }
+        // Backups can hold registry credentials that admins put in
+        // engine configs: readable by root only.
+        fsutil::atomic_write(backup, before.as_bytes(), 0o600)
+    };
+    write_backup().map_err(|source| EditError::Backup {
+        path: path.to_path_buf(),
+        backup: backup.to_path_buf(),
+        source,
+    })
 }
 
 #[cfg(test)]

@@ -6,13 +6,16 @@
 //! crio.rs, podman.rs, each with its pure edits and its plan; chain.rs for
 //! the gpu-guard drop-in that chains the wrapper to NVIDIA's runtime),
 //! then prints the plan as a unified diff (`--dry-run`) or carries it out
-//! (edit.rs: backup, atomic write). A second install finds
-//! nothing to change. What install changed is recorded in a state file
-//! (`/var/lib/gpu-guard/engines/ENGINE.json`: the config it edited, the
-//! files it created, the default runtime it replaced), so uninstall can put
-//! back the previous behaviour and the package's prerm knows which engines
-//! to unregister (state.rs). Backups: `/var/lib/gpu-guard/backup/<absolute path>`, the
-//! content before gpu-guard's latest change to that file.
+//! as one transaction (transaction.rs: every file staged, an intent
+//! journal, then renamed; all or none, a file changed meanwhile refused).
+//! A second install finds nothing to change. What install changed is
+//! recorded in a state file (`/var/lib/gpu-guard/engines/ENGINE.json`: the
+//! config it edited, the files it created, the default runtime it
+//! replaced), so uninstall can put back the previous behaviour and the
+//! package's prerm knows which engines to unregister (state.rs). Backups:
+//! `/var/lib/gpu-guard/backup/<absolute path>`, the content before
+//! gpu-guard's first change to that file (kept while an install is
+//! recorded).
 //!
 //! `--host-root DIR` runs all of this against a host filesystem mounted at
 //! DIR (a Kubernetes DaemonSet): files are read and written under DIR, while
@@ -27,6 +30,7 @@ pub mod hooks;
 pub mod podman;
 pub mod registration;
 mod state;
+mod transaction;
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -103,6 +107,12 @@ pub enum InstallError {
         #[source]
         source: serde_json::Error,
     },
+    #[error("{} changed while install was planning its edit (another program wrote it at the same time); nothing of this run was left in place: run the command again", path.display())]
+    Changed { path: PathBuf },
+    #[error("{first}; and the files already changed {rollback}")]
+    RollBack { first: String, rollback: String },
+    #[error("{0}")]
+    Recover(String),
     #[error("cannot write state file {}: {source}", path.display())]
     StateWrite {
         path: PathBuf,
@@ -332,21 +342,37 @@ pub fn plan(opts: &Options) -> Result<Plan, InstallError> {
     Ok(plan)
 }
 
-/// Carries out a plan: each file change (backup, atomic write), then the state.
+/// Carries out a plan as one transaction (transaction.rs): every file or
+/// none, a file changed since the plan read it refused, the first backup
+/// of each file kept, the intent recorded before the first file is
+/// replaced; then the state.
 pub fn apply(opts: &Options, plan: &Plan) -> Result<(), InstallError> {
-    let backup_dir = opts.backup_dir();
-    for c in &plan.changes {
-        // Backups mirror the host path, whatever --host-root is.
-        let abs = std::path::absolute(&c.path).unwrap_or_else(|_| c.path.clone());
-        let host = Path::new("/").join(abs.strip_prefix(&opts.host_root).unwrap_or(&abs));
-        edit::apply(c, &edit::backup_path(&backup_dir, &host))?;
+    let _lock = transaction::lock(opts)?;
+    if let Some(m) = transaction::recover(opts)? {
+        // The plan was made over the interrupted run's files.
+        return Err(InstallError::Recover(format!(
+            "{m}; nothing of this run was written: run the command again"
+        )));
     }
+    transaction::commit(opts, plan)?;
     for d in &plan.remove_dirs {
         // Only an empty directory goes; one that holds anything else
         // (someone else's hooks) stays, and that is not an error.
         let _ = fs::remove_dir(d);
     }
-    state::save(opts, plan.state.as_ref())
+    Ok(())
+}
+
+/// Finishes or rolls back a run that was interrupted half way (a journal
+/// left in the state directory), before anything is planned: returns what
+/// was done, for a warning.
+pub fn recover(opts: &Options) -> Result<Option<String>, InstallError> {
+    if !transaction::pending(opts) {
+        // Nothing to do, and nothing written (not even the lock file).
+        return Ok(None);
+    }
+    let _lock = transaction::lock(opts)?;
+    transaction::recover(opts)
 }
 
 /// The plan of an uninstall: `changes` plus the removal of every file in

@@ -75,7 +75,7 @@ pub fn effective_registration(opts: &Options) -> Result<Registration, InstallErr
         return Ok(Registration::NotInstalled);
     };
     let o = recorded_options(opts, &st);
-    let default_config = opts.config_path.is_none() && st.config == default_config(opts.engine);
+    let default_config = opts.config_path.is_none() && st.config == default_config(opts);
     let drift = |file: Option<PathBuf>, message: String| {
         Registration::Drift(Drift {
             engine: opts.engine,
@@ -102,10 +102,12 @@ pub fn effective_registration(opts: &Options) -> Result<Registration, InstallErr
     Ok(Registration::Ok)
 }
 
-fn default_config(engine: Engine) -> PathBuf {
-    match engine {
+/// The engine's config install edits when none is named (for containerd,
+/// k3s's or RKE2's template on their nodes).
+pub fn default_config(opts: &Options) -> PathBuf {
+    match opts.engine {
         Engine::Docker => super::DOCKER_CONFIG.into(),
-        Engine::Containerd => super::CONTAINERD_CONFIG.into(),
+        Engine::Containerd => containerd::default_config(opts),
         Engine::Crio => super::CRIO_DROP_IN.into(),
         Engine::Podman => podman::DEFAULT_HOOKS_DIR.into(),
     }

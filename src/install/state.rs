@@ -97,28 +97,37 @@ pub(super) fn note_created(opts: &Options, state: &mut EngineState, host_file: &
     }
 }
 
-/// Records `state` in the engine's state file (private directory, atomic
-/// write), or removes the file when `None` (after an uninstall).
-pub(super) fn save(opts: &Options, state: Option<&EngineState>) -> Result<(), InstallError> {
+/// The state file's text for `state`.
+pub(super) fn render(state: &EngineState) -> String {
+    let mut text = serde_json::to_string_pretty(state).unwrap_or_default();
+    text.push('\n');
+    text
+}
+
+/// Creates the directory of `path` (0700) and refuses it unless private:
+/// the state names files uninstall will rewrite as root, and a directory
+/// others can write would let them choose.
+pub(super) fn private_dir(path: &Path) -> io::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::os::unix::fs::DirBuilderExt::mode(fs::DirBuilder::new().recursive(true), 0o700)
+            .create(dir)?;
+        fsutil::check_private_dir(dir)?;
+    }
+    Ok(())
+}
+
+/// Records a rendered state ([`render`]) in the engine's state file
+/// (private directory, atomic write), or removes the file when `None`
+/// (after an uninstall).
+pub(super) fn save_text(opts: &Options, text: Option<&str>) -> Result<(), InstallError> {
     let path = opts.state_file();
-    match state {
-        Some(state) => {
-            let mut text = serde_json::to_string_pretty(state).unwrap_or_default();
-            text.push('\n');
-            if edit::read_optional(&path)?.as_deref() == Some(text.as_str()) {
+    match text {
+        Some(text) => {
+            if edit::read_optional(&path)?.as_deref() == Some(text) {
                 return Ok(());
             }
             let write = || -> io::Result<()> {
-                if let Some(dir) = path.parent() {
-                    // The state names files uninstall will rewrite as root:
-                    // a directory others can write would let them choose.
-                    std::os::unix::fs::DirBuilderExt::mode(
-                        fs::DirBuilder::new().recursive(true),
-                        0o700,
-                    )
-                    .create(dir)?;
-                    fsutil::check_private_dir(dir)?;
-                }
+                private_dir(&path)?;
                 fsutil::atomic_write(&path, text.as_bytes(), 0o600)
             };
             write().map_err(|source| InstallError::StateWrite { path, source })

@@ -5,7 +5,7 @@
 //! runc reads config.json with `json.NewDecoder(f).Decode(&spec)` (runc
 //! utils.go loadSpec) and exec's `--process` file the same way (exec.go
 //! getProcess). serde_json differs from that decoder in ways a spec can use
-//! to hide what runc will do (issue 10 part B):
+//! to hide what runc will do:
 //!
 //! - nesting: Go allows 10000 levels (encoding/json scanner.go
 //!   maxNestingDepth), serde 128. This reader keeps its own stack (no

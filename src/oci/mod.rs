@@ -3,11 +3,13 @@
 //!
 //! This layer uses only `core` and `sys` (and itself), never `commands`.
 
+pub mod cpuset_patch;
 pub(crate) mod go_merge;
 pub mod gojson;
 pub mod marker;
 pub mod mount_patch;
 pub mod runtime_args;
 pub mod spec;
+mod spec_devices;
 pub mod spec_file;
 pub mod state;

@@ -3,7 +3,7 @@
 //!
 //! runc decodes these files with Go's encoding/json into runtime-spec's Go
 //! structs (specs-go config.go). The view here follows that decoder, not
-//! serde's, so what gpu-guard decides on is what runc runs (issue 10 part B):
+//! serde's, so what gpu-guard decides on is what runc runs:
 //!
 //! - the file is read by [`crate::oci::gojson`] (Go's depth limit, numbers
 //!   kept as text, U+FFFD for bad UTF-8 and lone surrogates, every member of
@@ -28,6 +28,7 @@
 
 use crate::core::container::{Capabilities, Container, Env, Hook, Mount};
 use crate::oci::gojson::{self, fold, Node, Value as GoValue};
+use crate::oci::spec_devices::LinuxView;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -40,14 +41,14 @@ pub enum SpecError {
     WrongType(&'static str),
 }
 
-type R = Result<(), SpecError>;
+pub(crate) type R = Result<(), SpecError>;
 
 /// A Go slice as repeated decodes leave it: `len` visible elements over a
 /// backing array whose later elements a shorter decode left behind.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct GoSlice<T> {
-    backing: Vec<T>,
-    len: usize,
+    pub(super) backing: Vec<T>,
+    pub(super) len: usize,
 }
 
 impl<T> GoSlice<T> {
@@ -57,7 +58,7 @@ impl<T> GoSlice<T> {
 }
 
 /// Decoding one JSON value into an existing Go value.
-trait Decode: Default {
+pub(crate) trait Decode: Default {
     fn decode(&mut self, n: &Node, path: &'static str) -> R;
 }
 
@@ -126,7 +127,11 @@ impl Decode for RlimitView {
 
 /// A slice field (`[]T`): null clears it, `[]` makes a fresh empty one, a
 /// list decodes into the elements already there (decode.go array).
-fn slice<T: Decode + Clone>(slot: &mut Option<GoSlice<T>>, n: &Node, path: &'static str) -> R {
+pub(crate) fn slice<T: Decode + Clone>(
+    slot: &mut Option<GoSlice<T>>,
+    n: &Node,
+    path: &'static str,
+) -> R {
     match &n.value {
         GoValue::Null => *slot = None,
         GoValue::Array(items) if items.is_empty() => *slot = Some(GoSlice::default()),
@@ -147,7 +152,7 @@ fn slice<T: Decode + Clone>(slot: &mut Option<GoSlice<T>>, n: &Node, path: &'sta
 
 /// A struct's members, each with its key folded as Go matches field names;
 /// null is ignored (a struct, not a pointer).
-fn members(n: &Node, path: &'static str, mut f: impl FnMut(&str, &Node) -> R) -> R {
+pub(crate) fn members(n: &Node, path: &'static str, mut f: impl FnMut(&str, &Node) -> R) -> R {
     match &n.value {
         GoValue::Null => Ok(()),
         GoValue::Object(ms) => {
@@ -162,7 +167,7 @@ fn members(n: &Node, path: &'static str, mut f: impl FnMut(&str, &Node) -> R) ->
 
 /// A pointer-to-struct field: null clears it, an object decodes into the
 /// struct already there (or a new one).
-fn pointer<T: Default>(
+pub(crate) fn pointer<T: Default>(
     slot: &mut Option<T>,
     n: &Node,
     path: &'static str,
@@ -227,6 +232,9 @@ pub struct ProcessView {
     pub rlimits: Option<GoSlice<RlimitView>>,
     /// `process.user.uid` (a struct in specs-go: present means 0 when unset).
     pub uid: Option<u32>,
+    /// `process.user.gid` and `.additionalGids`.
+    pub gid: u32,
+    pub additional_gids: Option<GoSlice<u32>>,
     pub capabilities: Option<CapsView>,
     pub no_new_privileges: bool,
     pub selinux_label: String,
@@ -242,8 +250,26 @@ impl ProcessView {
             "rlimits" => slice(&mut self.rlimits, v, "process.rlimits"),
             "user" => {
                 let uid = self.uid.get_or_insert(0);
+                let (gid, extra) = (&mut self.gid, &mut self.additional_gids);
+                // gid and additionalGids are read only where they have
+                // the right type: a type error is runc's to report
+                // (spec_file keeps it), not this view's.
                 members(v, "process.user", |k, v| match k {
                     "uid" => uid.decode(v, "process.user.uid"),
+                    "gid" => {
+                        let mut g = *gid;
+                        if g.decode(v, "process.user.gid").is_ok() {
+                            *gid = g;
+                        }
+                        Ok(())
+                    }
+                    "additionalgids" => {
+                        let mut e = extra.clone();
+                        if slice(&mut e, v, "process.user.additionalGids").is_ok() {
+                            *extra = e;
+                        }
+                        Ok(())
+                    }
                     _ => Ok(()),
                 })
             }
@@ -364,25 +390,6 @@ pub struct HooksView {
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
-struct DeviceView {
-    path: String,
-}
-
-impl Decode for DeviceView {
-    fn decode(&mut self, n: &Node, _: &'static str) -> R {
-        members(n, "linux.devices", |k, v| match k {
-            "path" => self.path.decode(v, "linux.devices.path"),
-            _ => Ok(()),
-        })
-    }
-}
-
-#[derive(Clone, Debug, Default, PartialEq)]
-struct LinuxView {
-    devices: Option<GoSlice<DeviceView>>,
-}
-
-#[derive(Clone, Debug, Default, PartialEq)]
 struct RootView {
     path: String,
 }
@@ -399,6 +406,8 @@ pub struct SpecView {
     pub hooks: Option<HooksView>,
     annotations: Option<BTreeMap<String, String>>,
     linux: Option<LinuxView>,
+    /// Top-level keys that fold to `linux`.
+    linux_keys: usize,
 }
 
 impl SpecView {
@@ -451,10 +460,10 @@ impl SpecView {
                 }
                 _ => Err(SpecError::WrongType("annotations")),
             },
-            "linux" => pointer(&mut s.linux, v, "linux", |l, k, v| match k {
-                "devices" => slice(&mut l.devices, v, "linux.devices"),
-                _ => Ok(()),
-            }),
+            "linux" => {
+                s.linux_keys += 1;
+                pointer(&mut s.linux, v, "linux", |l, k, v| l.field(k, v))
+            }
             _ => Ok(()),
         })?;
         Ok(s)
@@ -501,8 +510,17 @@ impl SpecView {
             devices: self
                 .linux
                 .as_ref()
-                .and_then(|l| l.devices.as_ref())
-                .map(|d| d.items().iter().map(|d| d.path.clone()).collect())
+                .map(LinuxView::paths)
+                .unwrap_or_default(),
+            device_nodes: self
+                .linux
+                .as_ref()
+                .map(LinuxView::nodes)
+                .unwrap_or_default(),
+            device_rules: self
+                .linux
+                .as_ref()
+                .map(LinuxView::rules)
                 .unwrap_or_default(),
             hooks: self.hooks_by_stage().into_iter().map(|(_, h)| h).collect(),
             mounts: self
@@ -521,6 +539,7 @@ impl SpecView {
                                 .map(|o| o.items().to_vec())
                                 .unwrap_or_default(),
                             patchable: self.mounts_keys == 1 && m.options_keys <= 1,
+                            host: None,
                         })
                         .collect()
                 })
@@ -533,6 +552,18 @@ impl SpecView {
             no_new_privileges: process.no_new_privileges,
             rlimits: process.rlimit_map(),
             uid: process.uid,
+            gid: process.uid.map(|_| process.gid),
+            additional_gids: process
+                .additional_gids
+                .as_ref()
+                .map(|g| g.items().to_vec())
+                .unwrap_or_default(),
+            user_namespace: self.linux.as_ref().is_some_and(|l| l.user_namespace),
+            cpuset: match &self.linux {
+                Some(l) => l.cpuset(self.linux_keys),
+                // No `linux` (or null): nothing runc would read to set.
+                None => crate::core::container::Cpuset::default(),
+            },
             rootfs: rootfs(self.root.as_ref().map(|r| r.path.as_str()), bundle),
             cwd: (!process.cwd.is_empty()).then(|| process.cwd.clone()),
             chained_runtime: None,
@@ -631,6 +662,44 @@ mod tests {
         assert!(c.no_new_privileges);
         assert_eq!(c.capabilities.union(), vec!["CAP_CHOWN", "CAP_NET_RAW"]);
         assert_eq!(c.capabilities.inheritable, None);
+    }
+
+    #[test]
+    fn user_ids_user_namespace_and_cpuset() {
+        let read = |text: &str| {
+            let node = gojson::parse(text.as_bytes()).unwrap();
+            SpecView::from_node(&node).unwrap().container(None)
+        };
+        let c = read(
+            r#"{"process": {"user": {"uid": 1000, "gid": 44, "additionalGids": [5, 6]}},
+                "linux": {"uidMappings": [{"containerID": 0, "hostID": 1, "size": 1}],
+                          "resources": {"cpu": {"cpus": "0-3", "mems": "0"}}}}"#,
+        );
+        assert_eq!((c.uid, c.gid), (Some(1000), Some(44)));
+        assert_eq!(c.additional_gids, [5, 6]);
+        assert!(c.user_namespace);
+        assert_eq!(
+            (c.cpuset.cpus.as_str(), c.cpuset.mems.as_str()),
+            ("0-3", "0")
+        );
+        assert!(c.cpuset.is_set() && c.cpuset.patchable);
+        let c =
+            read(r#"{"process": {"user": {}}, "linux": {"resources": {"cpu": {"shares": 2}}}}"#);
+        assert_eq!((c.uid, c.gid), (Some(0), Some(0)));
+        assert!(!c.user_namespace && !c.cpuset.is_set() && c.cpuset.patchable);
+        // Read as Go merges repeats, but not rewritable from one key.
+        let c = read(
+            r#"{"linux": {"resources": {"cpu": {"cpus": "1"}}}, "Linux": {"resources": {"cpu": {"mems": "0"}}}}"#,
+        );
+        assert_eq!((c.cpuset.cpus.as_str(), c.cpuset.mems.as_str()), ("1", "0"));
+        assert!(!c.cpuset.patchable);
+        // Wrong types: runc's error to report, not the view's; not rewritten.
+        let c = read(
+            r#"{"process": {"user": {"gid": "x"}}, "linux": {"resources": {"cpu": {"cpus": 5}}}}"#,
+        );
+        assert_eq!(c.gid, Some(0));
+        assert!(!c.cpuset.patchable);
+        assert!(!read("{}").cpuset.patchable);
     }
 
     #[test]

@@ -29,8 +29,8 @@ use crate::core::decision::Edits;
 pub use crate::oci::go_merge::TypeError;
 use crate::oci::go_merge::{self, Out, OutMember, Target, PROCESS};
 use crate::oci::gojson::{self, key_matches, Member, Node, Tree, Value};
-use crate::oci::mount_patch;
 use crate::oci::spec::{ProcessView, SpecError, SpecView};
+use crate::oci::{cpuset_patch, mount_patch};
 use crate::sys::fsutil;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -370,12 +370,17 @@ fn patch(
     let Some(top) = root.as_object() else {
         return Ok(None);
     };
-    let mounts = match target {
-        Target::Spec => mount_patch::edited(top, &edits.mounts),
-        Target::Process => None,
+    // Top-level members replaced whole: the edited `mounts` list and the
+    // `linux` object with its cpuset (mount_patch, cpuset_patch).
+    let replaced: Vec<(usize, Node)> = match target {
+        Target::Spec => mount_patch::edited(top, &edits.mounts)
+            .into_iter()
+            .chain(cpuset_patch::edited(top, edits.cpuset.as_ref()))
+            .collect(),
+        Target::Process => Vec::new(),
     };
     let process_edited = !edits.env.is_empty() || drops || nnp || rlimits.is_some();
-    if !process_edited && mounts.is_none() {
+    if !process_edited && replaced.is_empty() {
         return Ok(None);
     }
     if go_merge::process_type_error(top, target, false).is_some() {
@@ -383,8 +388,8 @@ fn patch(
     }
     let mut out = Vec::with_capacity(src.len() + 256);
     if !process_edited {
-        // Only a mount changes: the process objects keep their bytes.
-        write_spec(&mut out, src, top, None, mounts.as_ref());
+        // Only a mount or the cpuset changes: the process objects keep their bytes.
+        write_spec(&mut out, src, top, None, &replaced);
         return Ok(Some(out));
     }
     let Some(mut acc) = merged_process(top, target)? else {
@@ -393,7 +398,7 @@ fn patch(
     set_edited(&mut acc, process, caps.as_ref(), rlimits, edits);
     match target {
         Target::Process => go_merge::write_obj(&mut out, src, &acc),
-        Target::Spec => write_spec(&mut out, src, top, Some(&acc), mounts.as_ref()),
+        Target::Spec => write_spec(&mut out, src, top, Some(&acc), &replaced),
     }
     Ok(Some(out))
 }
@@ -470,14 +475,14 @@ fn set_edited<'a>(
 
 /// Writes config.json: every top-level member as it was, the merged
 /// process (when given) in place of the first `process` and none of the
-/// others, and the edited `mounts` list (when given) in place of the one
-/// at its index.
+/// others, and each replaced member (the edited `mounts` list, the
+/// `linux` object) in place of the one at its index.
 fn write_spec(
     out: &mut Vec<u8>,
     src: &[u8],
     top: &[Member],
     process: Option<&[OutMember]>,
-    mounts: Option<&(usize, Node)>,
+    replaced: &[(usize, Node)],
 ) {
     out.push(b'{');
     let mut first = true;
@@ -491,19 +496,20 @@ fn write_spec(
             out.push(b',');
         }
         first = false;
-        match (process, mounts) {
+        let replacement = replaced.iter().find(|(at, _)| *at == i).map(|(_, n)| n);
+        match (process, replacement) {
             (Some(p), _) if is_process => {
                 process_written = true;
                 out.extend_from_slice(b"\"process\":");
                 go_merge::write_obj(out, src, p);
             }
-            (_, Some((at, list))) if *at == i => {
+            (_, Some(node)) => {
                 match &m.key_span {
                     Some(span) => out.extend_from_slice(&src[span.clone()]),
                     None => gojson::write_string(out, &m.key),
                 }
                 out.push(b':');
-                gojson::write(out, src, list);
+                gojson::write(out, src, node);
             }
             _ => go_merge::write_member(out, src, m),
         }

@@ -8,7 +8,12 @@
 //! - for `tuning.shm_size`, the host's RAM (a tmpfs without `size=` gets
 //!   half) and the size of a bind-mounted `/dev/shm`'s source (statfs(2));
 //! - the CDI spec check of the devices the container asks for
-//!   (`host.cdi_spec_dirs`, core::cdi).
+//!   (`host.cdi_spec_dirs`, core::cdi);
+//! - the NVIDIA device nodes it will use (core::device_nodes), on a host
+//!   that is probed (not described by `host.facts_file`), while the health
+//!   checks are on (`[health]`);
+//! - for `tuning.numa = "pin"`, the CPUs online and the memory nodes
+//!   (sysfs), which a cpuset may name.
 //!
 //! Each is read only when the container's decision can use it.
 
@@ -17,7 +22,8 @@ use crate::core::container::Container;
 use crate::core::decide::HostLocal;
 use crate::core::detect::Detection;
 use crate::core::facts::HostFacts;
-use crate::core::policy::Config;
+use crate::core::policy::{Config, NumaMode};
+use crate::core::tuning::numa::NumaHost;
 use crate::core::tuning::{self, shm};
 
 /// Reads what `c`'s decision on this host needs.
@@ -48,7 +54,56 @@ pub(crate) fn read(
             &crate::host::cdi::RealPaths,
         );
     }
+    let paths = crate::host::ProbePaths::from_env();
+    // Part of the start-time health checks: off with them ([health]).
+    let probed = cfg.host.facts_file.is_empty() && cfg.health.on();
+    if let Some(f) = facts.filter(|f| f.driver_version.is_some() && probed) {
+        out.device_nodes = device_nodes(c, det, f, &paths);
+    }
+    if cfg.tuning.numa == NumaMode::Pin && !c.cpuset.is_set() {
+        let l = crate::host::topology::cpuset_limits(&paths.sys);
+        out.numa = NumaHost {
+            online_cpus: l.online_cpus,
+            memory_nodes: l.memory_nodes,
+        };
+    }
     out
+}
+
+/// The device-node findings of a container given its GPUs on this host.
+fn device_nodes(
+    c: &Container,
+    det: &Detection,
+    facts: &HostFacts,
+    paths: &crate::host::ProbePaths,
+) -> Vec<crate::core::decision::Finding> {
+    let (visible, _) = crate::core::detect::resolve(&det.request, facts);
+    let names = crate::host::devnodes::nvidia_names(visible.iter().map(|i| &facts.gpus[*i]));
+    let nodes = crate::host::devnodes::read(
+        &paths.dev,
+        paths.devices.as_deref(),
+        &names,
+        std::path::Path::new("/etc/group"),
+    );
+    crate::core::device_nodes::findings(&nodes, container_user(c).as_ref())
+}
+
+/// The user runc runs the container's process as, when its ids are the
+/// host's: none in a user namespace, or without a spec (`check --env`).
+fn container_user(c: &Container) -> Option<crate::core::device_nodes::User> {
+    if c.user_namespace {
+        return None;
+    }
+    let dac = c.capabilities.effective.as_ref().is_some_and(|e| {
+        e.iter()
+            .any(|x| crate::core::capability::normalize(x).as_deref() == Some("CAP_DAC_OVERRIDE"))
+    });
+    Some(crate::core::device_nodes::User {
+        uid: c.uid?,
+        gid: c.gid.unwrap_or(0),
+        additional_gids: c.additional_gids.clone(),
+        dac_override: dac,
+    })
 }
 
 /// The size of the filesystem at `path` (statfs(2): blocks × block size),

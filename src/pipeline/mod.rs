@@ -95,14 +95,15 @@ impl HostChoice<'_> {
         match self {
             HostChoice::File(p) => FactsFile(p.to_path_buf()).report(),
             // The probe reads host.facts_file itself when it is set.
-            HostChoice::FromConfig => crate::host::probe(&cfg.host),
+            HostChoice::FromConfig => crate::host::probe_for(cfg),
         }
     }
 }
 
 /// The container as the runtime behind it will run it, classified: the
 /// one place the chained runtime joins the container view (NVIDIA's
-/// runtime there acts on the env's GPU requests, core::detect).
+/// runtime there acts on the env's GPU requests, core::detect), and the
+/// host's bind-mount sources are looked at.
 pub fn classify(
     mut container: Container,
     runtime: Option<&Path>,
@@ -111,6 +112,9 @@ pub fn classify(
     if let Some(r) = runtime {
         container.chained_runtime = Some(r.to_string_lossy().into_owned());
     }
+    // A bind-mounted GPU node counts by what it is on the host, not by
+    // its name (core::detect).
+    crate::host::device_nodes::inspect_mounts(&mut container);
     let detection = detect::classify_with(&container, detect_cfg);
     (container, detection)
 }
@@ -121,7 +125,7 @@ pub fn classify(
 pub fn decide(policy: &Policy, case: Case, host: HostChoice) -> Decision {
     let cfg = match policy.config() {
         Ok(c) => c,
-        Err(e) => return refused_for_config(e, policy.detect(), case),
+        Err(e) => return refused_for_config(e, policy, case),
     };
     let judge = Judge::new(cfg, case);
     let report = judge.needs_host().then(|| host.report(cfg));
@@ -131,12 +135,19 @@ pub fn decide(policy: &Policy, case: Case, host: HostChoice) -> Decision {
     }
 }
 
-/// The decision under a config that cannot be used.
-fn refused_for_config(e: &ConfigError, detect_cfg: &DetectConfig, case: Case) -> Decision {
+/// The decision under a config that cannot be used: the container
+/// classified as the config would classify it (what of it could be read,
+/// pipeline::policy), a GPU container refused naming the file and key.
+fn refused_for_config(e: &ConfigError, policy: &Policy, case: Case) -> Decision {
     let runtime = case.runtime.as_deref();
-    let (mut container, detection) = classify(case.container, runtime, detect_cfg);
+    let (mut container, detection) = classify(case.container, runtime, policy.detect());
     container.cri_runtime = case.cri;
-    decide::config_error(&e.to_string(), &e.path, &container, detection.gpu)
+    let mut d = decide::config_error(&e.to_string(), &e.path, &container, detection.gpu);
+    if let Some(unread) = policy.unread().filter(|_| detection.gpu) {
+        d.findings
+            .push(Finding::info(crate::core::decision::Check::Config, unread));
+    }
+    d
 }
 
 /// One container, judged on as many hosts as asked: classified and its

@@ -207,9 +207,15 @@ impl Scans {
         }
         let severity = cfg.kernel_image.severity;
         let (idx, _) = detect::resolve(&det.request, facts);
+        // The AMD GPUs it gets are judged from the same scan (core::amd).
+        let amd = || {
+            !crate::core::amd::visible::amd_gpus(c, det, facts)
+                .gpus
+                .is_empty()
+        };
         let scanned = self.kernel_image.get(
             rootfs,
-            || !idx.is_empty() && severity != Enforcement::Off,
+            || (!idx.is_empty() || amd()) && severity != Enforcement::Off,
             |r| crate::scan::libraries::scan_rootfs(r, &cfg.kernel_image),
         );
         let compat = self.compat.get(
@@ -228,9 +234,8 @@ impl Scans {
             || cfg.libraries.severity != Enforcement::Off,
             |r| read_libraries(r, c, cfg),
         );
-        let minor = cfg.requirements.minor_version_compatibility;
         let libraries = library_scan
-            .map(|s| libraries::assess(s, Some(facts), &cfg.libraries, minor))
+            .map(|s| libraries::assess(s, Some(facts), &cfg.libraries))
             .unwrap_or_default();
         OnHost {
             kernel_image,

@@ -11,14 +11,15 @@
 //! failures are not.
 
 use super::rootfs::FileStat;
+use crate::core::amd::AmdCode;
 use crate::core::kernel_image::{Image, Outcome};
 use serde::{Deserialize, Serialize};
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 /// Bumped when the format or the parser's results change, so old entries
-/// are ignored.
-const VERSION: u32 = 1;
+/// are ignored (2: AMD code objects are read too).
+const VERSION: u32 = 2;
 /// A real entry is a few KiB at most (a few hundred distinct images).
 const MAX_ENTRY_BYTES: u64 = 1 << 20;
 
@@ -34,7 +35,14 @@ struct Stored {
     images: Vec<Image>,
     #[serde(default)]
     error: Option<String>,
+    /// The HIP code objects (scan::amd).
+    #[serde(default)]
+    amd: Vec<AmdCode>,
 }
+
+/// What the scan of one library gave: its CUDA images (or why it could not
+/// be read) and its AMD code objects.
+pub type Scan = (Outcome, Vec<AmdCode>);
 
 /// Opens (creating, mode 0700) a cache directory that only its owner can
 /// write; None means "work without a cache", never a failed container.
@@ -90,6 +98,11 @@ impl Cache {
 
     /// The cached outcome for a file with this stat, if there is a valid one.
     pub fn get(&self, st: &FileStat) -> Option<Outcome> {
+        self.get_scan(st).map(|(o, _)| o)
+    }
+
+    /// [`Cache::get`] with the AMD code objects.
+    pub fn get_scan(&self, st: &FileStat) -> Option<Scan> {
         let bytes = crate::sys::fsutil::read_limited(&self.path_for(st), MAX_ENTRY_BYTES).ok()?;
         let s: Stored = serde_json::from_slice(&bytes).ok()?;
         if s.version != VERSION
@@ -101,14 +114,20 @@ impl Cache {
         {
             return None;
         }
-        Some(match s.error {
+        let outcome = match s.error {
             Some(e) => Err(e),
             None => Ok(s.images),
-        })
+        };
+        Some((outcome, s.amd))
     }
 
     /// Stores an outcome; failures are ignored (the next start scans again).
     pub fn put(&self, st: &FileStat, outcome: &Outcome) {
+        self.put_scan(st, outcome, &[])
+    }
+
+    /// [`Cache::put`] with the AMD code objects.
+    pub fn put_scan(&self, st: &FileStat, outcome: &Outcome, amd: &[AmdCode]) {
         let (images, error) = match outcome {
             Ok(images) => (images.clone(), None),
             Err(e) => (Vec::new(), Some(e.clone())),
@@ -122,6 +141,7 @@ impl Cache {
             mtime_nsec: st.mtime_nsec,
             images,
             error,
+            amd: amd.to_vec(),
         };
         if let Ok(bytes) = serde_json::to_vec(&s) {
             let _ = crate::sys::fsutil::write_with_mode(&self.path_for(st), &bytes, 0o600, true);
@@ -166,6 +186,13 @@ mod tests {
         assert!(c.get(&st(1)).is_none());
         c.put(&st(1), &Ok(imgs.clone()));
         assert_eq!(c.get(&st(1)), Some(Ok(imgs.clone())));
+        let amd = vec![AmdCode {
+            arch: "gfx90a:xnack-".into(),
+            compressed: true,
+            code_object_version: None,
+        }];
+        c.put_scan(&st(4), &Ok(Vec::new()), &amd);
+        assert_eq!(c.get_scan(&st(4)), Some((Ok(Vec::new()), amd)));
         c.put(&st(2), &Err("bad magic".into()));
         assert_eq!(c.get(&st(2)), Some(Err("bad magic".into())));
         // A different mtime is a different file.

@@ -15,8 +15,7 @@
 //! section header table in chunks, the section name table (or single
 //! names), and the note section itself, at most 64 KiB. A multi-GB (or sparse
 //! 10 GB) library costs a few KiB: a real one has a few dozen 64-byte
-//! section headers. What a hostile one can make it read is bounded (issue
-//! 17 C4): the section header size must be the ELF class's, the table at
+//! section headers. What a hostile one can make it read is bounded: the section header size must be the ELF class's, the table at
 //! most 1 MiB, the whole directory at most 4 MiB in one second, and the
 //! names of one file (hard links: the same device and inode) are read once.
 

@@ -1,5 +1,6 @@
-//! Finds where an ELF file keeps its CUDA fat binaries, reading only the
-//! ELF header, the section header table and the section names.
+//! Finds where an ELF file keeps its CUDA fat binaries (and, with [`HIP`],
+//! its HIP offload bundles), reading only the ELF header, the section header
+//! table and the section names.
 //!
 //! NVIDIA's crt/fatbinary_section.h (shipped in the nvidia-cuda-nvcc wheel)
 //! names the sections: `.nv_fatbin` holds fatbin data, `__nv_relfatbin` the
@@ -16,11 +17,40 @@
 
 use super::read::{read_exact_at, u16_at, u32_at, u64_at, ReadAt};
 
-const FATBIN_DATA_SECTION: &str = ".nv_fatbin";
-const FATBIN_PRELINK_SECTION: &str = "__nv_relfatbin";
-const FATBIN_CONTROL_SECTION: &str = ".nvFatBinSegment";
 /// `FATBINC_MAGIC` in fatbinary_section.h.
 pub const FATBINC_MAGIC: u32 = 0x466243B1;
+/// `__hipFatMAGIC2` ("HIPF") of the HIP runtime's `__hip_fatbin_wrapper`
+/// (clang lib/CodeGen/CGCUDANV.cpp, `makeModuleCtorFunction`; ROCm CLR
+/// hipamd/src/hip_platform.cpp `__hipRegisterFatBinary` checks it).
+pub const HIP_FATBIN_MAGIC: u32 = 0x48495046;
+
+/// Which sections hold device code, and which hold the wrappers whose
+/// pointer leads to it. Both vendors' wrappers are laid out alike:
+/// `{ u32 magic; u32 version; pointer to the data; pointer }`
+/// (`__fatBinC_Wrapper_t`, `__hip_fatbin_wrapper`).
+pub struct RegionSpec {
+    /// Data sections, walked whole.
+    pub data: &'static [&'static str],
+    /// The wrapper section.
+    pub wrappers: &'static str,
+    pub magic: u32,
+}
+
+/// CUDA: `.nv_fatbin` and `__nv_relfatbin` (relocatable device code),
+/// wrappers in `.nvFatBinSegment` (crt/fatbinary_section.h).
+pub const NVIDIA: RegionSpec = RegionSpec {
+    data: &[".nv_fatbin", "__nv_relfatbin"],
+    wrappers: ".nvFatBinSegment",
+    magic: FATBINC_MAGIC,
+};
+
+/// HIP: `.hip_fatbin`, wrappers in `.hipFatBinSegment` (clang
+/// lib/CodeGen/CGCUDANV.cpp names both sections).
+pub const HIP: RegionSpec = RegionSpec {
+    data: &[".hip_fatbin"],
+    wrappers: ".hipFatBinSegment",
+    magic: HIP_FATBIN_MAGIC,
+};
 
 const SHT_NOBITS: u32 = 8;
 const SHF_ALLOC: u64 = 0x2;
@@ -375,31 +405,32 @@ pub fn is_elf(first_bytes: &[u8]) -> bool {
     first_bytes.len() >= 4 && first_bytes[..4] == ELF_MAGIC
 }
 
-/// The section names the fatbin reader looks for.
-const FATBIN_SECTIONS: [&str; 3] = [
-    FATBIN_DATA_SECTION,
-    FATBIN_PRELINK_SECTION,
-    FATBIN_CONTROL_SECTION,
-];
-
 /// The regions of `r` that hold fat binaries: every `.nv_fatbin` and
 /// `__nv_relfatbin` section and each wrapper target, in file order.
 pub fn fatbin_regions<R: ReadAt + ?Sized>(r: &R) -> Result<Vec<Region>, ElfError> {
+    regions(r, &NVIDIA)
+}
+
+/// The regions of `r` that `spec` names: its data sections, whole, and
+/// each wrapper's target, in file order.
+pub fn regions<R: ReadAt + ?Sized>(r: &R, spec: &RegionSpec) -> Result<Vec<Region>, ElfError> {
     let Some(table) = SectionTable::read(r, MAX_SECTIONS, u64::MAX)? else {
         // No section header table (stripped with sstrip): nothing to find.
         return Ok(Vec::new());
     };
     let names = table.names(r)?;
+    let mut among: Vec<&'static str> = spec.data.to_vec();
+    among.push(spec.wrappers);
     let mut found = Sections::default();
     table.walk(r, &mut |s| {
-        keep_section(r, &table, &names, s, &mut found)?;
+        keep_section(r, &table, &names, s, spec, &among, &mut found)?;
         Ok::<bool, ElfError>(true)
     })?;
     // Wrappers: follow `data` when it points outside the sections above.
     // In relocatable objects the pointer is a relocation (0 in the file), so
     // only linked files are followed.
     if table.is_linked() {
-        follow_wrappers(r, &table, &mut found)?;
+        follow_wrappers(r, &table, spec.magic, &mut found)?;
     }
     // In file order, a section before a wrapper target at the same offset:
     // the walker skips any region that starts inside one already walked, so
@@ -429,6 +460,8 @@ fn keep_section<R: ReadAt + ?Sized>(
     h: &SectionTable,
     names: &Names,
     s: Section,
+    spec: &RegionSpec,
+    among: &[&'static str],
     found: &mut Sections,
 ) -> Result<(), ElfError> {
     let file_size = r.size();
@@ -440,7 +473,7 @@ fn keep_section<R: ReadAt + ?Sized>(
     {
         found.allocated.push(s);
     }
-    let Some(name) = names.find(r, s.name, &FATBIN_SECTIONS)? else {
+    let Some(name) = names.find(r, s.name, among)? else {
         return Ok(());
     };
     if s.kind == SHT_NOBITS || s.size == 0 {
@@ -457,7 +490,7 @@ fn keep_section<R: ReadAt + ?Sized>(
     if found.regions.len() + found.wrappers.len() >= MAX_KEPT_SECTIONS {
         return Ok(());
     }
-    if name == FATBIN_CONTROL_SECTION {
+    if name == spec.wrappers {
         found.wrappers.push(s);
     } else {
         found.regions.push(Region {
@@ -474,6 +507,7 @@ fn keep_section<R: ReadAt + ?Sized>(
 fn follow_wrappers<R: ReadAt + ?Sized>(
     r: &R,
     h: &SectionTable,
+    magic: u32,
     found: &mut Sections,
 ) -> Result<(), ElfError> {
     let wsize: u64 = if h.is64 { 24 } else { 16 };
@@ -488,7 +522,7 @@ fn follow_wrappers<R: ReadAt + ?Sized>(
             let mut b = [0u8; 24];
             read_exact_at(r, &mut b[..wsize as usize], w.offset + j * wsize)
                 .map_err(ElfError::Io)?;
-            if u32_at(&b, 0) != FATBINC_MAGIC {
+            if u32_at(&b, 0) != magic {
                 continue;
             }
             let data = if h.is64 {
@@ -541,7 +575,7 @@ fn virtual_to_file(sections: &[Section], va: u64) -> Option<u64> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A minimal little-endian ELF64 with the given (name, type, flags, addr, data) sections.

@@ -118,6 +118,15 @@ pub struct DynInfo {
 }
 
 impl DynInfo {
+    /// The bytes its strings hold in memory: what keeping it costs. Bounded
+    /// per file by [`MAX_NEEDED`] names of [`MAX_STRING`] bytes, which a
+    /// hostile file reaches with one string named thousands of times.
+    pub fn retained_bytes(&self) -> u64 {
+        let opt = |s: &Option<String>| s.as_ref().map_or(0, |s| s.len() as u64);
+        let needed: u64 = self.needed.iter().map(|n| n.len() as u64 + 24).sum();
+        64 + needed + opt(&self.soname) + opt(&self.rpath) + opt(&self.runpath)
+    }
+
     pub fn class(&self) -> u8 {
         self.ident.get(4).copied().unwrap_or(0)
     }

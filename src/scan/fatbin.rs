@@ -85,11 +85,16 @@ impl Budget {
         }
     }
 
-    fn take_entry(&mut self) -> Result<(), FatbinError> {
+    pub(crate) fn take_entry(&mut self) -> Result<(), FatbinError> {
         if self.entries_left == 0 {
             return Err(FatbinError::EntryBudget);
         }
         self.entries_left -= 1;
+        self.check_time()
+    }
+
+    /// The time budget alone (for work that is not an entry).
+    pub(crate) fn check_time(&self) -> Result<(), FatbinError> {
         if let Some(d) = self.deadline {
             if Instant::now() >= d {
                 return Err(FatbinError::TimeBudget);
@@ -127,6 +132,9 @@ pub enum FatbinError {
     Concat { offset: u64 },
     #[error("not an ELF file or fat binary")]
     NotElf,
+    /// A HIP offload bundle (scan::amd) that cannot be read.
+    #[error("offload bundle at offset {offset:#x}: {what}")]
+    Bundle { offset: u64, what: String },
     #[error("the entry budget ran out")]
     EntryBudget,
     #[error("the time budget ran out")]

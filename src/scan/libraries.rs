@@ -1,7 +1,7 @@
 //! Finds the configured libraries inside a container's rootfs and scans
 //! them within the container's budgets, through the cache.
 //!
-//! How the budgets are spent (issue 10 C2: one hostile file must not decide
+//! How the budgets are spent (one hostile file must not decide
 //! whether the libraries that matter are judged):
 //!
 //! - Order: candidates are taken in the order of the config's globs; of one
@@ -34,6 +34,7 @@ use super::fatbin::{self, Budget, FatbinError};
 use super::glob::{self, Component, Pattern};
 use super::read::{Meter, Metered, SizedFile, Stop};
 use super::rootfs::{self, DirEntry, EntriesTap, Found, Root, RootfsError};
+use crate::core::amd::AmdCode;
 use crate::core::kernel_image::{Image, Library, Outcome, Scanned};
 use crate::core::policy::KernelImageConfig;
 use nix::errno::Errno;
@@ -298,12 +299,13 @@ enum Hit {
     Time,
 }
 
-/// Scans one opened library into its distinct images, its reads metered.
+/// Scans one opened library into its distinct CUDA images and AMD code
+/// objects, its reads metered (both readers share the budget and meter).
 fn scan_metered(
     found: &Found,
     budget: &mut Budget,
     meter: &Meter,
-) -> Result<Vec<Image>, ScanFailure> {
+) -> Result<(Vec<Image>, Vec<AmdCode>), ScanFailure> {
     let file = rootfs::open_regular(found).map_err(ScanFailure::Open)?;
     let file = SizedFile::new(file, found.stat.size);
     let reader = Metered {
@@ -319,7 +321,12 @@ fn scan_metered(
         });
     })
     .map_err(ScanFailure::Parse)?;
-    Ok(set.into_iter().collect())
+    let mut amd = BTreeSet::new();
+    crate::scan::amd::scan_image(&reader, budget, &mut |c| {
+        amd.insert(c);
+    })
+    .map_err(ScanFailure::Parse)?;
+    Ok((set.into_iter().collect(), amd.into_iter().collect()))
 }
 
 /// Why one library could not be scanned.
@@ -359,7 +366,8 @@ pub fn scan_root(
 
 /// What became of one candidate library.
 enum Slot {
-    Done(Outcome),
+    /// Judged: its CUDA outcome and AMD code objects.
+    Done(Outcome, Vec<AmdCode>),
     /// To parse: not cached.
     Pending(Box<Found>),
     /// Matched, but a budget left it unjudged.
@@ -398,9 +406,13 @@ pub fn scan_root_tapped(
         bytes_read: scan.bytes,
         ..Scanned::default()
     };
+    let mut amd = Vec::new();
     for (path, slot) in scan.slots {
         match slot {
-            Slot::Done(outcome) => scanned.libraries.push(Library { path, outcome }),
+            Slot::Done(outcome, codes) => {
+                amd.push((path.clone(), codes));
+                scanned.libraries.push(Library { path, outcome })
+            }
             // Every Pending slot ends Done or Unjudged; listed defensively.
             Slot::Unjudged | Slot::Pending(_) => {
                 scanned.not_scanned_total += 1;
@@ -413,6 +425,8 @@ pub fn scan_root_tapped(
     if !scan.reasons.is_empty() {
         scanned.incomplete = Some(scan.reasons.join("; "));
     }
+    scanned.amd = crate::scan::amd::rootfs::libraries(root, amd);
+    scanned.rocm = crate::scan::amd::rootfs::rocm_of_root(root);
     scanned
 }
 
@@ -481,13 +495,15 @@ impl Scan<'_> {
         for path in paths {
             let slot = match self.resolve(&path) {
                 Step::Skip => continue,
-                Step::Done(outcome) => Slot::Done(outcome),
+                Step::Done(outcome) => Slot::Done(outcome, Vec::new()),
                 Step::File(found) => {
                     if limits.time_up() {
                         self.reason(limits.time_reason());
                         Slot::Unjudged
-                    } else if let Some(hit) = self.cache.and_then(|c| c.get(&found.stat)) {
-                        Slot::Done(hit)
+                    } else if let Some((hit, amd)) =
+                        self.cache.and_then(|c| c.get_scan(&found.stat))
+                    {
+                        Slot::Done(hit, amd)
                     } else if to_parse >= limits.max_files {
                         self.reason(format!(
                             "more than {} libraries to parse (results from the cache do not count)",
@@ -597,11 +613,13 @@ impl Scan<'_> {
         }
         let cache = self.cache;
         let stat = &found.stat;
+        let mut amd = Vec::new();
         let outcome = match result {
-            Ok(images) => {
+            Ok((images, codes)) => {
                 if let Some(c) = cache {
-                    c.put(stat, &Ok(images.clone()));
+                    c.put_scan(stat, &Ok(images.clone()), &codes);
                 }
+                amd = codes;
                 Ok(images)
             }
             Err(ScanFailure::Parse(e)) => {
@@ -613,7 +631,7 @@ impl Scan<'_> {
             }
             Err(ScanFailure::Open(e)) => Err(e.to_string()),
         };
-        self.slots[i].1 = Slot::Done(outcome);
+        self.slots[i].1 = Slot::Done(outcome, amd);
         Ok(())
     }
 

@@ -1,4 +1,4 @@
-//! Reads the GPU code compiled into ELF files (issue 6): `gpu-guard scan`,
+//! Reads the GPU code compiled into ELF files: `gpu-guard scan`,
 //! and the `kernel-image` check of the decision, which predicts CUDA's
 //! "no kernel image is available for execution on the device" before a
 //! container starts.
@@ -11,6 +11,7 @@
 //!   [`libraries`] find and scan the configured libraries within budgets,
 //!   [`cache`] makes the second start of an image parse nothing.
 
+pub mod amd;
 pub mod cache;
 pub mod compat_lib;
 
@@ -34,7 +35,7 @@ use std::path::Path;
 /// against each visible GPU. Returns `kernel-image` findings (severity per config:
 /// warn => Warning, enforce => Error for "no usable image"; JIT-only => Warning;
 /// unreadable library => Warning; budget exhausted => Warning, or Error under
-/// enforce with `on_incomplete = "refuse"`). Never panics, never hangs.
+/// enforce with `on_incomplete = "enforce"`). Never panics, never hangs.
 pub fn kernel_image_findings(
     rootfs: &Path,
     gpus: &[Gpu],

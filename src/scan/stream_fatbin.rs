@@ -33,11 +33,13 @@
 //! the positioned reader's bound), the kept tail (at most [`TAIL_BEFORE`] +
 //! [`SHT_MAX`]) and the candidates' entries (bounded by the entry budget).
 //! On the fixtures and on libcurand the result equals the positioned
-//! reader's (tests/image_check.rs `streaming_equals_positioned`).
+//! reader's (tests/image/image_check_stream.rs `streaming_equals_positioned_*`).
 
-use super::elf::{self, Region, FATBINC_MAGIC};
+use super::amd::stream::AmdStream;
+use super::elf::{self, Region, FATBINC_MAGIC, HIP_FATBIN_MAGIC};
 use super::fatbin::{self, Budget, Entry, FatbinError, FATBIN_MAGIC};
 use super::read::{u16_at, u32_at, u64_at, ReadAt};
+use crate::core::amd::AmdCode;
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::io::{self, Read};
@@ -68,6 +70,9 @@ pub struct StreamScan {
     /// every valid container of the file is listed, in or out of a fatbin
     /// section.
     pub sections_known: bool,
+    /// The AMD code objects ([`crate::scan::amd::stream`]), in file order,
+    /// as [`crate::scan::amd::scan_image`] lists them.
+    pub amd: Vec<AmdCode>,
 }
 
 /// A container header seen in the stream.
@@ -196,6 +201,11 @@ struct Scanner<'b> {
     cands: BTreeMap<u64, Candidate>,
     active: Vec<Active>,
     wrappers: usize,
+    /// The file is a bare offload bundle: no CUDA code.
+    bundle_file: bool,
+    /// The first bytes, for a bare AMD code object.
+    head: Vec<u8>,
+    amd: AmdStream,
 }
 
 impl Scanner<'_> {
@@ -225,7 +235,7 @@ impl Scanner<'_> {
             let tail = &self.win[s..];
             let hit = tail.chunks_exact(4).position(|c| {
                 let v = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-                v == FATBIN_MAGIC || v == FATBINC_MAGIC
+                v == FATBIN_MAGIC || v == FATBINC_MAGIC || v == HIP_FATBIN_MAGIC
             });
             let Some(k) = hit else {
                 o += (tail.len() / 4 * 4) as u64;
@@ -381,6 +391,9 @@ impl Scanner<'_> {
     }
 
     fn regions(&mut self) -> Result<Option<Vec<Region>>, FatbinError> {
+        if self.bundle_file {
+            return Ok(Some(Vec::new()));
+        }
         if !self.elf {
             return Ok(Some(vec![Region {
                 offset: 0,
@@ -463,7 +476,8 @@ impl<'b> Scanner<'b> {
             return Err(FatbinError::NotElf);
         }
         let elf = elf::is_elf(&head[..4]);
-        if !elf && u32_at(head, 0) != FATBIN_MAGIC {
+        let bundle_file = !elf && crate::scan::amd::bundle::starts_bundle(head);
+        if !elf && !bundle_file && u32_at(head, 0) != FATBIN_MAGIC {
             return Err(FatbinError::NotElf);
         }
         // e_shoff, to know which bytes to keep for the section headers.
@@ -502,9 +516,13 @@ impl<'b> Scanner<'b> {
             cands: BTreeMap::new(),
             active: Vec::new(),
             wrappers: 0,
+            bundle_file,
+            head: head.to_vec(),
+            amd: AmdStream::new(size),
         };
         s.kept.put(0, head);
         s.keep_new(0);
+        s.amd.feed(0, head)?;
         Ok(s)
     }
 
@@ -522,6 +540,7 @@ impl<'b> Scanner<'b> {
                 break;
             }
             let from = self.wend();
+            self.amd.feed(total, &chunk[..got])?;
             self.win.extend_from_slice(&chunk[..got]);
             total += got as u64;
             if total > self.size {
@@ -570,7 +589,33 @@ impl<'b> Scanner<'b> {
                 }
             }
         }
+        out.amd = self.amd_codes(out.sections_known)?;
         Ok(out)
+    }
+
+    /// The AMD code objects, from the same kept section headers (every
+    /// valid bundle when they could not be kept).
+    fn amd_codes(&mut self, known: bool) -> Result<Vec<AmdCode>, FatbinError> {
+        if crate::scan::amd::code_object::is_amdgpu_elf(&self.head) {
+            let mut out = Vec::new();
+            crate::scan::amd::walk::bare_code_object(&self.head, self.budget, &mut |c| {
+                out.push(c)
+            })?;
+            return Ok(out);
+        }
+        if self.bundle_file {
+            return self.amd.finish(None, self.budget);
+        }
+        if !self.elf {
+            return Ok(Vec::new());
+        }
+        if known {
+            let r = self.amd.finish(Some(&self.kept), self.budget);
+            if !self.kept.missed.get() {
+                return r;
+            }
+        }
+        self.amd.finish_all(self.budget)
     }
 }
 

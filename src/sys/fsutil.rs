@@ -112,7 +112,7 @@ fn old_mode(path: &Path) -> Option<u32> {
 
 /// The one writer behind [`atomic_write`], [`replace_file`] and
 /// [`write_with_mode`]. Safe against a user who can write `path`'s
-/// directory and races us (tests/write_safety.rs):
+/// directory and races us (tests/decide/write_safety.rs):
 /// - the temp file is created with O_CREAT|O_EXCL|O_NOFOLLOW (open(2)): a
 ///   link or file planted at its name makes the open fail, never redirects
 ///   it; the name is unique and retried on EEXIST;
@@ -127,10 +127,30 @@ fn old_mode(path: &Path) -> Option<u32> {
 /// be trusted later; callers that read back check it with
 /// [`check_private_dir`].
 fn write_replace(path: &Path, data: &[u8], perms: Perms, durable: bool) -> io::Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
+    stage(path, data, perms, durable)?.commit()
+}
+
+/// A new file's content written (and, when durable, fsynced) under a temp
+/// name beside its target, not yet in place: [`Staged::commit`] renames it
+/// over the target; dropping it uncommitted removes the temp file. Install
+/// stages every file of a change before it replaces any (all or none).
+#[derive(Debug)]
+pub struct Staged {
+    tmp: PathBuf,
+    path: PathBuf,
+    durable: bool,
+    done: bool,
+}
+
+/// [`atomic_write`] in two steps: the content staged now, the rename by
+/// [`Staged::commit`]. Permission bits as [`atomic_write`]'s (the old
+/// file's, read now, else `default_mode`).
+pub fn stage_write(path: &Path, data: &[u8], default_mode: u32) -> io::Result<Staged> {
+    stage(path, data, Perms::KeepOr(default_mode), true)
+}
+
+fn stage(path: &Path, data: &[u8], perms: Perms, durable: bool) -> io::Result<Staged> {
+    let dir = parent_dir(path);
     let name = path
         .file_name()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
@@ -139,30 +159,63 @@ fn write_replace(path: &Path, data: &[u8], perms: Perms, durable: bool) -> io::R
         Perms::Exactly(mode) => mode,
     } & 0o777;
     let (mut f, tmp) = create_temp(&dir, name)?;
-    let result = (|| {
-        f.write_all(data)?;
-        // fchmod, not chmod: the fd is the file we created, whatever the
-        // name now points at. Exact bits, whatever the umask.
-        nix::sys::stat::fchmod(&f, Mode::from_bits_truncate(mode)).map_err(io::Error::from)?;
-        if durable {
-            f.sync_all()?;
-        }
-        drop(f);
-        fs::rename(&tmp, path)?;
+    let staged = Staged {
+        tmp,
+        path: path.to_path_buf(),
+        durable,
+        done: false,
+    };
+    f.write_all(data)?;
+    // fchmod, not chmod: the fd is the file we created, whatever the
+    // name now points at. Exact bits, whatever the umask.
+    nix::sys::stat::fchmod(&f, Mode::from_bits_truncate(mode)).map_err(io::Error::from)?;
+    if durable {
+        f.sync_all()?;
+    }
+    Ok(staged)
+}
+
+fn parent_dir(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+impl Staged {
+    /// The file this replaces.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The temp file that holds the content until [`Staged::commit`].
+    pub fn tmp(&self) -> &Path {
+        &self.tmp
+    }
+
+    /// Puts the staged file in place (rename(2): readers see the old or
+    /// the new file, never a mix).
+    pub fn commit(mut self) -> io::Result<()> {
+        fs::rename(&self.tmp, &self.path)?;
+        self.done = true;
         // The rename is durable once the directory is synced; failure to sync
         // a directory (some filesystems refuse) does not undo the write.
-        if durable {
-            if let Ok(d) = File::open(&dir) {
+        if self.durable {
+            if let Ok(d) = File::open(parent_dir(&self.path)) {
                 let _ = d.sync_all();
             }
         }
         Ok(())
-    })();
-    if result.is_err() {
-        // unlink(2) removes the name, never follows it.
-        let _ = fs::remove_file(&tmp);
     }
-    result
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        if !self.done {
+            // unlink(2) removes the name, never follows it.
+            let _ = fs::remove_file(&self.tmp);
+        }
+    }
 }
 
 /// Creates `.NAME.gpu-guard.PID.N.tmp` in `dir`, mode 0600 until the caller

@@ -1,6 +1,8 @@
 //! Decision logging: one syslog line per notable decision (ident `gpu-guard`,
-//! facility daemon), through the `log` facade. The logger is set up only when
-//! there is something to log, so the common skip path never opens /dev/log.
+//! facility daemon), through the `log` facade, in the one key=value format
+//! of core::logfmt ([`report::log_line`]) whatever the mode. The logger is
+//! set up only when there is something to log, so the common skip path
+//! never opens /dev/log.
 //!
 //! Without a syslog socket the line goes to the entry point's fallback:
 //! - hooks: stderr (runc and podman keep a hook's stderr and show it only
@@ -10,7 +12,8 @@
 //!   stderr stream (containerd's shim hands runc the container's stdio), so a
 //!   line there would end up in the user's `docker logs`.
 
-use crate::core::decision::{Decision, Severity, Verdict};
+use crate::core::decision::{Decision, Severity};
+use crate::core::policy::Mode;
 pub use crate::core::policy::Syslog;
 use crate::core::report;
 use std::io::Write;
@@ -112,43 +115,49 @@ pub fn init(syslog: &Syslog, fallback: Fallback) {
     });
 }
 
-/// Logs a decision unless it is a plain skip. Every string in the line has
-/// been escaped by [`report::log_line`]. Without syslog, a refusal that goes
-/// to stderr anyway is not logged there twice.
-pub fn record(d: &Decision, syslog: &Syslog, fallback: Fallback) {
+/// Logs a decision made under `mode` unless it is a plain skip, at its
+/// level ([`report::log_level`]): a refusal as an error, what audit or
+/// warn let start and enforce would refuse (or what audit would edit) as a
+/// warning. Every string in the line has been escaped by
+/// [`report::log_line`]. Without syslog, a refusal that goes to stderr
+/// anyway is not logged there twice.
+pub fn record(d: &Decision, mode: Mode, syslog: &Syslog, fallback: Fallback) {
     if !d.is_notable() {
         return;
     }
     let to_stderr = matches!(fallback, Fallback::Stderr);
     init(syslog, fallback);
-    if d.verdict == Verdict::Refuse && to_stderr && !SYSLOG_UP.load(Ordering::Relaxed) {
+    let level = report::log_level(d, mode);
+    if d.outcome(mode) == "refuse" && to_stderr && !SYSLOG_UP.load(Ordering::Relaxed) {
         return;
     }
-    let line = report::log_line(d);
-    match d.verdict {
-        Verdict::Refuse => log::error!("{line}"),
-        _ if d.findings.iter().any(|f| f.severity >= Severity::Warning) => log::warn!("{line}"),
-        _ => log::info!("{line}"),
+    let line = report::log_line(d, mode);
+    match level {
+        Severity::Error => log::error!("{line}"),
+        Severity::Warning => log::warn!("{line}"),
+        Severity::Info => log::info!("{line}"),
     }
 }
 
-/// Logs a decision made under `mode = "audit"`: what enforce would refuse
-/// or edit, at warning level ([`report::audit_line`]); anything else as
-/// [`record`] does.
-pub fn record_audit(d: &Decision, syslog: &Syslog, fallback: Fallback) {
-    match report::audit_line(d) {
-        Some(line) => {
-            init(syslog, fallback);
-            log::warn!("{line}");
-        }
-        None => record(d, syslog, fallback),
+/// The logrus level word of a record's level (`--log` lines).
+pub fn runtime_level(s: Severity) -> &'static str {
+    match s {
+        Severity::Error => "error",
+        Severity::Warning => "warning",
+        Severity::Info => "info",
     }
 }
 
-/// Logs why gpu-guard stood aside (e.g. unparseable config.json in the wrapper).
+/// Logs why gpu-guard stood aside (e.g. unparseable config.json in the
+/// wrapper), as a record of core::logfmt's format: `event=stood_aside
+/// msg="..."`.
 pub fn stood_aside(why: &str, syslog: &Syslog, fallback: Fallback) {
     init(syslog, fallback);
-    log::warn!("{}", crate::core::sanitize::one_line(why));
+    let line = crate::core::logfmt::Line::new()
+        .field("event", "stood_aside")
+        .field("msg", why)
+        .finish();
+    log::warn!("{line}");
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! drop-ins): only when no one but root, or the effective uid running
 //! gpu-guard, can have written them or can change where their path leads.
 //! The rules are stated in docs/interfaces.md ("Config file", "Trust") and
-//! the README ("Configuration").
+//! docs/configuration.md ("Who may change the policy").
 
 use nix::fcntl::OFlag;
 use std::fs::{self, OpenOptions};

@@ -340,8 +340,8 @@ fn invalid_config_refuses_gpu_naming_file_and_key() {
         ],
         None,
     );
-    // Exit 2, as every subcommand exits for an invalid config (issue 21
-    // C4); the decision still shows the hook's refusal.
+    // Exit 2, as every subcommand exits for an invalid config;
+    // the decision still shows the hook's refusal.
     assert_eq!(o.status.code(), Some(2));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["verdict"], "refuse");
@@ -394,7 +394,7 @@ fn prestart_bad_input() {
     std::fs::create_dir_all(&b).unwrap();
     assert_one_line_error(&run(&hook, Some(&state(&b))), 2, "missing config.json");
     // A spec that cannot be read is refused only when it names a GPU
-    // request (issue 10 B2); runc judges the rest itself.
+    // request; runc judges the rest itself.
     for (spec, code, what) in [
         ("[1,2,3]", 0, "config.json not an object"),
         (r#"{"process":{"env":"PATH=/bin"}}"#, 0, "env not a list"),
@@ -545,7 +545,7 @@ fn precreate_edits_or_refuses() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["process"]["noNewPrivileges"], true);
     // unreadable configs: passed through unchanged, unless they name a GPU
-    // request (issue 10 B2)
+    // request
     let o = run(&["--config", cfg, "hook", "precreate"], Some(b"nope"));
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert_eq!(o.stdout, b"nope");
@@ -573,6 +573,22 @@ fn man_page_renders_from_the_cli_definition() {
         &page[..200.min(page.len())]
     );
     assert!(page.contains("check") && page.contains("runtime") && page.contains("install"));
+    // What a reader looks for in a command's page, beyond the options.
+    for section in [
+        ".SH EXAMPLES\n",
+        ".SH FILES\n",
+        ".SH ENVIRONMENT\n",
+        ".SH \"SEE ALSO\"\n",
+    ] {
+        assert!(page.contains(section), "no {section:?} in gpu-guard(1)");
+    }
+    for needle in [
+        "/etc/gpu\\-guard/config.d/*.toml",
+        "GPU_GUARD_CONFIG",
+        "gpu\\-guard doctor",
+    ] {
+        assert!(page.contains(needle), "{needle} not in gpu-guard(1)");
+    }
 }
 
 #[test]

@@ -1,8 +1,8 @@
-//! The config and its drop-ins are policy (issue 17 B2): each file, the
+//! The config and its drop-ins are policy: each file, the
 //! config's directory, `config.d` and every directory on the way must be
 //! changeable only by root (or the effective uid), and a `*.toml` drop-in
 //! that cannot be read as a regular file is an error naming it, never a
-//! file skipped. README "Configuration" and docs/interfaces.md state the
+//! file skipped. docs/configuration.md and docs/interfaces.md state the
 //! rules these tests hold.
 //!
 //! The classes that need another owner (`nobody`, uid 65534) need root to

@@ -1,7 +1,7 @@
-//! Table tests for issue 10 parts A and E: CDI names as device requests
-//! (A1), env requests that count only when something attaches GPUs (A2),
-//! unknown requirement keys dropped as NVIDIA's Go checker drops them (A3),
-//! and hostile container strings through classify → decide → the report (E).
+//! Table tests: CDI names as device requests, env requests that count only
+//! when something attaches GPUs, unknown requirement keys dropped as
+//! NVIDIA's Go checker drops them, and hostile container strings through
+//! classify → decide → the report.
 
 use gpu_guard::core::container::{Container, Env};
 use gpu_guard::core::decision::{Check, Decision, Severity, Verdict};
@@ -326,7 +326,7 @@ fn cdi_names_in_annotations_and_volume_mounts() {
     ];
     // The volume-mounts strategy needs NVIDIA's
     // accept-nvidia-visible-devices-as-volume-mounts = true (its default is
-    // false: tests/nvidia_settings.rs).
+    // false: tests/decide/nvidia_settings.rs).
     let mut cfg = Config::default();
     cfg.detect.nvidia.accept_volume_mounts = true;
     for (extra, env, want, gpus) in table {
@@ -350,7 +350,7 @@ fn env_requests_count_only_when_attached() {
     ];
     let legacy = ["CUDA_VERSION=12.4.1"];
     let ctk = |args: Value| json!({"hooks": {"createContainer": [{"path": "/usr/bin/nvidia-ctk", "args": args}]}});
-    let dev = |p: &str| json!({"linux": {"devices": [{"path": p, "type": "c", "major": 195, "minor": 0}]}});
+    let dev = |p: &str, major: u32, minor: u32| json!({"linux": {"devices": [{"path": p, "type": "c", "major": major, "minor": minor}]}});
     let bind = |src: &str, dst: &str| json!({"source": src, "destination": dst, "type": "bind", "options": ["bind"]});
     // (what, env, extra spec parts, chained runtime, GPU container?)
     let table: Vec<AttachCase> = vec![
@@ -436,9 +436,15 @@ fn env_requests_count_only_when_attached() {
         ),
         ("runc", &req, json!({}), Some("/usr/sbin/runc"), false),
         ("crun", &req, json!({}), Some("/usr/bin/crun"), false),
-        ("device node", &req, dev("/dev/nvidia0"), None, true),
-        ("control node", &req, dev("/dev/nvidiactl"), None, true),
-        ("other device", &req, dev("/dev/fuse"), None, false),
+        ("device node", &req, dev("/dev/nvidia0", 195, 0), None, true),
+        (
+            "control node",
+            &req,
+            dev("/dev/nvidiactl", 195, 255),
+            None,
+            true,
+        ),
+        ("other device", &req, dev("/dev/fuse", 10, 229), None, false),
         (
             "bind-mounted nodes",
             &req,
@@ -897,6 +903,333 @@ fn hostile_names_and_values_neither_panic_nor_reach_the_report_raw() {
             Severity::Error,
             "NVIDIA_REQUIRE_Z\\x1b[1m is not satisfied"
         ),
+        "{:#?}",
+        d.findings
+    );
+}
+
+// ------------------------------------------------- devices by number
+
+/// (what, spec parts, capabilities, NVIDIA GPU container?, GPUs named:
+/// None = all, Some(minors), AMD device signals)
+type DeviceCase<'a> = (
+    &'a str,
+    Value,
+    &'a [&'a str],
+    bool,
+    Option<Vec<&'a str>>,
+    usize,
+);
+
+/// A host whose /proc/devices registers NVIDIA's and AMD's drivers.
+fn gpu_host_majors() -> gpu_guard::core::device_table::HostMajors {
+    gpu_guard::core::device_table::HostMajors::new(
+        [
+            ("nvidia", 195),
+            ("nvidia-uvm", 508),
+            ("nvidia-caps", 511),
+            ("kfd", 235),
+            ("drm", 226),
+            ("fuse", 10),
+        ]
+        .map(|(n, m)| (n.to_string(), m)),
+    )
+}
+
+#[test]
+fn gpus_are_found_by_device_number_whatever_the_path() {
+    let node = |p: &str, t: &str, major: i64, minor: i64| json!({"path": p, "type": t, "major": major, "minor": minor});
+    let nodes = |n: Vec<Value>| json!({"linux": {"devices": n}});
+    let deny_all = json!({"allow": false, "access": "rwm"});
+    let rule = |t: &str, major: Value, minor: Value, access: &str| json!({"allow": true, "type": t, "major": major, "minor": minor, "access": access});
+    let rules = |r: Vec<Value>| json!({"linux": {"resources": {"devices": r}}});
+    let with_mount = |mut v: Value, m: Value| {
+        v["mounts"] = json!([m]);
+        v
+    };
+    let mknod: &[&str] = &["CAP_CHOWN", "CAP_MKNOD"];
+    let plain: &[&str] = &["CAP_CHOWN"];
+    let any = Value::Null;
+    let table: Vec<DeviceCase> = vec![
+        (
+            "renamed GPU node",
+            nodes(vec![node("/dev/g0", "c", 195, 0)]),
+            plain,
+            true,
+            Some(vec!["minor:0"]),
+            0,
+        ),
+        (
+            "renamed control node",
+            nodes(vec![node("/dev/ctl", "c", 195, 255)]),
+            plain,
+            true,
+            Some(vec![]),
+            0,
+        ),
+        (
+            "unbuffered char type",
+            nodes(vec![node("/dev/x", "u", 195, 3)]),
+            plain,
+            true,
+            Some(vec!["minor:3"]),
+            0,
+        ),
+        (
+            "nvidia-uvm by the host's major",
+            nodes(vec![node("/dev/u", "c", 508, 0)]),
+            plain,
+            true,
+            Some(vec![]),
+            0,
+        ),
+        (
+            "nvidia-caps by the host's major",
+            nodes(vec![node("/dev/c1", "c", 511, 1)]),
+            plain,
+            true,
+            Some(vec![]),
+            0,
+        ),
+        (
+            "a block device of major 195",
+            nodes(vec![node("/dev/b", "b", 195, 0)]),
+            plain,
+            false,
+            None,
+            0,
+        ),
+        (
+            "/dev/fuse",
+            nodes(vec![node("/dev/fuse", "c", 10, 229)]),
+            plain,
+            false,
+            None,
+            0,
+        ),
+        (
+            "rule for every GPU with CAP_MKNOD",
+            rules(vec![
+                deny_all.clone(),
+                rule("c", json!(195), any.clone(), "rwm"),
+            ]),
+            mknod,
+            true,
+            None,
+            0,
+        ),
+        (
+            "rule for GPU 3 with CAP_MKNOD",
+            rules(vec![
+                deny_all.clone(),
+                rule("c", json!(195), json!(3), "rw"),
+            ]),
+            mknod,
+            true,
+            Some(vec!["minor:3"]),
+            0,
+        ),
+        (
+            "rule without a way to the node",
+            rules(vec![
+                deny_all.clone(),
+                rule("c", json!(195), any.clone(), "rwm"),
+            ]),
+            plain,
+            false,
+            None,
+            0,
+        ),
+        (
+            "rule with the host's /dev bound",
+            with_mount(
+                rules(vec![
+                    deny_all.clone(),
+                    rule("c", json!(195), any.clone(), "rw"),
+                ]),
+                json!({"source": "/dev", "destination": "/host/dev", "type": "bind", "options": ["rbind"]}),
+            ),
+            plain,
+            true,
+            None,
+            0,
+        ),
+        (
+            "rule with a devtmpfs",
+            with_mount(
+                rules(vec![deny_all.clone(), rule("c", json!(195), json!(1), "r")]),
+                json!({"source": "devtmpfs", "destination": "/d", "type": "devtmpfs"}),
+            ),
+            plain,
+            true,
+            Some(vec!["minor:1"]),
+            0,
+        ),
+        (
+            "mknod permission alone",
+            rules(vec![
+                deny_all.clone(),
+                rule("c", json!(195), any.clone(), "m"),
+            ]),
+            mknod,
+            false,
+            None,
+            0,
+        ),
+        (
+            "rule taken back",
+            rules(vec![
+                rule("c", json!(195), any.clone(), "rw"),
+                json!({"allow": false, "type": "c", "major": 195, "access": "rw"}),
+            ]),
+            mknod,
+            false,
+            None,
+            0,
+        ),
+        // The host also has AMD's kfd and DRM: noted, not judged.
+        (
+            "privileged: a *:* rwm",
+            rules(vec![json!({"allow": true, "access": "rwm"})]),
+            mknod,
+            true,
+            None,
+            2,
+        ),
+        (
+            "c *:* rwm",
+            rules(vec![
+                deny_all.clone(),
+                rule("c", any.clone(), any.clone(), "rwm"),
+            ]),
+            mknod,
+            true,
+            None,
+            2,
+        ),
+        (
+            "rule for nvidia-uvm",
+            rules(vec![
+                deny_all.clone(),
+                rule("c", json!(508), any.clone(), "rw"),
+            ]),
+            mknod,
+            true,
+            Some(vec![]),
+            0,
+        ),
+        (
+            "rule for /dev/fuse",
+            rules(vec![
+                deny_all.clone(),
+                rule("c", json!(10), json!(229), "rwm"),
+            ]),
+            mknod,
+            false,
+            None,
+            0,
+        ),
+        (
+            "AMD kfd and a render node",
+            nodes(vec![
+                node("/dev/kfd", "c", 235, 0),
+                node("/dev/dri/renderD128", "c", 226, 128),
+            ]),
+            plain,
+            true,
+            None,
+            2,
+        ),
+        (
+            "a DRM card node",
+            nodes(vec![node("/dev/dri/card0", "c", 226, 0)]),
+            plain,
+            false,
+            None,
+            0,
+        ),
+    ];
+    let mut cfg = Config::default();
+    cfg.detect.majors = gpu_host_majors();
+    for (what, extra, caps, gpu, named, amd) in table {
+        let mut c = spec(&[], extra);
+        c.capabilities.bounding = Some(caps.iter().map(|s| s.to_string()).collect());
+        let d = detect::classify_with(&c, &cfg.detect);
+        assert_eq!(d.gpu, gpu, "{what}: {:?}", d.signals);
+        assert_eq!(d.amd_signals.len(), amd, "{what}: {:?}", d.amd_signals);
+        // AMD's nodes make a GPU container of AMD GPUs only: NVIDIA's
+        // request stays empty (core::amd::visible names its GPUs).
+        assert_eq!(d.amd_only, gpu && d.signals.is_empty(), "{what}");
+        assert!(!d.amd_only || amd > 0, "{what}");
+        if !gpu || d.amd_only {
+            assert!(!d.request.all && d.request.devices.is_empty(), "{what}");
+            continue;
+        }
+        match &named {
+            None => assert!(d.request.all, "{what}: {:?}", d.request),
+            Some(minors) => {
+                assert!(!d.request.all, "{what}");
+                let got: Vec<&str> = d.request.devices.iter().map(|r| r.name.as_str()).collect();
+                assert_eq!(&got, minors, "{what}");
+            }
+        }
+    }
+}
+
+#[test]
+fn dynamic_majors_and_wildcards_follow_the_host() {
+    // On a host without NVIDIA's driver, a rule for every device gives no
+    // GPU (a privileged CNI daemon is not a GPU container), and a major
+    // NVIDIA draws at load time is just a number; 195 is NVIDIA's anyway.
+    let cpu_host = Config::default();
+    let mut c = spec(
+        &[],
+        json!({"linux": {"resources": {"devices": [{"allow": true, "access": "rwm"}]}}}),
+    );
+    c.capabilities.bounding = Some(vec!["CAP_MKNOD".into()]);
+    assert!(!detect::classify_with(&c, &cpu_host.detect).gpu);
+    let c = spec(
+        &[],
+        json!({"linux": {"devices": [{"path": "/dev/u", "type": "c", "major": 508, "minor": 0}]}}),
+    );
+    assert!(!detect::classify_with(&c, &cpu_host.detect).gpu);
+    let c = spec(
+        &[],
+        json!({"linux": {"devices": [{"path": "/dev/g", "type": "c", "major": 195, "minor": 1}]}}),
+    );
+    assert!(detect::classify_with(&c, &cpu_host.detect).gpu);
+}
+
+#[test]
+fn a_renamed_node_is_judged_as_the_gpu_of_that_minor() {
+    // l4x2-minor: GPU 0 has minor 2, GPU 1 minor 0. /dev/g0 (c 195:0) is
+    // GPU 1, and it gets the GPU policy and the checks.
+    let c = spec(
+        &["NVIDIA_REQUIRE_CUDA=cuda>=12.0"],
+        json!({"linux": {"devices": [{"path": "/dev/g0", "type": "c", "major": 195, "minor": 0}]},
+               "process": {"env": ["NVIDIA_REQUIRE_CUDA=cuda>=12.0"],
+                           "capabilities": {"bounding": ["CAP_CHOWN", "CAP_NET_RAW", "CAP_SYS_ADMIN"]}}}),
+    );
+    let d = decide("l4x2-minor", &c);
+    assert!(d.gpu_container, "{:#?}", d.findings);
+    assert_eq!(d.visible_gpus, Some(vec![1]), "{:#?}", d.findings);
+    assert!(
+        d.edits
+            .capabilities_dropped
+            .iter()
+            .any(|x| x == "CAP_NET_RAW"),
+        "{:?}",
+        d.edits
+    );
+    // A minor the host has no GPU for is named with its number.
+    let c = spec(
+        &[],
+        json!({"linux": {"devices": [{"path": "/dev/g7", "type": "c", "major": 195, "minor": 7}]}}),
+    );
+    let d = decide("l4x2-minor", &c);
+    assert_eq!(d.verdict, Verdict::Refuse);
+    assert!(
+        has(&d, Check::Device, Severity::Error, "/dev/g7 (c 195:7)"),
         "{:#?}",
         d.findings
     );

@@ -1,5 +1,5 @@
 //! `host.facts_file` decides what starts, so it is read under the config's
-//! trust rules (README, "Configuration"): a facts file others could have
+//! trust rules (docs/configuration.md): a facts file others could have
 //! written refuses GPU containers with a clear message, whatever
 //! `host.on_probe_failure` says. A file named on `check --host` is the
 //! caller's own input and is read as it is.

@@ -1,4 +1,4 @@
-//! `check --affinity` (issue 12 item 4): the printed nodeAffinity, evaluated
+//! `check --affinity`: the printed nodeAffinity, evaluated
 //! here by a node-selector evaluator written from the Kubernetes API rules
 //! (terms ORed, expressions ANDed; Gt/Lt compare integers; NotIn and
 //! DoesNotExist hold on a missing label), admits exactly the nodes on which

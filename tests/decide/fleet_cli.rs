@@ -1,4 +1,4 @@
-//! `gpu-guard check` on many hosts (issue 12 items 2, 3, 5): the table, the
+//! `gpu-guard check` on many hosts: the table, the
 //! fleet JSON, exit codes, `--any`, `--hosts DIR`, repeated `--host`, nodes
 //! from GPU Feature Discovery labels, and `host --node-labels [--write]`.
 
@@ -75,7 +75,7 @@ fn nodes_table_and_summary() {
     assert!(row("gpu-rtx4090-545 ").contains("refuse"));
     assert!(row("gpu-rtx4090-545 ").contains("driver 545 too old for CUDA 12.4"));
     assert!(row("gpu-a100-mig-525 ").contains("driver 525 too old for CUDA 12.4"));
-    // A node without GPU facts is refused (issue 17 C7): a GPU container
+    // A node without GPU facts is refused: a GPU container
     // cannot be judged there.
     assert!(row("cpu-1 ").contains("refuse"), "{out}");
     assert!(row("cpu-1 ").contains("no GPU facts"));
@@ -103,7 +103,7 @@ fn nodes_json_shape_and_label_facts() {
     assert_eq!(v["summary"]["refused"], 3);
     assert_eq!(v["summary"]["no_gpu_facts"], 1);
     let by = |n: &str| results.iter().find(|r| r["host"] == n).unwrap();
-    // Every result carries a Decision (issue 17 C7, design.md).
+    // Every result carries a Decision (design.md).
     let cpu = &by("cpu-1")["decision"];
     assert_eq!(cpu["verdict"], "refuse", "{cpu}");
     assert_eq!(cpu["findings"][0]["check"], "host");
@@ -115,8 +115,10 @@ fn nodes_json_shape_and_label_facts() {
     let h100 = &by("gpu-h100-550")["decision"];
     assert_eq!(h100["verdict"], "allow");
     let info = h100["findings"][0]["message"].as_str().unwrap();
+    // Without gpu-guard's sm labels the compute capability is unknown:
+    // GPU Feature Discovery's shows one GPU model of the node.
     assert!(
-        info.starts_with("host facts from node labels: driver 550.54.14, CUDA 12.4, 8× NVIDIA-H100-80GB-HBM3, cc 9.0"),
+        info.starts_with("host facts from node labels: driver 550.54.14, CUDA 12.4, 8× NVIDIA-H100-80GB-HBM3, cc unknown without gpu-guard's gpu-guard.io/sm.min labels (GPU Feature Discovery shows 9.0 for one GPU model"),
         "{info}"
     );
     assert!(
@@ -136,9 +138,9 @@ fn nodes_json_shape_and_label_facts() {
     assert!(old.contains("driver 550.54.15, CUDA 12.4"), "{old}");
 }
 
-/// Issue 21 A2: an alternative whose brand labels cannot tell does not
-/// hold, so the unlabelled A100 is refused (it was "allowed" with a
-/// warning before), with a warning naming the label that decides it.
+/// An alternative whose brand labels cannot tell does not hold, so the
+/// unlabelled A100 is refused, never "allowed" with a warning; a warning
+/// names the label that decides it.
 #[test]
 fn unknown_brand_does_not_hold_and_names_its_label() {
     let d = tmpdir("brand");
@@ -320,8 +322,14 @@ fn node_labels_print_and_write() {
             "gpu-guard.io/compute.min=7.5",
             "gpu-guard.io/compute.min.major=7",
             "gpu-guard.io/compute.min.minor=5",
+            "gpu-guard.io/cuda.int=1202",
             "gpu-guard.io/driver.branch=535",
+            "gpu-guard.io/driver.int=535129003",
             "gpu-guard.io/fwd-compat.eligible=true",
+            "gpu-guard.io/gpu.count=2",
+            "gpu-guard.io/sm.max=86",
+            "gpu-guard.io/sm.min=75",
+            "gpu-guard.io/vendor=nvidia",
         ]
     );
     let target = d.join("features.d/gpu-guard");
@@ -352,4 +360,58 @@ fn node_labels_print_and_write() {
         .output()
         .unwrap();
     assert_eq!(bad.status.code(), Some(2));
+}
+
+/// The NOTE column is never cut when stdout is not a terminal (a pipe, a
+/// file): every row holds its whole note. On a terminal (a pty from
+/// util-linux `script`) a long note is cut with `…`, and `--wide` prints it
+/// whole; `--wide` is for the table, so `--json` with it is bad usage.
+#[test]
+fn the_note_column_is_cut_only_on_a_terminal() {
+    let dir = tmpdir("fleet-wide");
+    let long = "forward-compatibility alternative";
+    let o = nodes_check(&dir, &[]);
+    let piped = text(&o);
+    let row = piped
+        .lines()
+        .find(|l| l.starts_with("gpu-t4-535"))
+        .unwrap_or_else(|| panic!("no gpu-t4-535 row in {piped}"));
+    assert!(row.chars().count() > 200, "{row}");
+    assert!(row.contains("error 804") && !row.contains('…'), "{row}");
+    let wide = nodes_check(&dir, &["--wide"]);
+    assert_eq!(text(&wide), piped, "--wide changes nothing when piped");
+
+    let o = nodes_check(&dir, &["--wide", "--json"]);
+    assert_eq!(o.status.code(), Some(2));
+
+    if !crate::support::have_tool("script") {
+        return;
+    }
+    let on_tty = |extra: &str| {
+        let cfg = config(&dir, None);
+        let cmd = format!(
+            "{BIN} --config {} check --env NVIDIA_VISIBLE_DEVICES=all --env '{REQ}' --nodes {} {extra}",
+            cfg.display(),
+            data("nodes/fleet.json").display()
+        );
+        let o = Command::new("script")
+            .args(["-qec", &cmd, "/dev/null"])
+            .env_remove("GPU_GUARD_CONFIG")
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).replace('\r', "")
+    };
+    let tty = on_tty("");
+    let row = tty
+        .lines()
+        .find(|l| l.starts_with("gpu-t4-535"))
+        .unwrap_or_else(|| panic!("no gpu-t4-535 row in {tty}"));
+    assert!(row.contains(long) && row.ends_with('…'), "{row}");
+    assert!(!row.contains("error 804"), "{row}");
+    let tty_wide = on_tty("--wide");
+    let row = tty_wide
+        .lines()
+        .find(|l| l.starts_with("gpu-t4-535"))
+        .unwrap_or_else(|| panic!("no gpu-t4-535 row in {tty_wide}"));
+    assert!(row.contains("error 804") && !row.contains('…'), "{row}");
 }

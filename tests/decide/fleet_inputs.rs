@@ -1,11 +1,11 @@
 //! Fleet inputs and fleet answers through the binary:
-//! - issue 17 C7: duplicate node names and GPU counts no labeller writes
+//! - duplicate node names and GPU counts no labeller writes
 //!   are input errors (exit 2, one line); every result carries a Decision;
-//! - issue 21 C3: `--nodes -` reads standard input, and `kubectl get nodes
+//! - `--nodes -` reads standard input, and `kubectl get nodes
 //!   -o yaml` is read like `-o json`;
-//! - issue 21 A1: a requirement checked alone is judged as run with GPUs
+//! - a requirement checked alone is judged as run with GPUs
 //!   attached, and a skip is never counted as runnable;
-//! - issue 21 A5: `scan --rootfs` of a rootfs without libraries says so.
+//! - `scan --rootfs` of a rootfs without libraries says so.
 
 use serde_json::{json, Value};
 use std::io::Write;
@@ -189,8 +189,8 @@ fn scalar(v: &Value) -> String {
     }
 }
 
-/// Issue 21 A1: `runs on 12 of 12 hosts` with a no-driver host counted was
-/// each host judged `skip` and counted as runs.
+/// A requirement alone never gives `runs on 12 of 12 hosts` with a
+/// no-driver host among them: a host judged `skip` is not counted as runs.
 #[test]
 fn a_requirement_alone_is_judged_as_run_with_gpus() {
     let d = tmpdir("alone");
@@ -345,10 +345,11 @@ fn scan_of_a_rootfs_without_libraries_says_none_were_scanned() {
     assert_eq!(v["rootfs"][0]["libraries_scanned"], 0, "{v}");
 }
 
-/// Unknown facts refuse as the core's errors do: in enforce mode; under
-/// `mode = "warn"` the error stands and the node is allowed.
+/// Unknown facts refuse as the core's errors do; a fleet is judged for
+/// placement, so under `mode = "warn"` too: the error stands, and the node
+/// is not one the container runs on.
 #[test]
-fn unknown_facts_follow_the_mode() {
+fn unknown_facts_refuse_placement_in_every_mode() {
     let d = tmpdir("mode");
     let req = "NVIDIA_REQUIRE_CUDA=cuda>=13.0 brand=tesla,driver>=550,driver<551";
     let nodes = data("nodes/fleet.json");
@@ -383,14 +384,18 @@ fn unknown_facts_follow_the_mode() {
     )
     .unwrap();
     let warn = verdict(&d);
-    assert_eq!(warn["verdict"], "allow", "{warn}");
+    assert_eq!(warn["verdict"], "refuse", "{warn}");
+    let findings = warn["findings"].as_array().unwrap();
     assert!(
-        warn["findings"]
-            .as_array()
+        findings.iter().any(|f| f["severity"] == "error"
+            && f["message"].as_str().unwrap().contains("not shown to hold")),
+        "{warn}"
+    );
+    assert!(
+        findings.iter().any(|f| f["message"]
+            .as_str()
             .unwrap()
-            .iter()
-            .any(|f| f["severity"] == "error"
-                && f["message"].as_str().unwrap().contains("not shown to hold")),
+            .starts_with("not placed here: ")),
         "{warn}"
     );
 }

@@ -1,9 +1,9 @@
-//! The hooks believe no CRI fact (issue 17 B1: podman's precreate hook and
+//! The hooks believe no CRI fact (podman's precreate hook and
 //! the prestart hook have no evidence of which engine runs the container,
 //! and podman writes CRI-O's keys itself), and under `mode = "audit"` they
-//! refuse nothing and change nothing (issue 21 B2): precreate writes its
+//! refuse nothing and change nothing: precreate writes its
 //! input back byte for byte. The emergency bypass, a `mode = "off"`
-//! drop-in, works under the config trust rules (issue 21 B3).
+//! drop-in, works under the config trust rules.
 
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;

@@ -425,15 +425,24 @@ fn hostile_cdi_directories_take_bounded_time_with_a_clear_message() {
     let (code, d, took) = c.check("nvidia.com/gpu=all");
     assert!(took < Duration::from_secs(5), "{took:?}");
     // The device resolves from /etc/cdi; the files not read that could
-    // override it are named, as warnings: the container may well start.
-    assert_eq!(code, 0, "{d}");
+    // override it are named. A FIFO is a warning (the container may well
+    // start); a spec past a bound (10,000 devices) is an error: a bound
+    // never turns the check off silently.
+    assert_eq!(code, 1, "{d}");
     let text = d["findings"].to_string();
     assert!(
         text.contains("fifo.json could not be read (a FIFO, not a regular file)"),
         "{d}"
     );
+    let errors: Vec<_> = host_errors(&d)
+        .into_iter()
+        .filter(|f| f["severity"] == "error")
+        .collect();
+    assert_eq!(errors.len(), 1, "{d}");
+    let msg = errors[0]["message"].as_str().unwrap();
     assert!(
-        text.contains("defines 10000 devices of nvidia.com/gpu, more than gpu-guard reads (1024)"),
+        msg.contains("defines 10000 devices of nvidia.com/gpu, more than gpu-guard reads (1024)")
+            && msg.contains("nvidia.com/gpu=all"),
         "{d}"
     );
     // `gpu-guard host` names every one of them, the malformed one too.
@@ -453,6 +462,59 @@ fn hostile_cdi_directories_take_bounded_time_with_a_clear_message() {
     ] {
         assert!(out.contains(needle), "{needle}: {out}");
     }
+}
+
+#[test]
+fn cdi_bounds_fail_closed_and_specs_of_unknown_authorship_are_never_parsed() {
+    use std::os::unix::fs::PermissionsExt;
+    let c = cdi_setup("cdi-bounds");
+    let host = c.t.join("host");
+    std::fs::write(c.etc.join("nvidia.yaml"), nvidia_ctk_yaml(&host, DRIVER)).unwrap();
+    // 60,000 nested lists (120 KB): seconds of libyaml's scanner each
+    // start if it were parsed. As root's file: not parsed, past the bound.
+    let deep = format!("{}{}", "[".repeat(60_000), "]".repeat(60_000));
+    let deep_path = c.run.join("deep.yaml");
+    std::fs::write(&deep_path, &deep).unwrap();
+    let (code, d, took) = c.check("nvidia.com/gpu=all");
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert_eq!(code, 1, "{d}");
+    let msg = host_errors(&d)[0]["message"].as_str().unwrap().to_string();
+    assert!(
+        msg.contains("deep.yaml was not read (it may nest more than 256 levels deep")
+            && msg.contains("nvidia.com/gpu=all"),
+        "{msg}"
+    );
+    // As anyone's: the trust rule, before a byte is parsed.
+    std::fs::set_permissions(&deep_path, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let (code, d, took) = c.check("nvidia.com/gpu=all");
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert_eq!(code, 1, "{d}");
+    let msg = host_errors(&d)[0]["message"].as_str().unwrap().to_string();
+    assert!(
+        msg.contains("which others could have written (mode 0666") && msg.contains("deep.yaml"),
+        "{msg}"
+    );
+    // Padding: names of a generated kind and names CDI cannot parse
+    // before the one an untrusted spec defines hide nothing.
+    std::fs::write(
+        &deep_path,
+        "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: evil\n  containerEdits:\n    hooks:\n    - hookName: createContainer\n      path: /tmp/evil\n",
+    )
+    .unwrap();
+    let mut asked: Vec<String> = (0..100)
+        .map(|i| format!("runtime.nvidia.com/gpu={i}"))
+        .collect();
+    asked.extend((0..100).map(|i| format!("nvidia.com/gpu{i}")));
+    asked.push("nvidia.com/gpu=evil".into());
+    let (code, d, _) = c.check(&asked.join(","));
+    assert_eq!(code, 1, "{d}");
+    assert!(
+        host_errors(&d).iter().any(|e| {
+            let m = e["message"].as_str().unwrap();
+            m.contains("nvidia.com/gpu=evil") && m.contains("which others could have written")
+        }),
+        "{d}"
+    );
 }
 
 #[test]
@@ -571,11 +633,15 @@ fn forty_hooks_eight_at_a_time_leave_exact_counts() {
     let m = samples(&std::fs::read_to_string(&prom).unwrap());
     let dropped = m["gpu_guard_metrics_dropped_total"];
     let get = |k: &str| m.get(k).copied().unwrap_or(0);
-    let allowed =
-        get(r#"gpu_guard_decisions_total{verdict="allow",check="none",entry="prestart"}"#);
-    let refused =
-        get(r#"gpu_guard_decisions_total{verdict="refuse",check="requirement",entry="prestart"}"#);
-    let skipped = get(r#"gpu_guard_decisions_total{verdict="skip",check="none",entry="prestart"}"#);
+    let allowed = get(
+        r#"gpu_guard_decisions_total{verdict="allow",check="none",entry="prestart",mode="enforce"}"#,
+    );
+    let refused = get(
+        r#"gpu_guard_decisions_total{verdict="refuse",check="requirement",entry="prestart",mode="enforce"}"#,
+    );
+    let skipped = get(
+        r#"gpu_guard_decisions_total{verdict="skip",check="none",entry="prestart",mode="enforce"}"#,
+    );
     // A hook that finds the lock busy leaves its decision pending for the
     // holder: every one is counted, none dropped.
     assert_eq!(dropped, 0, "{m:?}");
@@ -589,6 +655,33 @@ fn forty_hooks_eight_at_a_time_leave_exact_counts() {
         1,
         "{m:?}"
     );
+    // One non-UTF-8 byte in the state's line of the allowed decisions:
+    // that line alone is lost, and counting goes on (on main it stopped
+    // for good: every update failed to read the state).
+    let state = t.join("state/gpu-guard.prom.state");
+    let mut bytes = std::fs::read(&state).unwrap();
+    let at = bytes
+        .windows(16)
+        .position(|w| w == b"d allow none pre")
+        .unwrap();
+    bytes[at + 2] = 0xff;
+    std::fs::write(&state, &bytes).unwrap();
+    for b in [&allow, &refuse] {
+        let st = format!(
+            r#"{{"ociVersion":"1.0.2","id":"c","status":"creating","pid":1,"bundle":"{}"}}"#,
+            b.display()
+        );
+        run(&["--config", &a(&cfg), "hook", "prestart"], st.as_bytes());
+    }
+    let m = samples(&std::fs::read_to_string(&prom).unwrap());
+    let get = |k: &str| m.get(k).copied().unwrap_or(0);
+    let allowed = get(
+        r#"gpu_guard_decisions_total{verdict="allow",check="none",entry="prestart",mode="enforce"}"#,
+    );
+    let refused = get(
+        r#"gpu_guard_decisions_total{verdict="refuse",check="requirement",entry="prestart",mode="enforce"}"#,
+    );
+    assert_eq!((allowed, refused), (1, 11), "{m:?}");
 }
 
 #[test]

@@ -5,13 +5,19 @@
 //! bad input, the hooks, fleets and node labels), and root's file writes
 //! under race. Tests that need `test-hooks` (a fake host, the runtime
 //! wrapper with its marker directory) belong in `test_hooks`, image and
-//! rootfs reading in `image`, engine registration in `install`.
+//! rootfs reading in `image`, engine registration in `install`. The
+//! checks that read the sources (`structure`: module graph, size rules,
+//! test layout) run here too: `cargo test --test decide structure::`.
 //!
 //! Helpers: `support` (temp dirs, the skip rule); a file's own helpers stay
 //! in that file. A new test file here is one more `mod` line below.
 #[path = "../support/mod.rs"]
 mod support;
 
+#[path = "../structure/mod.rs"]
+mod structure;
+
+mod amd_host;
 mod cli;
 mod config_dropin;
 mod config_trust;
@@ -27,6 +33,7 @@ mod nvidia_settings;
 mod output_style;
 mod precreate_handoff;
 mod profiles;
+mod readme_docs;
 mod readme_quickstart;
 mod spec_go_decoder;
 mod version_overflow;

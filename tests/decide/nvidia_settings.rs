@@ -1,4 +1,4 @@
-//! NVIDIA's own settings decide which device requests count (issue 17 A4):
+//! NVIDIA's own settings decide which device requests count:
 //! `accept-nvidia-visible-devices-as-volume-mounts` (default false) and
 //! `accept-nvidia-visible-devices-envvar-when-unprivileged` (default true)
 //! in NVIDIA's config.toml. The table is NVIDIA's own
@@ -215,7 +215,7 @@ fn check_follows_nvidias_config_file() {
 
 /// Hosts other than this one (`--host` repeated, `--hosts`, `--nodes`) are
 /// judged with NVIDIA's defaults, or the settings of `--nvidia-config`,
-/// never this host's NVIDIA config file (issue 21 review, fleets).
+/// never this host's NVIDIA config file.
 #[test]
 fn other_hosts_are_judged_with_nvidias_defaults_not_this_hosts_file() {
     let dir = tmp("fleet");

@@ -1,9 +1,10 @@
-//! One style for output (issue 21 C3, C4), through the binary: errors on
+//! One style for output, through the binary: errors on
 //! stderr whatever the form, no library-internal wording, `host
 //! --node-labels` without GPU facts exits non-zero, an invalid config is
 //! exit 2 from every subcommand but the hooks and the wrapper (whose own
 //! contract refuses GPU containers and starts the rest), `--version` with
-//! the commit and the build date, and the kubectl plugin name.
+//! the commit and the build date, the kubectl plugin name, and the
+//! runtime wrapper's own `--help` beside runc's pass-through.
 
 use crate::support::TempDir;
 use std::path::{Path, PathBuf};
@@ -314,4 +315,74 @@ fn the_kubectl_plugin_name_runs_gpu_guard() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(127), "no runc on PATH: {}", err(&o));
+}
+
+/// `runtime --help` (or `-h`) as the first argument, and `gpu-guard-runtime
+/// --help`, print the wrapper's own help and run nothing; every other
+/// argument stays runc's: `--version` (dockerd asks the runtime for it),
+/// `help`, and a `--help` after runc's global flags reach the real runtime
+/// byte for byte.
+#[test]
+fn runtime_help_is_the_wrappers_and_the_rest_is_runcs() {
+    let t = TempDir::new("style-runtime-help");
+    let calls = t.join("calls");
+    let fake = t.join("fake-runc");
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\nprintf '%s\\n' \"$*\" >> {}\necho \"fake runc: $*\"\n",
+            calls.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let cfg = config(
+        t.path(),
+        "a100",
+        &format!("[runtime]\npath = \"{}\"\n", fake.display()),
+    );
+    let link = t.join("gpu-guard-runtime");
+    std::os::unix::fs::symlink(BIN, &link).unwrap();
+    let as_runtime = |args: &[&str]| {
+        Command::new(&link)
+            .args(args)
+            .env("GPU_GUARD_CONFIG", &cfg)
+            .output()
+            .unwrap()
+    };
+    for (o, usage) in [
+        (gg(&cfg, &["runtime", "--help"], None), "gpu-guard runtime"),
+        (gg(&cfg, &["runtime", "-h"], None), "gpu-guard runtime"),
+        (as_runtime(&["--help"]), "gpu-guard-runtime"),
+        (as_runtime(&["-h"]), "gpu-guard-runtime"),
+    ] {
+        assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+        let text = out(&o);
+        for n in [
+            &format!("Usage: {usage} [ARGS]..."),
+            "OCI runtime wrapper",
+            "gpu-guard runtime help",
+            "--version",
+        ] {
+            assert!(text.contains(n), "{n:?} not in {text}");
+        }
+        assert!(!text.contains("fake runc"), "{text}");
+    }
+    assert!(!calls.exists(), "the real runtime ran for --help");
+
+    for args in [
+        vec!["--version"],
+        vec!["help"],
+        vec!["--root", "/run/x", "--help"],
+        vec!["-v"],
+    ] {
+        let mut full = vec!["runtime"];
+        full.extend(&args);
+        let o = gg(&cfg, &full, None);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", err(&o));
+        assert_eq!(out(&o), format!("fake runc: {}\n", args.join(" ")));
+        let o = as_runtime(&args);
+        assert_eq!(out(&o), format!("fake runc: {}\n", args.join(" ")));
+    }
 }

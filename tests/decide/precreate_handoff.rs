@@ -43,7 +43,7 @@ fn precreate(cfg: &Path, stage: &str, hook_path: &Path) -> Output {
         "hooks": {stage: [{"path": hook_path, "args": ["gpu-guard", "hook", stage]}]}
     });
     // NVIDIA's hook attaches the GPUs (docker --gpus, podman's hooks.d),
-    // which makes the env request count (issue 10 A2).
+    // which makes the env request count.
     let mut spec = spec;
     let nvidia = serde_json::json!({"path": "/usr/bin/nvidia-container-runtime-hook", "args": ["nvidia-container-runtime-hook", "prestart"]});
     match spec["hooks"]["prestart"].as_array_mut() {

@@ -450,7 +450,7 @@ fn check_cli_exempts_by_namespace_and_names_the_mechanism() {
         "{out}"
     );
     // Without --engine, or as docker's and podman's wrapper: the spec alone
-    // vouches for nothing (issue 17 B1), and check says how to ask.
+    // vouches for nothing, and check says how to ask.
     for extra in [
         &[][..],
         &["--engine", "docker"],

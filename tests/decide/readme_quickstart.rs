@@ -1,10 +1,11 @@
-//! The README's quick starts (issue 21 C5): the first stays exactly two
+//! The README's quick starts: the first stays exactly two
 //! commands; in the operator quick start every `gpu-guard` command shown
 //! parses with the real binary (its subcommand and every flag exist: the
 //! command with `--help` appended exits 0, and clap refuses an unknown flag
 //! before it reaches `--help`), every repository path and link it names
-//! exists, every `#anchor` is a heading of the README, and k3s's and RKE2's
-//! containerd paths are there.
+//! exists, every `#anchor` is a heading of the page it names, and k3s's and
+//! RKE2's containerd paths are there. `readme_docs` applies the same checks
+//! to every page of docs/.
 
 use std::path::Path;
 use std::process::Command;
@@ -38,7 +39,7 @@ fn section<'a>(text: &'a str, title: &str) -> &'a str {
 }
 
 /// The fenced code blocks of `text`, each as its lines.
-fn blocks(text: &str) -> Vec<Vec<&str>> {
+pub(super) fn blocks(text: &str) -> Vec<Vec<&str>> {
     let mut out = Vec::new();
     let mut cur: Option<Vec<&str>> = None;
     for line in text.lines() {
@@ -56,7 +57,7 @@ fn blocks(text: &str) -> Vec<Vec<&str>> {
 
 /// The commands of a block: its `$ ` lines when it has any (the rest is
 /// output), else every line that is not a comment; `\` continues a line.
-fn commands(block: &[&str]) -> Vec<String> {
+pub(super) fn commands(block: &[&str]) -> Vec<String> {
     let prompted = block.iter().any(|l| l.starts_with("$ "));
     let mut out: Vec<String> = Vec::new();
     let mut open = false;
@@ -92,7 +93,7 @@ fn commands(block: &[&str]) -> Vec<String> {
 }
 
 /// Shell words, with '...' and "..." quoting (enough for the README).
-fn words(cmd: &str) -> Vec<String> {
+pub(super) fn words(cmd: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut cur = String::new();
     let mut quote: Option<char> = None;
@@ -122,7 +123,7 @@ fn words(cmd: &str) -> Vec<String> {
 
 /// The gpu-guard invocations in a shell line: each `gpu-guard SUBCOMMAND
 /// ...` up to a pipe, `&&`, a redirection or a comment.
-fn invocations(line: &str) -> Vec<Vec<String>> {
+pub(super) fn invocations(line: &str) -> Vec<Vec<String>> {
     let mut out = Vec::new();
     for part in line.split(['|', ';']).flat_map(|p| p.split("&&")) {
         let part = part.split(" #").next().unwrap_or("");
@@ -138,7 +139,7 @@ fn invocations(line: &str) -> Vec<Vec<String>> {
 }
 
 /// Inline code spans (`...`, across line breaks) that are gpu-guard commands.
-fn inline_invocations(text: &str) -> Vec<Vec<String>> {
+pub(super) fn inline_invocations(text: &str) -> Vec<Vec<String>> {
     let prose: String = text.split("```").step_by(2).collect::<Vec<_>>().join(" ");
     prose
         .split('`')
@@ -148,7 +149,7 @@ fn inline_invocations(text: &str) -> Vec<Vec<String>> {
         .collect()
 }
 
-fn parses(args: &[String]) -> Result<(), String> {
+pub(super) fn parses(args: &[String]) -> Result<(), String> {
     let o = Command::new(BIN)
         .args(&args[1..])
         .arg("--help")
@@ -207,19 +208,6 @@ fn every_gpu_guard_command_of_the_operator_quick_start_parses() {
 fn the_operator_quick_start_names_only_files_and_anchors_that_exist() {
     let text = readme();
     let ops = section(&text, "Operator quick start");
-    let anchors: Vec<String> = text
-        .lines()
-        .filter(|l| l.starts_with('#'))
-        .map(|l| {
-            l.trim_start_matches('#')
-                .trim()
-                .to_lowercase()
-                .chars()
-                .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
-                .map(|c| if c == ' ' { '-' } else { c })
-                .collect()
-        })
-        .collect();
     let mut links = 0;
     for target in ops.split("](").skip(1).filter_map(|s| s.split(')').next()) {
         links += 1;
@@ -227,9 +215,8 @@ fn the_operator_quick_start_names_only_files_and_anchors_that_exist() {
             !target.contains("://"),
             "a link outside the repository: {target}"
         );
-        match target.strip_prefix('#') {
-            Some(a) => assert!(anchors.iter().any(|h| h == a), "no heading for #{a}"),
-            None => assert!(Path::new(REPO).join(target).exists(), "{target}"),
+        if let Some(why) = super::readme_docs::broken(Path::new("README.md"), target) {
+            panic!("{why}");
         }
     }
     assert!(links >= 5, "{links} links");
@@ -243,7 +230,8 @@ fn the_operator_quick_start_names_only_files_and_anchors_that_exist() {
     ];
     let mut paths = 0;
     for tok in ops.split(|c: char| c.is_whitespace() || "`()[],;:\"'".contains(c)) {
-        let tok = tok.trim_end_matches('.');
+        // A link's `#anchor` is checked with the links above.
+        let tok = tok.split('#').next().unwrap_or(tok).trim_end_matches('.');
         if roots.iter().any(|r| tok.starts_with(r)) && !tok.contains('*') {
             paths += 1;
             assert!(Path::new(REPO).join(tok).exists(), "the README names {tok}");

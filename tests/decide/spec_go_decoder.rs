@@ -1,4 +1,4 @@
-//! Issue 17 D2: gpu-guard reads a spec's process as runc's Go decoder does,
+//! gpu-guard reads a spec's process as runc's Go decoder does,
 //! checked against Go itself.
 //!
 //! tests/data/go/spec_decode.go (standard library only) decodes files with

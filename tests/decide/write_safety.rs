@@ -1,6 +1,6 @@
 //! Root's file writes (fsutil's atomic replace: the host facts cache, the
 //! scan cache, install state, engine configs) against a user who can write
-//! the directory and races them (issue 10 C1).
+//! the directory and races them.
 //!
 //! The attack this pins down: the old writer stat()ed the target through a
 //! symlink to copy its mode and chmod()ed its temp file by path, so a user
@@ -66,6 +66,7 @@ fn facts() -> HostFacts {
         driver_version: Some("550.54.14".into()),
         cuda_driver_version: Some("12.4".into()),
         gpus: vec![],
+        ..Default::default()
     }
 }
 

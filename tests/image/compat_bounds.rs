@@ -1,4 +1,4 @@
-//! The compat-note reader on hostile libraries (issue 17 C4): what it may
+//! The compat-note reader on hostile libraries: what it may
 //! read is bounded by the ELF class's section header size, a cap on the
 //! section header table, one read budget for the compat directory, and
 //! one read per distinct file (hard links are the same file). Bounds are

@@ -128,12 +128,12 @@ fn forward_compat_alternatives_without_a_compat_library() {
     let m = c[0]["message"].as_str().unwrap();
     assert!(m.contains("ships no CUDA compat library"), "{m}");
     assert!(m.contains("asks for CUDA 12.4"), "{m}");
-    // compat.missing_library = "refuse".
+    // compat.missing_library = "enforce".
     let (code, d) = check_json(
         &base,
         &b,
         "tesla-535",
-        "[compat]\nmissing_library = \"refuse\"\n",
+        "[compat]\nmissing_library = \"enforce\"\n",
     );
     assert_eq!(code, 1, "{d}");
     assert_eq!(findings(&d, "compat")[0]["severity"], "error");

@@ -1,4 +1,4 @@
-//! Forward compatibility without a rootfs (issue 21 A3): the official
+//! Forward compatibility without a rootfs: the official
 //! nvidia/cuda 12.4.1 requirement on a 535 host holds only through a
 //! forward-compatibility alternative. `check --env` cannot read the image's
 //! compat library, so it warns and names what decides (the library, a

@@ -1,11 +1,16 @@
-//! The label-only affinity (`check --affinity` without `--nodes`, issue 21
-//! A4) admits exactly the labelled nodes `check --nodes` allows, for every
-//! official nvidia/cuda requirement string (tests/data/requirements) and
-//! more, on a generated fleet: every brand (and none, and `mixed`) x driver
-//! branches 418..590 (three-part and two-part versions) x compute
-//! capabilities (and none) x current vs deprecated-only GFD labels x
-//! GFD-only vs gpu-guard-labelled. The terms must pass the API server's
-//! validation; `--nodes` affinities too (issue 17 C6).
+//! The label-only affinity (`check --affinity` without `--nodes`, what the
+//! admission webhook writes) admits exactly the labelled nodes `check
+//! --nodes` allows, in at most 16 terms and 32 KB of YAML, for every
+//! official nvidia/cuda requirement string (tests/data/requirements) with
+//! images built from the real fat-binary fixtures (tests/data/fatbin,
+//! integration/make-fatbin-fixtures.sh: SASS and PTX from sm_52 to sm_120,
+//! `a` and `f` variants), on a generated fleet of hosts labelled by
+//! `gpu-guard host --node-labels` (gpu-guard's labels), by GPU Feature
+//! Discovery (as it labels: the last GPU model, current and deprecated
+//! names), by both, by an older gpu-guard, and by the GPU health labeller:
+//! GPUs of one model, of two and of three, Tegra parts, unknown compute
+//! capabilities, every brand and driver branch 418 to 615. The terms must
+//! pass the API server's validation; `--nodes` affinities too.
 //!
 //! The evaluator and the validator here are written from Kubernetes, apart
 //! from gpu-guard's own:
@@ -207,157 +212,287 @@ fn the_validator_rejects_what_the_api_server_rejects() {
 
 // ---- The generated fleet --------------------------------------------------
 
-const BRANDS: &[&str] = &[
-    "tesla",
-    "geforce",
-    "geforcertx",
-    "quadro",
-    "quadrortx",
-    "nvidia",
-    "nvidiartx",
-    "titan",
-    "titanrtx",
-    "grid",
-    "nvs",
-    "vapps",
-    "vpc",
-    "vcs",
-    "vws",
-    "cloudgaming",
-    "unknown",
+/// (driver, the CUDA it reports): NVIDIA's branches (CUDA release notes,
+/// Table 3), two-part versions, and one newer than gpu-guard's tables.
+const DRIVERS: &[(&str, &str)] = &[
+    ("418.67", "10.1"),
+    ("470.256.02", "11.4"),
+    ("520.61.05", "11.8"),
+    ("525.60.13", "12.0"),
+    ("535.104.05", "12.2"),
+    ("545.23.08", "12.3"),
+    ("550.54.15", "12.4"),
+    ("560.35.03", "12.6"),
+    ("570.86.15", "12.8"),
+    ("575.57.08", "12.9"),
+    ("580.65.06", "13.0"),
+    ("590.44.01", "13.1"),
+    ("615.10", "13.5"),
 ];
 
-/// Driver branch -> the CUDA it runs (CUDA release notes, Table 3).
-const BRANCHES: &[(u32, &str)] = &[
-    (418, "10.1"),
-    (440, "10.2"),
-    (450, "11.0"),
-    (470, "11.4"),
-    (510, "11.6"),
-    (515, "11.7"),
-    (520, "11.8"),
-    (525, "12.0"),
-    (530, "12.1"),
-    (535, "12.2"),
-    (545, "12.3"),
-    (550, "12.4"),
-    (555, "12.5"),
-    (560, "12.6"),
-    (565, "12.7"),
-    (570, "12.8"),
-    (575, "12.9"),
-    (580, "13.0"),
-    (590, "13.1"),
+/// (name, brand, compute capability): data-center, workstation, consumer
+/// and Tegra GPUs (NVIDIA's CUDA GPU Compute Capability tables).
+const MODELS: &[(&str, &str, Option<&str>)] = &[
+    ("Tesla K80", "tesla", Some("3.7")),
+    ("Tesla M60", "tesla", Some("5.2")),
+    ("Jetson Nano", "nvidia", Some("5.3")),
+    ("GeForce GTX 1080", "geforce", Some("6.1")),
+    ("Tesla V100", "tesla", Some("7.0")),
+    ("Tesla T4", "tesla", Some("7.5")),
+    ("NVIDIA A100", "tesla", Some("8.0")),
+    ("NVIDIA A10", "nvidia", Some("8.6")),
+    ("Jetson Orin", "nvidia", Some("8.7")),
+    ("NVIDIA L4", "nvidia", Some("8.9")),
+    ("GeForce RTX 4090", "geforcertx", Some("8.9")),
+    ("NVIDIA H100", "tesla", Some("9.0")),
+    ("NVIDIA B200", "tesla", Some("10.0")),
+    ("NVIDIA B300", "nvidia", Some("10.3")),
+    ("Jetson Thor", "nvidia", Some("11.0")),
+    ("GeForce RTX 5090", "geforcertx", Some("12.0")),
+    ("NVIDIA GB10", "nvidia", Some("12.1")),
+    ("Quadro RTX 8000", "quadrortx", Some("7.5")),
+    ("NVIDIA GPU", "unknown", None),
 ];
 
-const CCS: &[Option<&str>] = &[
-    None,
-    Some("3.7"),
-    Some("5.2"),
-    Some("6.1"),
-    Some("7.0"),
-    Some("7.5"),
-    Some("8.0"),
-    Some("8.6"),
-    Some("8.7"),
-    Some("8.9"),
-    Some("9.0"),
-    Some("10.0"),
-    Some("12.0"),
+/// The GPU sets of the hosts: indices into [`MODELS`], one model (1 or 4
+/// GPUs), two, three.
+const SETS: &[&[usize]] = &[
+    &[11],
+    &[6, 6, 6, 6],
+    &[5],
+    &[7],
+    &[9],
+    &[12],
+    &[15],
+    &[8],
+    &[13],
+    &[16],
+    &[0],
+    &[1],
+    &[2],
+    &[3],
+    &[4],
+    &[10],
+    &[14],
+    &[17],
+    &[18],
+    &[5, 7],
+    &[6, 11, 11],
+    &[11, 12],
+    &[9, 7],
+    &[5, 6, 11],
+    &[6, 8],
 ];
+
+/// How a node was labelled.
+#[derive(Clone, Copy, PartialEq)]
+enum Labeller {
+    /// `gpu-guard host --node-labels` and GPU Feature Discovery.
+    Both,
+    /// `gpu-guard host --node-labels` alone.
+    GpuGuard,
+    /// GPU Feature Discovery alone (current names, with the deprecated).
+    Gfd,
+    /// An older GFD (deprecated names only) and an older gpu-guard (brand,
+    /// driver branch, lowest compute capability).
+    Older,
+}
 
 struct GenNode {
     name: String,
     labels: BTreeMap<String, String>,
 }
 
-/// GFD's labels for a driver and CUDA (NVIDIA/k8s-device-plugin
-/// internal/lm/nvml.go): the current names with the deprecated ones, or
-/// (an older GFD) the deprecated ones alone.
-fn gfd_labels(
-    l: &mut BTreeMap<String, String>,
-    driver: &str,
-    cuda: Option<&str>,
-    cc: Option<&str>,
-    deprecated_only: bool,
-) {
+fn facts_json(driver: &str, cuda: &str, set: &[usize]) -> Value {
+    let gpus: Vec<Value> = set
+        .iter()
+        .enumerate()
+        .map(|(i, &m)| {
+            let (name, brand, cc) = MODELS[m];
+            json!({"index": i, "uuid": format!("GPU-{i:08}-0000-0000-0000-000000000000"),
+                   "name": name, "brand": brand, "compute_capability": cc})
+        })
+        .collect();
+    json!({"driver_version": driver, "cuda_driver_version": cuda, "gpus": gpus})
+}
+
+/// `gpu-guard host --node-labels` on a host with these facts.
+fn gpu_guard_labels(dir: &Path, facts: &Value) -> BTreeMap<String, String> {
+    let f = dir.join("host.json");
+    std::fs::write(&f, facts.to_string()).unwrap();
+    let cfg = dir.join("host-config.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[host]\nfacts_file = \"{}\"\ncache_file = \"\"\n[log]\nsyslog = false\n",
+            f.display()
+        ),
+    )
+    .unwrap();
+    let o = Command::new(BIN)
+        .env_remove("GPU_GUARD_CONFIG")
+        .arg("--config")
+        .arg(&cfg)
+        .args(["host", "--node-labels"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// GPU Feature Discovery's labels (NVIDIA/k8s-device-plugin
+/// internal/lm/nvml.go, resource.go): versions by part, an empty revision
+/// for a two-part driver, the last GPU's model and compute capability.
+fn gfd_labels(l: &mut BTreeMap<String, String>, facts: &Value, deprecated_only: bool) {
     let mut put = |k: &str, v: &str| {
         l.insert(k.to_string(), v.to_string());
     };
+    let driver = facts["driver_version"].as_str().unwrap();
     let p: Vec<&str> = driver.split('.').collect();
     let rev = p.get(2).copied().unwrap_or("");
     put("nvidia.com/cuda.driver.major", p[0]);
     put("nvidia.com/cuda.driver.minor", p[1]);
     put("nvidia.com/cuda.driver.rev", rev);
+    let (a, b) = facts["cuda_driver_version"]
+        .as_str()
+        .unwrap()
+        .split_once('.')
+        .unwrap();
+    put("nvidia.com/cuda.runtime.major", a);
+    put("nvidia.com/cuda.runtime.minor", b);
     if !deprecated_only {
         put("nvidia.com/cuda.driver-version.major", p[0]);
         put("nvidia.com/cuda.driver-version.minor", p[1]);
         put("nvidia.com/cuda.driver-version.revision", rev);
         put("nvidia.com/cuda.driver-version.full", driver);
+        put("nvidia.com/cuda.runtime-version.major", a);
+        put("nvidia.com/cuda.runtime-version.minor", b);
     }
-    if let Some(c) = cuda {
-        let (a, b) = c.split_once('.').unwrap();
-        put("nvidia.com/cuda.runtime.major", a);
-        put("nvidia.com/cuda.runtime.minor", b);
-        if !deprecated_only {
-            put("nvidia.com/cuda.runtime-version.major", a);
-            put("nvidia.com/cuda.runtime-version.minor", b);
-            put("nvidia.com/cuda.runtime-version.full", c);
-        }
+    let gpus = facts["gpus"].as_array().unwrap();
+    let last = gpus.last().unwrap();
+    if let Some((x, y)) = last["compute_capability"]
+        .as_str()
+        .and_then(|c| c.split_once('.'))
+    {
+        put("nvidia.com/gpu.compute.major", x);
+        put("nvidia.com/gpu.compute.minor", y);
     }
-    if let Some(c) = cc {
-        let (a, b) = c.split_once('.').unwrap();
-        put("nvidia.com/gpu.compute.major", a);
-        put("nvidia.com/gpu.compute.minor", b);
-    }
-    put("nvidia.com/gpu.count", "4");
+    put("nvidia.com/gpu.count", &gpus.len().to_string());
     put("nvidia.com/gpu.present", "true");
-    put("nvidia.com/gpu.product", "NVIDIA-Test-GPU");
+    put(
+        "nvidia.com/gpu.product",
+        &last["name"].as_str().unwrap().replace(' ', "-"),
+    );
 }
 
-/// The fleet: every brand value x branch, compute capabilities rotated
-/// through, both GFD generations, with and without gpu-guard's labels,
-/// plus two-part drivers, nodes without CUDA labels, and nodes whose only
-/// compute capability is gpu-guard's.
-fn fleet() -> Vec<GenNode> {
+/// An older gpu-guard's labels: brand, driver branch, the lowest capability.
+fn older_labels(l: &mut BTreeMap<String, String>, facts: &Value) {
+    let gpus = facts["gpus"].as_array().unwrap();
+    let mut brands: Vec<&str> = gpus.iter().map(|g| g["brand"].as_str().unwrap()).collect();
+    brands.sort_unstable();
+    brands.dedup();
+    let brand = if brands.len() == 1 {
+        brands[0]
+    } else {
+        "mixed"
+    };
+    l.insert("gpu-guard.io/brand".into(), brand.into());
+    let branch = facts["driver_version"]
+        .as_str()
+        .unwrap()
+        .split('.')
+        .next()
+        .unwrap();
+    l.insert("gpu-guard.io/driver.branch".into(), branch.into());
+    if let Some(c) = gpus
+        .iter()
+        .filter_map(|g| g["compute_capability"].as_str())
+        .min()
+    {
+        let (a, b) = c.split_once('.').unwrap();
+        l.insert("gpu-guard.io/compute.min.major".into(), a.into());
+        l.insert("gpu-guard.io/compute.min.minor".into(), b.into());
+    }
+}
+
+/// The fleet: every driver x GPU set, labelled in turn by every labeller;
+/// some with the health labeller's counts; and a CPU node.
+fn fleet(dir: &Path) -> Vec<GenNode> {
     let mut out = Vec::new();
-    let brand_values: Vec<Option<&str>> = std::iter::once(None)
-        .chain(std::iter::once(Some("mixed")))
-        .chain(BRANDS.iter().map(|b| Some(*b)))
-        .collect();
+    let labellers = [
+        Labeller::Both,
+        Labeller::Both,
+        Labeller::GpuGuard,
+        Labeller::Gfd,
+        Labeller::Older,
+    ];
     let mut i = 0usize;
-    for (bi, brand) in brand_values.iter().enumerate() {
-        for (di, (branch, cuda)) in BRANCHES.iter().enumerate() {
-            for deprecated in [false, true] {
-                i += 1;
-                let cc = CCS[(bi + di + usize::from(deprecated)) % CCS.len()];
-                let driver = match i % 5 {
-                    0 => format!("{branch}.0"),
-                    1 => format!("{branch}.54.14"),
-                    _ => format!("{branch}.104.05"),
-                };
-                let cuda = (i % 11 != 0).then_some(*cuda);
-                let gfd_cc = if i % 7 == 0 { None } else { cc };
-                let mut l = BTreeMap::new();
-                gfd_labels(&mut l, &driver, cuda, gfd_cc, deprecated);
-                if let Some(b) = brand {
-                    l.insert("gpu-guard.io/brand".into(), b.to_string());
-                    l.insert("gpu-guard.io/driver.branch".into(), branch.to_string());
-                    if let Some(c) = cc {
-                        let (a, m) = c.split_once('.').unwrap();
-                        l.insert("gpu-guard.io/compute.min.major".into(), a.into());
-                        l.insert("gpu-guard.io/compute.min.minor".into(), m.into());
-                    }
-                    if *b != "mixed" {
-                        l.insert(format!("gpu-guard.io/brand.{b}"), "true".into());
-                    }
+    for (d, (driver, cuda)) in DRIVERS.iter().enumerate() {
+        for k in 0..12 {
+            i += 1;
+            let set = SETS[(d * 12 + k) % SETS.len()];
+            let facts = facts_json(driver, cuda, set);
+            let who = labellers[(d + k) % labellers.len()];
+            let mut l = match who {
+                Labeller::Both | Labeller::GpuGuard => gpu_guard_labels(dir, &facts),
+                Labeller::Gfd | Labeller::Older => BTreeMap::new(),
+            };
+            match who {
+                Labeller::Both | Labeller::Gfd => gfd_labels(&mut l, &facts, false),
+                Labeller::Older => {
+                    gfd_labels(&mut l, &facts, true);
+                    older_labels(&mut l, &facts);
                 }
-                out.push(GenNode {
-                    name: format!("n{i}-{}-{branch}", brand.unwrap_or("nolabel")),
-                    labels: l,
-                });
+                Labeller::GpuGuard => {}
             }
+            // The GPU health labeller: all healthy, one failed, all failed.
+            let n = set.len();
+            let (healthy, failed) = match i % 5 {
+                0 => (n, 0),
+                1 => (n - 1, 1),
+                2 => (0, n),
+                _ => (usize::MAX, 0),
+            };
+            if healthy != usize::MAX && who != Labeller::Older {
+                l.insert("gpu-guard.io/gpu.healthy".into(), healthy.to_string());
+                l.insert("gpu-guard.io/gpu.failed".into(), failed.to_string());
+            }
+            out.push(GenNode {
+                name: format!("n{i}-{driver}-{}", set.len()).replace('.', "-"),
+                labels: l,
+            });
         }
+    }
+    // Nodes most images run on: recent drivers, labelled by both.
+    let recent: &[(&str, &str, &[usize])] = &[
+        ("550.54.15", "12.4", &[11, 11, 11, 11]),
+        ("570.86.15", "12.8", &[11]),
+        ("580.65.06", "13.0", &[6, 11]),
+        ("575.57.08", "12.9", &[12]),
+        ("615.10", "13.5", &[11, 12]),
+        ("615.10", "13.5", &[15]),
+        ("570.86.15", "12.8", &[9]),
+        ("560.35.03", "12.6", &[5, 5]),
+    ];
+    for (driver, cuda, set) in recent {
+        i += 1;
+        let facts = facts_json(driver, cuda, set);
+        let mut l = gpu_guard_labels(dir, &facts);
+        gfd_labels(&mut l, &facts, false);
+        if i % 2 == 0 {
+            l.insert("gpu-guard.io/gpu.healthy".into(), set.len().to_string());
+            l.insert("gpu-guard.io/gpu.failed".into(), "0".into());
+        }
+        out.push(GenNode {
+            name: format!("r{i}-{driver}-{}", set.len()).replace('.', "-"),
+            labels: l,
+        });
     }
     let mut cpu = BTreeMap::new();
     cpu.insert("kubernetes.io/os".to_string(), "linux".to_string());
@@ -382,29 +517,28 @@ fn write_nodes(dir: &Path, nodes: &[GenNode]) -> PathBuf {
     p
 }
 
+const CONFIG: &str = "[host]\ncache_file = \"\"\n[log]\nsyslog = false\n[kernel_image]\ncache_dir = \"\"\n[libraries]\ncache_dir = \"\"\n";
+
 fn tmpdir(name: &str) -> PathBuf {
     let d = crate::support::tempdir(&format!("exact-{name}"));
-    std::fs::write(
-        d.join("config.toml"),
-        "[host]\ncache_file = \"\"\n[log]\nsyslog = false\n",
-    )
-    .unwrap();
+    std::fs::write(d.join("config.toml"), CONFIG).unwrap();
     d
 }
 
-fn gg(dir: &Path, env: &[String], extra: &[&str]) -> std::process::Output {
+/// `gpu-guard check` of `image` (or of the env alone) with `args`.
+fn gg(dir: &Path, image: Option<&Path>, env: &[String], args: &[&str]) -> std::process::Output {
     let mut c = Command::new(BIN);
     c.env_remove("GPU_GUARD_CONFIG")
         .arg("--config")
         .arg(dir.join("config.toml"))
         .arg("check");
-    if let Ok(image) = std::fs::read_to_string(dir.join("image")) {
-        c.arg("--image").arg(image);
+    if let Some(i) = image {
+        c.arg("--image").arg(i);
     }
     for e in env {
         c.arg("--env").arg(e);
     }
-    c.args(extra).output().unwrap()
+    c.args(args).output().unwrap()
 }
 
 fn official() -> Vec<(String, String)> {
@@ -419,150 +553,235 @@ fn official() -> Vec<(String, String)> {
         .collect()
 }
 
-/// For one container env: the allowed nodes of `check --nodes`, and the
-/// label-only affinity's terms; asserts they agree on every node.
+/// An image of NVIDIA's official env for `tag` (its NVIDIA_REQUIRE_CUDA
+/// and CUDA_VERSION) whose libraries are these fat-binary fixtures.
+fn image(name: &str, tag: &str, req: &str, fixtures: &[&str]) -> PathBuf {
+    use crate::image_support::*;
+    let version = tag.split('-').next().unwrap();
+    let env = vec![
+        "PATH=/usr/local/nvidia/bin:/usr/local/cuda/bin:/usr/sbin:/usr/bin".to_string(),
+        format!("CUDA_VERSION={version}"),
+        format!("NVIDIA_REQUIRE_CUDA={req}"),
+        "NVIDIA_VISIBLE_DEVICES=all".to_string(),
+        "NVIDIA_DRIVER_CAPABILITIES=compute,utility".to_string(),
+    ];
+    let libs: Vec<(String, Vec<u8>)> = fixtures
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let name = ["libcublas", "libcudnn", "libnccl"][i % 3];
+            (
+                format!("usr/local/cuda/lib64/{name}.so.12"),
+                std::fs::read(data(&format!("fatbin/{f}"))).unwrap(),
+            )
+        })
+        .collect();
+    let mut entries = vec![
+        E::Dir("usr/"),
+        E::Dir("usr/local/"),
+        E::Dir("usr/local/cuda/"),
+        E::Dir("usr/local/cuda/lib64/"),
+    ];
+    entries.extend(libs.iter().map(|(p, b)| E::File(p, b)));
+    oci_layout(name, &env, &[gz(&tar_of(&entries))])
+}
+
+/// The label-only affinity (YAML, as the webhook and people read it) and
+/// `check --nodes` agree on every node; the affinity is within 16 terms and
+/// 32 KB, valid for the API server, and says nothing of being stricter or
+/// looser. Returns how many nodes run it.
 fn assert_exact(
     dir: &Path,
-    nodes_file: &Path,
-    nodes: &[GenNode],
+    nodes: (&Path, &[GenNode]),
+    image: Option<&Path>,
     env: &[String],
+    extra: &[&str],
     what: &str,
-) -> (usize, Value) {
-    let fleet = gg(
-        dir,
-        env,
-        &["--nodes", nodes_file.to_str().unwrap(), "--json"],
-    );
+) -> usize {
+    let (file, list) = nodes;
+    let mut args = vec!["--nodes", file.to_str().unwrap(), "--json"];
+    args.extend_from_slice(extra);
+    let fleet = gg(dir, image, env, &args);
     let v: Value = serde_json::from_slice(&fleet.stdout)
         .unwrap_or_else(|e| panic!("{what}: {e}: {}", String::from_utf8_lossy(&fleet.stderr)));
-    let aff = gg(dir, env, &["--affinity", "--json"]);
-    let affinity: Value = serde_json::from_slice(&aff.stdout).unwrap();
-    // Exit 0: exact and admitting some labelled node (a CUDA 99 node would
-    // run `cuda>=99.0`); 1 only for the term that admits none.
-    let none = terms(&affinity)[0]["matchExpressions"][0]["key"] == "gpu-guard.io/admits-none";
-    assert_eq!(
-        aff.status.code(),
-        Some(i32::from(none)),
-        "{what}: {}",
-        String::from_utf8_lossy(&aff.stderr)
+    let mut args = vec!["--affinity"];
+    args.extend_from_slice(extra);
+    let aff = gg(dir, image, env, &args);
+    let yaml = String::from_utf8(aff.stdout).unwrap();
+    let affinity: Value =
+        serde_yaml_ng::from_str(&yaml).unwrap_or_else(|e| panic!("{what}: {e}: {yaml}"));
+    let n_terms = terms(&affinity).len();
+    assert!(n_terms <= 16, "{what}: {n_terms} terms\n{yaml}");
+    assert!(
+        yaml.len() <= 32 * 1024,
+        "{what}: {} bytes of YAML",
+        yaml.len()
     );
     assert_eq!(api_errors(&affinity), Vec::<String>::new(), "{what}");
-    let notes = String::from_utf8_lossy(&aff.stderr);
-    assert!(!notes.contains("not exact"), "{what}: {notes}");
+    for word in ["not exact", "stricter", "looser"] {
+        assert!(!yaml.contains(word), "{what}: {word}\n{yaml}");
+    }
     let results = v["results"].as_array().unwrap();
-    assert_eq!(results.len(), nodes.len());
+    assert_eq!(results.len(), list.len());
     let mut allowed = 0;
-    for (n, r) in nodes.iter().zip(results) {
+    for (n, r) in list.iter().zip(results) {
         assert_eq!(r["host"], n.name);
         let ok = r["decision"]["verdict"] == "allow";
         allowed += usize::from(ok);
         assert_eq!(
             admitted(&affinity, &n.name, &n.labels),
             ok,
-            "{what}: node {} {:?}\n{}\n{affinity:#}",
+            "{what}: node {} {:?}\n{:#}\n{yaml}",
             n.name,
             n.labels,
             r["decision"]
         );
     }
-    (allowed, affinity)
+    assert_eq!(v["summary"]["allowed"], allowed, "{what}");
+    // 0: exact and admitting a node with some labels (maybe none of this
+    // fleet); 1: no node with any labels could run it, said so.
+    let none = yaml.contains("gpu-guard.io/admits-none");
+    assert_eq!(aff.status.code(), Some(i32::from(none)), "{what}\n{yaml}");
+    assert!(!none || allowed == 0, "{what}\n{yaml}");
+    assert_eq!(
+        none,
+        yaml.contains("no node with any labels could run it"),
+        "{what}"
+    );
+    eprintln!(
+        "{what}: {allowed} of {} nodes, {n_terms} terms, {} bytes",
+        list.len(),
+        yaml.len()
+    );
+    allowed
 }
 
+/// The fixtures the official images are built with, in turn: every mix of
+/// SASS and PTX the fixtures hold, one library or several.
+const FIXTURE_MIXES: &[&[&str]] = &[
+    &["multi-arch.so"],
+    &["sm90a.so"],
+    &["sm100f.so"],
+    &["ptx-only.so"],
+    &["sass-only.so"],
+    &["old-arch.so"],
+    &["compressed-lz4.so"],
+    &["concat.so"],
+    &["uncompressed.so", "sm100f.so"],
+    &["multi-arch.so", "old-arch.so"],
+    &["ident.so", "compressed-zstd.so"],
+    &["rdc.so"],
+];
+
 #[test]
-fn official_requirements_are_exact_on_the_generated_fleet() {
+fn official_images_with_gpu_code_are_exact_on_the_generated_fleet() {
     let dir = tmpdir("official");
-    let nodes = fleet();
+    let nodes = fleet(&dir);
     let file = write_nodes(&dir, &nodes);
     let mut total = 0;
-    for (tag, req) in official() {
+    for (k, (tag, req)) in official().iter().enumerate() {
+        let mix = FIXTURE_MIXES[k % FIXTURE_MIXES.len()];
+        let img = image(&format!("official-{tag}"), tag, req, mix);
+        let what = format!("{tag} with {mix:?}");
+        assert_exact(&dir, (&file, &nodes), Some(&img), &[], &[], &what);
+        total += 1;
+    }
+    assert_eq!(total, 16);
+    // The requirement strings alone (no GPU code) are exact too.
+    for (tag, req) in official().iter().step_by(5) {
         let env = vec![
             "NVIDIA_VISIBLE_DEVICES=all".to_string(),
             format!("NVIDIA_REQUIRE_CUDA={req}"),
         ];
-        let (allowed, affinity) = assert_exact(&dir, &file, &nodes, &env, &tag);
-        assert!(allowed > 0, "{tag}");
         assert!(
-            terms(&affinity).len() <= 8,
-            "{tag}: {} terms",
-            terms(&affinity).len()
-        );
-        total += 1;
-    }
-    assert_eq!(total, 16);
-    eprintln!(
-        "exact: {total} official requirement strings x {} nodes",
-        nodes.len()
-    );
-}
-
-#[test]
-fn other_requirements_are_exact_too() {
-    let dir = tmpdir("other");
-    let nodes = fleet();
-    let file = write_nodes(&dir, &nodes);
-    let cases: &[&[&str]] = &[
-        &["NVIDIA_REQUIRE_CUDA=driver>=550.54.14"],
-        &["NVIDIA_REQUIRE_CUDA=driver<535.104.05 cuda>=12.6"],
-        &["NVIDIA_REQUIRE_CUDA=cuda>=12.2 brand=geforcertx"],
-        &[
-            "NVIDIA_REQUIRE_CUDA=arch>=8.0",
-            "NVIDIA_REQUIRE_ARCH=arch<10",
-        ],
-        &["NVIDIA_REQUIRE_CUDA=cuda>=12.4,arch>=8.0 brand!=geforce,driver>=535,driver<536"],
-        &["NVIDIA_REQUIRE_CUDA=cuda>=99.0"],
-        &["CUDA_VERSION=12.1.1"],
-        &[
-            "NVIDIA_REQUIRE_CUDA=cuda>=12.0",
-            "NVIDIA_VISIBLE_DEVICES=0,5",
-        ],
-        &["NVIDIA_REQUIRE_CUDA=cuda=12.2 driver=535.104.5"],
-    ];
-    for env in cases {
-        let env: Vec<String> = env.iter().map(|s| s.to_string()).collect();
-        assert_exact(&dir, &file, &nodes, &env, &env.join(" "));
-    }
-}
-
-/// Issue 21 A4's two counter-examples: nodes gpu-guard refuses that the
-/// old driver-label fallback admitted.
-#[test]
-fn official_images_are_not_admitted_where_they_are_refused() {
-    let dir = tmpdir("counter");
-    let reqs: BTreeMap<String, String> = official().into_iter().collect();
-    let node = |driver: &str, cuda: &str, brand: &str| {
-        let mut l = BTreeMap::new();
-        gfd_labels(&mut l, driver, Some(cuda), Some("8.9"), false);
-        l.insert("gpu-guard.io/brand".into(), brand.into());
-        l.insert(
-            "gpu-guard.io/driver.branch".into(),
-            driver.split('.').next().unwrap().into(),
-        );
-        l
-    };
-    for (tag, driver, cuda, brand) in [
-        ("12.4.1", "545.29.06", "12.3", "geforce"),
-        ("12.8.1", "525.85.12", "12.0", "tesla"),
-    ] {
-        let env = vec![format!("NVIDIA_REQUIRE_CUDA={}", reqs[tag])];
-        let o = gg(&dir, &env, &["--affinity", "--json"]);
-        assert_eq!(o.status.code(), Some(0), "{tag}");
-        let affinity: Value = serde_json::from_slice(&o.stdout).unwrap();
-        let notes = String::from_utf8_lossy(&o.stderr);
-        assert!(!notes.contains("more than 64 terms"), "{notes}");
-        assert!(
-            !admitted(&affinity, "x", &node(driver, cuda, brand)),
-            "{tag} {affinity:#}"
-        );
-        // A node it does run on is admitted: a Tesla on the fwd-compat branch 535.
-        assert!(
-            admitted(&affinity, "y", &node("535.104.05", "12.2", "tesla")),
+            assert_exact(&dir, (&file, &nodes), None, &env, &[], tag) > 0,
             "{tag}"
         );
     }
 }
 
+/// Placement follows the prediction, not the severity: under the default
+/// `[kernel_image] severity = "warn"` the nodes that run an sm_90a-only
+/// library are the same as under "enforce", and the same for a pod asking
+/// for four GPUs; a request by index is exact on nodes of two models too.
+#[test]
+fn placement_follows_the_prediction_whatever_the_severity() {
+    let dir = tmpdir("severity");
+    let nodes = fleet(&dir);
+    let file = write_nodes(&dir, &nodes);
+    let reqs: BTreeMap<String, String> = official().into_iter().collect();
+    let img = image("severity", "12.4.1", &reqs["12.4.1"], &["sm90a.so"]);
+    let warn = assert_exact(&dir, (&file, &nodes), Some(&img), &[], &[], "sm90a warn");
+    std::fs::write(
+        dir.join("config.toml"),
+        CONFIG.replace(
+            "[kernel_image]\n",
+            "[kernel_image]\nseverity = \"enforce\"\n",
+        ),
+    )
+    .unwrap();
+    let enforce = assert_exact(&dir, (&file, &nodes), Some(&img), &[], &[], "sm90a enforce");
+    assert_eq!(warn, enforce);
+    assert!(warn > 0);
+    let four = assert_exact(
+        &dir,
+        (&file, &nodes),
+        Some(&img),
+        &[],
+        &["--gpu-count", "4"],
+        "sm90a, 4 GPUs",
+    );
+    assert!(four < warn, "{four} {warn}");
+    let by_index = ["NVIDIA_VISIBLE_DEVICES=0,1".to_string()];
+    let img2 = image("by-index", "12.8.1", &reqs["12.8.1"], &["multi-arch.so"]);
+    assert_exact(
+        &dir,
+        (&file, &nodes),
+        Some(&img2),
+        &by_index,
+        &[],
+        "multi-arch by index",
+    );
+}
+
+/// A deny follows only from what the image is: a requirement no node can
+/// hold is "no node could run it" (exit 1); one that needs a CUDA newer
+/// than gpu-guard's tables is an affinity a node with such a driver meets.
+#[test]
+fn no_node_only_for_what_cannot_change() {
+    let dir = tmpdir("nowhere");
+    let env = |r: &str| {
+        vec![
+            "NVIDIA_VISIBLE_DEVICES=all".to_string(),
+            format!("NVIDIA_REQUIRE_CUDA={r}"),
+        ]
+    };
+    let o = gg(&dir, None, &env("cuda>=12.0,cuda<11.0"), &["--affinity"]);
+    let yaml = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{yaml}");
+    assert!(
+        yaml.contains("no node with any labels could run it"),
+        "{yaml}"
+    );
+    let o = gg(&dir, None, &env("cuda>=14.2"), &["--affinity"]);
+    let yaml = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{yaml}");
+    let affinity: Value = serde_yaml_ng::from_str(&yaml).unwrap();
+    let mut l = BTreeMap::new();
+    for (k, v) in [
+        ("gpu-guard.io/driver.int", "700001000"),
+        ("gpu-guard.io/driver.branch", "700"),
+        ("gpu-guard.io/cuda.int", "1402"),
+    ] {
+        l.insert(k.to_string(), v.to_string());
+    }
+    assert!(admitted(&affinity, "future", &l), "{yaml}");
+    l.insert("gpu-guard.io/cuda.int".into(), "1401".into());
+    assert!(!admitted(&affinity, "present", &l), "{yaml}");
+}
+
 /// `--nodes` affinities pass the API server's rules, also when they admit
-/// none (issue 17 C6): the old `In ["gpu-guard.io/no-node"]` did not.
+/// none (an `In` on a value no node carries is not such a term).
 #[test]
 fn nodes_affinities_are_valid_and_admit_none_when_nothing_runs() {
     let dir = tmpdir("none");
@@ -578,6 +797,7 @@ fn nodes_affinities_are_valid_and_admit_none_when_nothing_runs() {
         ];
         let o = gg(
             &dir,
+            None,
             &env,
             &["--nodes", nodes.to_str().unwrap(), "--affinity", "--json"],
         );
@@ -598,42 +818,51 @@ fn nodes_affinities_are_valid_and_admit_none_when_nothing_runs() {
     }
 }
 
-/// An image whose GPU code the decision judges per compute capability (its
-/// libcublas has sm_75, sm_80, sm_90a and compute_90; kernel-image findings
-/// refuse): the label affinity follows the scan too.
+/// `check --strict` on one host: a container the node starts (kernel-image
+/// findings are warnings by default) but whose code has nothing for the
+/// GPU exits 1; code that runs through a PTX JIT is no failure.
 #[test]
-fn a_scanned_image_is_exact_too() {
-    use crate::image_support::*;
-    let dir = tmpdir("image");
-    std::fs::write(
-        dir.join("config.toml"),
-        "[host]\ncache_file = \"\"\n[log]\nsyslog = false\n[kernel_image]\nseverity = \"enforce\"\ncache_dir = \"\"\n",
-    )
-    .unwrap();
-    let lib = std::fs::read(data("fatbin/multi-arch.so")).unwrap();
-    let layer = tar_of(&[
-        E::Dir("usr/"),
-        E::Dir("usr/lib/"),
-        E::File("usr/lib/libcublas.so.12", &lib),
-    ]);
-    let layout = oci_layout(
-        "exact-affinity",
-        &image_env("cuda-12.4.1-base-ubuntu2204.env"),
-        &[gz(&layer)],
+fn strict_counts_predicted_failures_and_not_a_jit() {
+    let dir = tmpdir("strict");
+    let reqs: BTreeMap<String, String> = official().into_iter().collect();
+    let img = image("strict", "12.4.1", &reqs["12.4.1"], &["multi-arch.so"]);
+    let host = |name: &str, cc: &str| {
+        let f = dir.join(format!("{name}.json"));
+        let facts = json!({"driver_version": "615.10", "cuda_driver_version": "13.5",
+            "gpus": [{"index": 0, "uuid": "GPU-00000000-0000-0000-0000-000000000000",
+                      "name": name, "brand": "tesla", "compute_capability": cc}]});
+        std::fs::write(&f, facts.to_string()).unwrap();
+        f
+    };
+    let check = |h: &Path, strict: bool| {
+        let mut args = vec!["--host", h.to_str().unwrap(), "--json"];
+        if strict {
+            args.push("--strict");
+        }
+        let o = gg(&dir, Some(&img), &[], &args);
+        let d: Value = serde_json::from_slice(&o.stdout).unwrap();
+        (o.status.code(), d)
+    };
+    // sm_75, sm_80, sm_90a and compute_90: nothing for 8.7 (Tegra).
+    let orin = host("orin", "8.7");
+    let (code, d) = check(&orin, false);
+    assert_eq!(
+        (code, d["verdict"].as_str()),
+        (Some(0), Some("allow")),
+        "{d}"
     );
-    std::fs::write(dir.join("image"), layout.to_str().unwrap()).unwrap();
-    let nodes = fleet();
-    let file = write_nodes(&dir, &nodes);
-    let (allowed, _) = assert_exact(
-        &dir,
-        &file,
-        &nodes,
-        &[],
-        "image 12.4.1 + multi-arch libcublas",
-    );
-    // Some node runs the requirement but not the code (sm_86, 8.7, 12.0...).
-    let env_only = tmpdir("image-env");
-    let req = image_env("cuda-12.4.1-base-ubuntu2204.env");
-    let (allowed_env, _) = assert_exact(&env_only, &file, &nodes, &req, "12.4.1 env");
-    assert!(allowed < allowed_env, "{allowed} {allowed_env}");
+    let predicted: Vec<&Value> = d["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["predicts_failure"] == true)
+        .collect();
+    assert!(!predicted.is_empty(), "{d}");
+    assert_eq!(predicted[0]["check"], "kernel-image");
+    assert_eq!(check(&orin, true).0, Some(1));
+    // A B200 runs compute_90 through the JIT (the driver has CUDA 13.5).
+    let b200 = host("b200", "10.0");
+    let (code, d) = check(&b200, true);
+    assert_eq!(code, Some(0), "{d}");
+    assert!(d["findings"].to_string().contains("JIT"), "{d}");
 }

@@ -1,4 +1,4 @@
-//! `gpu-guard check --image` on hostile images built here (issue 17 C1-C5):
+//! `gpu-guard check --image` on hostile images built here:
 //! each must end in one clear line on stderr, exit 2, within hard limits
 //! on memory (the binary runs under `prlimit --as`) and time (it is killed
 //! after a generous timeout). These are bounds that prove the work is
@@ -238,7 +238,7 @@ fn a_real_image_fits_the_limits() {
     assert_eq!(o.status.code(), Some(0), "{err}");
 }
 
-/// C1: the outer tar of a docker-archive announcing a GNU long name or a
+/// The outer tar of a docker-archive announcing a GNU long name or a
 /// PAX header of gigabytes (an 8 KiB sparse file) is refused by the same
 /// guard as the layers, naming the archive, before anything is allocated.
 #[test]
@@ -275,9 +275,9 @@ fn the_outer_archive_has_the_layers_header_guard() {
     refused(&p, &["tar extension header of 3221225472 bytes"]);
 }
 
-/// C1, the class: tricks that made the header guard lose its place in
-/// the stream while the `tar` crate kept it, so that a gigabyte long name
-/// after them went unchecked. Each is followed, where the `tar` crate
+/// Tricks that can make a header guard lose its place in the stream
+/// while the `tar` crate keeps it, so that a gigabyte long name after
+/// them goes unchecked. Each is followed, where the `tar` crate
 /// looks for the next header, by a GNU long name announcing 2 GiB.
 #[test]
 fn the_header_guard_keeps_its_place_in_the_stream() {
@@ -358,8 +358,8 @@ fn reseal(h: &mut [u8; 512]) {
     h[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
 }
 
-/// C2: 500 entries whose PAX paths are about 1 MB each (under the 1 MiB
-/// extension-header bound): each used to be kept twice, about 1 GB in all.
+/// 500 entries whose PAX paths are about 1 MB each (under the 1 MiB
+/// extension-header bound): kept twice each, that is about 1 GB in all.
 /// A path longer than PATH_MAX is refused at the first.
 #[test]
 fn entry_paths_over_path_max_are_refused() {
@@ -400,7 +400,7 @@ fn entry_paths_over_path_max_are_refused() {
     refused(&img, &["link target of 5000 bytes", "4095-byte limit"]);
 }
 
-/// C3: one entry of 520k components (a 1 MiB PAX path, 32 KB of gzip):
+/// One entry of 520k components (a 1 MiB PAX path, 32 KB of gzip):
 /// resolving it was quadratic (20 minutes, then allowed). It is over
 /// PATH_MAX, so refused at once.
 #[test]
@@ -445,7 +445,7 @@ fn zstd_rle(head: &[u8], n: u64) -> Vec<u8> {
     v
 }
 
-/// C5: nine zstd layers of 8 GiB of zeros each, 2.6 MB in all, stop long
+/// Nine zstd layers of 8 GiB of zeros each, 2.6 MB in all, stop long
 /// before the 64 GiB byte budget: no real layer decompresses to hundreds
 /// of times its size past the first GiB.
 #[test]
@@ -463,7 +463,7 @@ fn zstd_bombs_stop_early() {
     refused(&img, &["compression bomb"]);
 }
 
-/// C5: gzip too: members of 8 MiB of zeros each, 64 GiB in all.
+/// Gzip too: members of 8 MiB of zeros each, 64 GiB in all.
 #[test]
 fn gzip_bombs_stop_early() {
     let mut h = tar::Header::new_gnu();
@@ -507,7 +507,7 @@ fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'st
         .unwrap_or_else(|_| panic!("did not return within {limit:?}"))
 }
 
-/// C5: one wall-clock deadline for the whole check, from `Image::open`:
+/// One wall-clock deadline for the whole check, from `Image::open`:
 /// the passes after it do not start a fresh one.
 #[test]
 fn one_deadline_for_the_whole_check() {
@@ -524,7 +524,7 @@ fn one_deadline_for_the_whole_check() {
     assert!(matches!(e, ImageError::TimeBudget(2)), "{e}");
 }
 
-/// C5: one byte budget for every pass: a content pass after the header
+/// One byte budget for every pass: a content pass after the header
 /// pass spends what is left, not a fresh budget.
 #[test]
 fn one_byte_budget_for_every_pass() {
@@ -546,9 +546,9 @@ fn one_byte_budget_for_every_pass() {
     assert!(matches!(e, ImageError::ByteBudget(_)), "{e}");
 }
 
-/// C3: a chain of 30 symlinks, each a 4 KB `b/b/.../../..` target (within
-/// PATH_MAX), under 3,000 entries: the joined path was rebuilt at every
-/// component; resolving is now linear in what it walks and stops at the
+/// A chain of 30 symlinks, each a 4 KB `b/b/.../../..` target (within
+/// PATH_MAX), under 3,000 entries: rebuilding the joined path at every
+/// component would be quadratic; resolving is linear in what it walks and stops at the
 /// deadline, inside the header pass.
 #[test]
 fn path_resolution_stops_at_the_deadline() {

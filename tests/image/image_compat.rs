@@ -1,8 +1,7 @@
 //! Forward compatibility judged from an image (`check --image`), as from a
 //! rootfs (tests/image/compat_check.rs): the image's `/usr/local/cuda` symlink is
 //! resolved inside the image, the compat libcuda's note is read from the
-//! layer stream, and each host's GPUs are judged by NVIDIA's rule
-//! (issue 13 through issue 12's image reader).
+//! layer stream, and each host's GPUs are judged by NVIDIA's rule.
 
 use crate::compat_support;
 

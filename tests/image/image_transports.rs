@@ -191,3 +191,57 @@ fn a_file_named_like_a_transport_and_unread_transports() {
         assert!(err.starts_with("gpu-guard: error: --image: "), "{err}");
     }
 }
+
+/// A bare `--image` that names no file: one line, exit 2, that names the
+/// forms `--image` takes and, for a value that reads as a docker
+/// reference, the `docker://` and `docker-daemon:` spellings of it; an
+/// existing file of that name is still read as the file.
+#[test]
+fn a_registry_name_without_its_transport_says_how_to_spell_it() {
+    let t = TempDir::new("noref");
+    let dir = t.path();
+    let forms = [
+        "oci:DIR[:REF]",
+        "docker-archive:FILE",
+        "docker://HOST[:PORT]/REPO[:TAG|@DIGEST]",
+        "docker-daemon:NAME[:TAG]",
+    ];
+    for r in [
+        "nvidia/cuda:12.4.1-base-ubuntu22.04",
+        "ubuntu:22.04",
+        "nvcr.io/nvidia/pytorch:24.05-py3",
+    ] {
+        let (code, _, err) = check(dir, r);
+        assert_eq!(code, 2, "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(!err.contains("os error"), "{err}");
+        for n in [
+            format!("--image {r}: no such file or directory"),
+            format!("docker://{r}"),
+            format!("docker-daemon:{r}"),
+        ] {
+            assert!(err.contains(&n), "{n:?} not in {err}");
+        }
+        for f in forms {
+            assert!(err.contains(f), "{f:?} not in {err}");
+        }
+    }
+    // A path is not offered as a registry image; a control character is escaped.
+    for p in ["./missing.tar", "/nonexistent/layout", "img\u{1b}[2J"] {
+        let (code, _, err) = check(dir, p);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("no such file or directory"), "{err}");
+        assert!(
+            !err.contains("docker://missing") && !err.contains("docker://img"),
+            "{err}"
+        );
+        assert!(!err.contains('\u{1b}'), "{err}");
+        assert!(forms.iter().all(|f| err.contains(f)), "{err}");
+    }
+    // A file of that name exists: it is read as the file.
+    let layer = gz(&tar_of(&[E::File("etc/x", b"x")]));
+    let layout = oci_layout("noref-layout", &[OLD.to_string()], &[layer]);
+    std::fs::rename(&layout, dir.join("ubuntu:22.04")).unwrap();
+    let (code, out, err) = check(dir, "ubuntu:22.04");
+    assert_eq!(code, 0, "{out}{err}");
+}

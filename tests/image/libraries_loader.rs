@@ -1,4 +1,4 @@
-//! The loader model against the real glibc loader (issue 18).
+//! The loader model against the real glibc loader.
 //!
 //! Each layout is a small rootfs written here: the host's own `ld.so`,
 //! `libc.so.6` and `env` copied in, stub libraries built with the C
@@ -177,9 +177,7 @@ impl Lab {
         ])?;
         let libc = host_file(&[&format!("/lib/{T}/libc.so.6")])?;
         let env = host_file(&["/usr/bin/env"])?;
-        let work = std::env::temp_dir().join(format!("gg-ldso-diff-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&work);
-        std::fs::create_dir_all(&work).unwrap();
+        let work = crate::support::tempdir("ldso-diff");
         let lab = Lab {
             stubs: work.join("driver-stubs"),
             work,
@@ -329,7 +327,8 @@ impl Lab {
             let name = l.file_name(DRIVER);
             std::fs::copy(self.stubs.join(&name), dir.join(&name)).unwrap();
         }
-        if set.contains(&driver_libs::Capability::Compute) {
+        // libnvidia-container src/options.h: video brings the compute set.
+        if driver_libs::library_sets(&set).contains(&driver_libs::Capability::Compute) {
             let _ = std::fs::remove_file(dir.join("libcuda.so"));
             std::os::unix::fs::symlink("libcuda.so.1", dir.join("libcuda.so")).unwrap();
         }
@@ -449,6 +448,10 @@ fn layouts() -> Vec<Layout> {
         layout("nodefaultlib-skips-system-dirs", vec![dep(Box::leak(format!("usr/lib/{T}/libdep.so.1").into_boxed_str())), Op::Lib { path: "opt/app/lib/libroot.so", soname: Some("libroot.so"), needs: vec![Box::leak(format!("usr/lib/{T}/libdep.so.1").into_boxed_str())], rpath: None, runpath: None, nodeflib: true }], "/opt/app/lib/libroot.so").expect("libdep.so.1", false),
         layout("nodefaultlib-keeps-other-cache-entries", vec![dep("opt/conf/libdep.so.1"), Text("etc/ld.so.conf.d/c.conf", "/opt/conf\n"), Op::Lib { path: "opt/app/lib/libroot.so", soname: Some("libroot.so"), needs: vec!["opt/conf/libdep.so.1"], rpath: None, runpath: None, nodeflib: true }], "/opt/app/lib/libroot.so").expect("libdep.so.1", true),
         layout("libcuda-injected-with-compute", vec![lib("opt/tmp/libcuda.so.1", "libcuda.so.1", &[]), lib("opt/app/lib/libroot.so", "libroot.so", &["opt/tmp/libcuda.so.1"]), Rm("opt/tmp/libcuda.so.1")], "/opt/app/lib/libroot.so").caps(Some("compute")).expect("libcuda.so.1", true),
+        // libnvidia-container src/options.h: `video` is OPT_VIDEO_LIBS|OPT_COMPUTE_LIBS,
+        // `display` OPT_DISPLAY|OPT_GRAPHICS_LIBS (no compute set).
+        layout("libcuda-injected-with-video", vec![lib("opt/tmp/libcuda.so.1", "libcuda.so.1", &[]), lib("opt/tmp/libnvidia-ptxjitcompiler.so.1", "libnvidia-ptxjitcompiler.so.1", &[]), lib("opt/app/lib/libroot.so", "libroot.so", &["opt/tmp/libcuda.so.1", "opt/tmp/libnvidia-ptxjitcompiler.so.1"]), Rm("opt/tmp/libcuda.so.1"), Rm("opt/tmp/libnvidia-ptxjitcompiler.so.1")], "/opt/app/lib/libroot.so").caps(Some("video")).expect("libcuda.so.1", true).expect("libnvidia-ptxjitcompiler.so.1", true),
+        layout("libglx-injected-libcuda-missing-with-display", vec![lib("opt/tmp/libcuda.so.1", "libcuda.so.1", &[]), lib("opt/tmp/libGLX_nvidia.so.0", "libGLX_nvidia.so.0", &[]), lib("opt/app/lib/libroot.so", "libroot.so", &["opt/tmp/libcuda.so.1", "opt/tmp/libGLX_nvidia.so.0"]), Rm("opt/tmp/libcuda.so.1"), Rm("opt/tmp/libGLX_nvidia.so.0")], "/opt/app/lib/libroot.so").caps(Some("display")).expect("libcuda.so.1", false).expect("libGLX_nvidia.so.0", true),
         layout("libcuda-missing-with-utility", vec![lib("opt/tmp/libcuda.so.1", "libcuda.so.1", &[]), lib("opt/tmp/libnvidia-ml.so.1", "libnvidia-ml.so.1", &[]), lib("opt/app/lib/libroot.so", "libroot.so", &["opt/tmp/libcuda.so.1", "opt/tmp/libnvidia-ml.so.1"]), Rm("opt/tmp/libcuda.so.1"), Rm("opt/tmp/libnvidia-ml.so.1")], "/opt/app/lib/libroot.so").caps(Some("utility")).expect("libcuda.so.1", false).expect("libnvidia-ml.so.1", true),
         layout("the-image's-libcuda-stub-wins", vec![lib(Box::leak(format!("usr/lib/{T}/libcuda.so.1").into_boxed_str()), "libcuda.so.1", &[]), lib("opt/app/lib/libroot.so", "libroot.so", &[Box::leak(format!("usr/lib/{T}/libcuda.so.1").into_boxed_str())])], "/opt/app/lib/libroot.so").caps(Some("all")).expect("libcuda.so.1", true),
         layout("first-conf-dir-wins", vec![dep("opt/first/libdep.so.1"), dep("opt/second/libdep.so.1"), Text("etc/ld.so.conf.d/a.conf", "/opt/first\n/opt/second\n"), lib("opt/app/lib/libroot.so", "libroot.so", &["opt/second/libdep.so.1"])], "/opt/app/lib/libroot.so").expect("libdep.so.1", true),

@@ -1,4 +1,4 @@
-//! The libraries scan (issue 18) on real NVIDIA binaries from PyPI, on an
+//! The libraries scan on real NVIDIA binaries from PyPI, on an
 //! image built from them, on driver capabilities, and on hostile rootfs
 //! trees.
 //!
@@ -13,7 +13,7 @@ use crate::support::{require, tempdir};
 use gpu_guard::core::decision::{Check, Finding, Severity};
 use gpu_guard::core::facts::HostFacts;
 use gpu_guard::core::libraries::{assess, Via};
-use gpu_guard::core::policy::{Enforcement, LibrariesConfig, MinorVersionCompat};
+use gpu_guard::core::policy::{Enforcement, LibrariesConfig};
 use gpu_guard::scan::ldso::resolve::{Resolved, StartEnv};
 use gpu_guard::scan::ldso::scan_rootfs;
 use std::os::unix::fs::symlink;
@@ -140,6 +140,7 @@ fn host(driver: &str, cuda: &str) -> HostFacts {
         driver_version: Some(driver.into()),
         cuda_driver_version: Some(cuda.into()),
         gpus: Vec::new(),
+        ..Default::default()
     }
 }
 
@@ -171,12 +172,7 @@ fn a_pip_cuda_13_runtime_is_a_driver_bound_whatever_the_image_declares() {
     let enforce = cfg(Enforcement::Refuse);
     // A CUDA 12.8 host: NVIDIA_REQUIRE_CUDA=cuda>=12.8 would hold there,
     // the runtime the image ships does not.
-    let f = assess(
-        &s,
-        Some(&host("570.86.15", "12.8")),
-        &enforce,
-        MinorVersionCompat::Off,
-    );
+    let f = assess(&s, Some(&host("570.86.15", "12.8")), &enforce);
     let e = errors(&f);
     assert_eq!(e.len(), 1, "{f:?}");
     assert_eq!(e[0].check, Check::CudaRuntime);
@@ -188,12 +184,7 @@ fn a_pip_cuda_13_runtime_is_a_driver_bound_whatever_the_image_declares() {
     );
     // A host of the runtime's CUDA: allowed.
     let v = rt.version.clone();
-    let f = assess(
-        &s,
-        Some(&host("610.43.02", &v)),
-        &enforce,
-        MinorVersionCompat::Off,
-    );
+    let f = assess(&s, Some(&host("610.43.02", &v)), &enforce);
     assert!(errors(&f).is_empty(), "{f:?}");
     std::fs::remove_dir_all(&r).unwrap();
 }
@@ -212,7 +203,7 @@ fn a_missing_runtime_is_named_with_what_needs_it_and_the_fix() {
     assert_eq!(m.needed_by, format!("{SP}/nvidia/cu13/lib/libcurand.so.10"));
     assert_eq!(m.via, Via::Needed);
     assert!(s.cuda_runtimes.is_empty());
-    let f = assess(&s, None, &cfg(Enforcement::Refuse), MinorVersionCompat::Off);
+    let f = assess(&s, None, &cfg(Enforcement::Refuse));
     let e = errors(&f);
     assert_eq!(e.len(), 1, "{f:?}");
     assert!(
@@ -230,7 +221,7 @@ fn a_missing_runtime_is_named_with_what_needs_it_and_the_fix() {
         e[0].fix
     );
     // Under warn: the same, as a warning.
-    let f = assess(&s, None, &cfg(Enforcement::Warn), MinorVersionCompat::Off);
+    let f = assess(&s, None, &cfg(Enforcement::Warn));
     assert!(errors(&f).is_empty() && !f.is_empty());
     std::fs::remove_dir_all(&r).unwrap();
 }
@@ -291,7 +282,7 @@ fn libcuda_is_there_with_compute_and_missing_with_utility_only() {
         .expect("libcuda.so.1 missing");
     assert_eq!(m.needed_by, "opt/app/lib/libuses_cuda.so");
     assert_eq!(m.capability.as_deref(), Some("compute"));
-    let f = assess(&s, None, &cfg(Enforcement::Refuse), MinorVersionCompat::Off);
+    let f = assess(&s, None, &cfg(Enforcement::Refuse));
     assert!(
         f[0].fix
             .as_deref()
@@ -336,7 +327,7 @@ fn a_warm_start_reads_the_result_from_the_cache() {
 }
 
 /// An ELF shared object needing `names` (DT_NEEDED, in order).
-fn elf_needing(names: &[String]) -> Vec<u8> {
+pub(crate) fn elf_needing(names: &[String]) -> Vec<u8> {
     let mut strtab = vec![0u8];
     let mut offs = Vec::new();
     for n in names {
@@ -528,10 +519,10 @@ fn hostile_rootfs_trees_stay_bounded_and_inside() {
 
 /// A layer entry: path, a file's bytes, a symlink's target (neither: a
 /// directory).
-type Entry = (String, Option<Vec<u8>>, Option<String>);
+pub(crate) type Entry = (String, Option<Vec<u8>>, Option<String>);
 
 /// Every entry of a rootfs directory as layer entries (files read whole).
-fn entries_of(root: &Path, rel: &str, out: &mut Vec<Entry>) {
+pub(crate) fn entries_of(root: &Path, rel: &str, out: &mut Vec<Entry>) {
     let dir = root.join(rel);
     let mut list: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
@@ -557,7 +548,7 @@ fn entries_of(root: &Path, rel: &str, out: &mut Vec<Entry>) {
     }
 }
 
-fn layer(entries: &[Entry]) -> Vec<u8> {
+pub(crate) fn layer(entries: &[Entry]) -> Vec<u8> {
     use crate::image_support::{tar_of, E};
     let es: Vec<E> = entries
         .iter()
@@ -622,9 +613,10 @@ fn an_image_of_the_wheels_reads_as_its_rootfs_does() {
     let layers = vec![layer(&base_entries), layer(&wheel_entries), layer(&top)];
     let layout = crate::image_support::oci_layout("libs-oci", &[], &layers);
     let img = Image::open(&layout, &Options::default()).unwrap();
-    let from_image = gpu_guard::image::libraries::scan(&img, &inputs(None), false)
-        .unwrap()
-        .scan;
+    let from_image =
+        gpu_guard::image::libraries::scan(&img, &inputs(None), false, &cfg(Enforcement::Warn))
+            .unwrap()
+            .scan;
     assert_eq!(from_image.missing, rootfs_scan.missing);
     assert_eq!(from_image.cuda_runtimes, rootfs_scan.cuda_runtimes);
     assert_eq!(from_image.judged, rootfs_scan.judged);
@@ -638,7 +630,7 @@ fn an_image_of_the_wheels_reads_as_its_rootfs_does() {
     let layers = vec![layer(&base_entries), layer(&wheel_entries), layer(&gone)];
     let layout2 = crate::image_support::oci_layout("libs-oci-gone", &[], &layers);
     let img = Image::open(&layout2, &Options::default()).unwrap();
-    let s = gpu_guard::image::libraries::scan(&img, &inputs(None), false)
+    let s = gpu_guard::image::libraries::scan(&img, &inputs(None), false, &cfg(Enforcement::Warn))
         .unwrap()
         .scan;
     assert!(
@@ -1041,13 +1033,14 @@ fn fleets_and_label_affinities_see_a_shipped_cuda_13_runtime_as_a_driver_bound()
             )
         })
         .collect();
-    // CUDA 12.8 cannot run the runtime; 13.0 only through minor-version
-    // compatibility, off by default; the runtime's own CUDA can.
+    // CUDA 12.8 cannot run the runtime; 13.0 runs it through CUDA's
+    // minor-version compatibility (driver 580.65.06, the CUDA 13 family
+    // minimum); the runtime's own CUDA runs it natively.
     assert_eq!(
         verdicts,
         [
             ("h100-570", "refuse"),
-            ("h100-580", "refuse"),
+            ("h100-580", "allow"),
             ("h100-new", "allow")
         ],
         "{fleet:#}"
@@ -1070,8 +1063,9 @@ fn fleets_and_label_affinities_see_a_shipped_cuda_13_runtime_as_a_driver_bound()
 /// `scan --rootfs --libraries --json --host` on a rootfs with a CUDA 12.8
 /// toolkit directory (its `version.json`) and a conda CUDA 11 runtime (its
 /// SONAME only): each runtime's version and where it came from; on a CUDA
-/// 12.2 host the 12.8 runtime follows `requirements.minor_version_compatibility`
-/// (refused under `off`, a warning under `allow`), the CUDA 11 one is fine.
+/// 12.2 host the 12.8 runtime runs by CUDA's minor-version compatibility
+/// (a warning, whatever `requirements.minor_version_compatibility` says),
+/// on a CUDA 11 host it cannot; the CUDA 11 one is fine.
 #[test]
 fn toolkit_and_conda_runtimes_through_scan_follow_the_minor_version_rule() {
     let r = tempdir("libs-toolkit");
@@ -1092,8 +1086,8 @@ fn toolkit_and_conda_runtimes_through_scan_follow_the_minor_version_rule() {
     )
     .unwrap();
     let d = tempdir("libs-toolkit-run");
-    let host = facts_file(&d, "535.104.05", "12.2");
-    let run = |minor: &str| {
+    let h122 = facts_file(&d, "535.104.05", "12.2");
+    let run = |minor: &str, host: &Path| {
         let c = d.join(format!("config-{minor}.toml"));
         std::fs::write(
             &c,
@@ -1104,7 +1098,7 @@ fn toolkit_and_conda_runtimes_through_scan_follow_the_minor_version_rule() {
             .arg("--config")
             .arg(&c)
             .args(["scan", "--rootfs", "--libraries", "--json", "--host"])
-            .arg(&host)
+            .arg(host)
             .arg(&r)
             .env_remove("GPU_GUARD_CONFIG")
             .output()
@@ -1114,7 +1108,7 @@ fn toolkit_and_conda_runtimes_through_scan_follow_the_minor_version_rule() {
             .unwrap_or_else(|e| panic!("{e}: {out}{}", String::from_utf8_lossy(&o.stderr)));
         (o.status.code(), v["rootfs"][0].clone())
     };
-    let (code, v) = run("off");
+    let (_, v) = run("off", &h122);
     let rts = v["libraries"]["cuda_runtimes"].as_array().unwrap();
     let by_path = |p: &str| {
         rts.iter()
@@ -1138,19 +1132,32 @@ fn toolkit_and_conda_runtimes_through_scan_follow_the_minor_version_rule() {
             .cloned()
             .collect()
     };
+    // CUDA's rule, whatever requirements.minor_version_compatibility says
+    // (it governs declared requirements): 12.8 runs on 535 (CUDA 12.2),
+    // above 525.60.13, with a warning naming what needs driver 570.
+    for rule in ["off", "allow"] {
+        let (code, v) = run(rule, &h122);
+        let f = rt_findings(&v);
+        assert_eq!(code, Some(0), "{rule}: {v}");
+        assert_eq!(f.len(), 1, "{v}");
+        assert_eq!(f[0]["severity"], "warning");
+        let m = f[0]["message"].as_str().unwrap();
+        assert!(
+            m.contains("cuda-12.8") && m.contains("minor-version compatibility"),
+            "{m}"
+        );
+        assert!(m.contains("570.26"), "{m}");
+        assert!(f[0].get("predicts_failure").is_none(), "{f:?}");
+    }
+    // A CUDA 11 driver: the 12.8 runtime's major is newer; the 11 one runs.
+    let (code, v) = run("off", &facts_file(&d, "520.61.05", "11.8"));
     let f = rt_findings(&v);
     assert_eq!(code, Some(1), "{v}");
     assert_eq!(f.len(), 1, "{v}");
     assert_eq!(f[0]["severity"], "error");
-    assert!(
-        f[0]["message"].as_str().unwrap().contains("cuda-12.8"),
-        "{f:?}"
-    );
-    let (code, v) = run("allow");
-    let f = rt_findings(&v);
-    assert_eq!(code, Some(0), "{v}");
-    assert_eq!(f.len(), 1, "{v}");
-    assert_eq!(f[0]["severity"], "warning");
+    assert_eq!(f[0]["predicts_failure"], true);
+    let m = f[0]["message"].as_str().unwrap();
+    assert!(m.contains("cuda-12.8") && m.contains("insufficient"), "{m}");
     std::fs::remove_dir_all(&r).unwrap();
     std::fs::remove_dir_all(&d).unwrap();
 }

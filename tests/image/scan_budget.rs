@@ -1,7 +1,7 @@
-//! Budgets against hostile images (issue 10 C2): the byte budget counts
+//! Budgets against hostile images: the byte budget counts
 //! what is read, not file sizes; the libraries that matter come first and
 //! one huge file cannot starve the rest; what a budget leaves unjudged is
-//! named, refuses under `on_incomplete = "refuse"`, and the next start
+//! named, refuses under `on_incomplete = "enforce"`, and the next start
 //! resumes from the cache.
 
 use crate::scan_support::*;
@@ -236,7 +236,7 @@ fn on_incomplete_refuse_refuses_naming_the_unjudged() {
     let f = kernel_image_findings(&root, &h100(), None, &sev_warn);
     assert!(f.iter().all(|f| f.severity == Severity::Warning), "{f:?}");
     // The config file spells it so.
-    let c = gpu_guard::config::parse("[kernel_image]\non_incomplete = \"refuse\"\n").unwrap();
+    let c = gpu_guard::config::parse("[kernel_image]\non_incomplete = \"enforce\"\n").unwrap();
     assert_eq!(c.kernel_image.on_incomplete, Enforcement::Refuse);
     assert!(gpu_guard::config::parse("[kernel_image]\non_incomplete = \"allow\"\n").is_err());
     fs::remove_dir_all(&root).unwrap();

@@ -22,21 +22,42 @@ fn put(root: &Path, rel: &str, text: &str, mode: u32) {
     fs::set_permissions(&p, fs::Permissions::from_mode(mode)).unwrap();
 }
 
-/// A host root with gpu-guard, runc, the device nodes of a one-GPU host,
-/// docker's config, and gpu-guard's config reading host facts from
+/// A host root with gpu-guard, runc, the device nodes of a one-GPU host
+/// (character devices of the driver's majors, as /proc/devices there
+/// lists them: mknod needs root, None without it), docker's config, and
+/// gpu-guard's config reading host facts from
 /// tests/data/hosts/PROFILE.json; docker registered by `gpu-guard install`.
-fn node(tag: &str, profile: &str) -> PathBuf {
+fn node(tag: &str, profile: &str) -> Option<PathBuf> {
+    if !crate::support::have_root("the host root's device nodes are made with mknod") {
+        return None;
+    }
     let root = tempdir(tag);
     put(&root, "usr/bin/gpu-guard", "#!/bin/sh\n", 0o755);
     std::os::unix::fs::symlink("gpu-guard", root.join("usr/bin/gpu-guard-runtime")).unwrap();
     put(&root, "usr/bin/runc", "#!/bin/sh\n", 0o755);
-    put(&root, "dev/nvidiactl", "", 0o644);
-    put(&root, "dev/nvidia-uvm", "", 0o644);
+    char_node(&root, "dev/nvidiactl", 195, 255, 0o666);
+    char_node(&root, "dev/nvidia-uvm", 508, 0, 0o666);
+    put(
+        &root,
+        "proc/devices",
+        "Character devices:\n  1 mem\n195 nvidia-frontend\n508 nvidia-uvm\n",
+        0o444,
+    );
     put(&root, "etc/docker/daemon.json", "{}\n", 0o644);
     config(&root, profile, "");
     let o = install(&root, &["docker"]);
     assert_eq!(o.0, Some(0), "{}", o.1);
-    root
+    Some(root)
+}
+
+/// A character device MAJOR:MINOR with `mode` at `rel` under `root`.
+fn char_node(root: &Path, rel: &str, major: u64, minor: u64, mode: u32) {
+    use nix::sys::stat::{makedev, mknod, Mode, SFlag};
+    let p = root.join(rel);
+    fs::create_dir_all(p.parent().unwrap()).unwrap();
+    let _ = fs::remove_file(&p);
+    mknod(&p, SFlag::S_IFCHR, Mode::empty(), makedev(major, minor)).unwrap();
+    fs::set_permissions(&p, fs::Permissions::from_mode(mode)).unwrap();
 }
 
 fn config(root: &Path, profile: &str, extra: &str) {
@@ -116,7 +137,9 @@ fn expect(v: &serde_json::Value, name: &str, status: &str, words: &[&str]) {
 
 #[test]
 fn a_healthy_node_and_the_json_shape() {
-    let root = node("doctor-ok", "a100");
+    let Some(root) = node("doctor-ok", "a100") else {
+        return;
+    };
     let (code, v) = doctor(&root);
     assert_eq!(code, 0, "{v:#}");
     assert_eq!(v["status"], "ok", "{v:#}");
@@ -180,7 +203,9 @@ fn a_healthy_node_and_the_json_shape() {
 
 #[test]
 fn config_problems_name_the_file_and_exit_2() {
-    let root = node("doctor-config", "a100");
+    let Some(root) = node("doctor-config", "a100") else {
+        return;
+    };
     put(
         &root,
         "etc/gpu-guard/config.d/50-warn.toml",
@@ -237,7 +262,9 @@ fn config_problems_name_the_file_and_exit_2() {
 
 #[test]
 fn host_problems() {
-    let root = node("doctor-host", "no-driver");
+    let Some(root) = node("doctor-host", "no-driver") else {
+        return;
+    };
     let (code, v) = doctor(&root);
     assert_eq!(code, 1, "{v:#}");
     expect(&v, "host.driver", "error", &["no NVIDIA driver"]);
@@ -250,6 +277,52 @@ fn host_problems() {
     let (code, v) = doctor(&root);
     assert_eq!(code, 0, "a warning: {v:#}");
     expect(&v, "host.device-nodes", "warning", &["nvidia-uvm"]);
+    // A directory where the node should be (`docker run -v` before it
+    // existed): an error; a node only a group can open: a warning.
+    fs::create_dir(root.join("dev/nvidia-uvm")).unwrap();
+    let (code, v) = doctor(&root);
+    assert_eq!(code, 1, "{v:#}");
+    expect(
+        &v,
+        "host.device-nodes",
+        "error",
+        &["nvidia-uvm is a directory"],
+    );
+    fs::remove_dir(root.join("dev/nvidia-uvm")).unwrap();
+    char_node(&root, "dev/nvidia-uvm", 508, 0, 0o660);
+    let (code, v) = doctor(&root);
+    assert_eq!(code, 0, "a warning: {v:#}");
+    expect(
+        &v,
+        "host.device-nodes",
+        "warning",
+        &["crw-rw----", "only its owner and group"],
+    );
+    char_node(&root, "dev/nvidia-uvm", 508, 0, 0o666);
+    // NVML's health, as a facts file records it: a failed GPU is an error.
+    let facts = root.join("facts.json");
+    let mut a100: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(data("hosts/a100.json")).unwrap()).unwrap();
+    a100["gpus"][0]["health"] =
+        serde_json::json!({"state": "failed", "reasons": ["row remapping failed"]});
+    fs::write(&facts, a100.to_string()).unwrap();
+    put(
+        &root,
+        "etc/gpu-guard/config.toml",
+        &format!(
+            "[host]\nfacts_file = \"{}\"\ncache_file = \"\"\n[log]\nsyslog = false\n",
+            facts.display()
+        ),
+        0o644,
+    );
+    let (code, v) = doctor(&root);
+    assert_eq!(code, 1, "{v:#}");
+    expect(
+        &v,
+        "host.health",
+        "error",
+        &["GPU 0", "failed", "row remapping failed"],
+    );
     // Unreadable facts: the probe failed.
     config(&root, "none-such", "");
     let (code, v) = doctor(&root);
@@ -260,7 +333,9 @@ fn host_problems() {
 
 #[test]
 fn drift_and_the_chained_runtime() {
-    let root = node("doctor-engine", "a100");
+    let Some(root) = node("doctor-engine", "a100") else {
+        return;
+    };
     // Someone takes gpu-guard out of daemon.json.
     put(&root, "etc/docker/daemon.json", "{}\n", 0o644);
     let (code, v) = doctor(&root);
@@ -358,7 +433,9 @@ fn drift_and_the_chained_runtime() {
 
 #[test]
 fn hook_files_and_engines_not_registered() {
-    let root = node("doctor-hooks", "a100");
+    let Some(root) = node("doctor-hooks", "a100") else {
+        return;
+    };
     put(&root, "usr/bin/podman", "#!/bin/sh\n", 0o755);
     let (code, v) = doctor(&root);
     assert_eq!(code, 0, "{v:#}");
@@ -431,7 +508,9 @@ fn hook_files_and_engines_not_registered() {
 
 #[test]
 fn cdi_and_private_directories() {
-    let root = node("doctor-dirs", "a100");
+    let Some(root) = node("doctor-dirs", "a100") else {
+        return;
+    };
     // NVIDIA's spec for the running driver (a100: 535.104.05), its files
     // there: ok. The judgement is `host`'s (core::cdi), on the host root.
     let lib = "usr/lib/x86_64-linux-gnu/libcuda.so";
@@ -520,4 +599,33 @@ fn cdi_and_private_directories() {
     let o = bin().args(["doctor", "--bogus"]).output().unwrap();
     assert_eq!(o.status.code(), Some(2));
     fs::remove_dir_all(root).unwrap();
+}
+
+/// The chains the config names are checked whether or not an install is
+/// recorded: the next install, or a registration by hand, runs them.
+#[test]
+fn every_chain_the_config_names() {
+    let bare = tempdir("doctor-chains");
+    config(
+        &bare,
+        "a100",
+        "[runtime]\npath = \"/usr/bin/nvidia-container-runtime\"\n[runtime.engines.crio]\npath = \"/opt/none/crun\"\n",
+    );
+    let (code, v) = doctor(&bare);
+    assert_eq!(code, 1, "{v:#}");
+    expect(&v, "engines", "error", &["registered with no engine"]);
+    expect(&v, "chain", "error", &["/usr/bin/nvidia-container-runtime"]);
+    expect(&v, "chain.crio", "error", &["/opt/none/crun"]);
+    // Once they exist and can run, both are ok.
+    put(
+        &bare,
+        "usr/bin/nvidia-container-runtime",
+        "#!/bin/sh\n",
+        0o755,
+    );
+    put(&bare, "opt/none/crun", "#!/bin/sh\n", 0o755);
+    let (_, v) = doctor(&bare);
+    expect(&v, "chain", "ok", &["/usr/bin/nvidia-container-runtime"]);
+    expect(&v, "chain.crio", "ok", &["/opt/none/crun"]);
+    fs::remove_dir_all(bare).unwrap();
 }

@@ -1,9 +1,9 @@
-//! `gpu-guard install` and nvidia-ctk's conventions (issue 21 C1): an NVIDIA
+//! `gpu-guard install` and nvidia-ctk's conventions: an NVIDIA
 //! runtime registered but not the default is named, `--chain-runtime
 //! nvidia|PATH` chains to it, `--set-as-default` is nvidia-ctk's spelling,
 //! a `--config` that is not a gpu-guard config (nvidia-ctk's flag for the
 //! engine's file) is refused with a hint, and `uninstall --help` shows only
-//! what uninstall uses. And a chain stays with its engine (issue 17 A2).
+//! what uninstall uses. And a chain stays with its engine.
 
 use std::fs;
 use std::path::Path;
@@ -246,8 +246,8 @@ fn containerd_and_crio_name_a_registered_nvidia_runtime_too() {
 }
 
 /// docker's default is NVIDIA's runtime, containerd's is runc: after both
-/// installs each engine's wrapper chains to its own (issue 17 A2; on the
-/// old main both read one global runtime.path, NVIDIA's).
+/// installs each engine's wrapper chains to its own, not to one global
+/// runtime.path.
 #[test]
 fn two_engines_keep_their_own_chains() {
     let root = host_root("conv-two");

@@ -48,7 +48,7 @@ fn handler_copies_the_current_runtime_but_not_a_vm_one() {
         Some("/usr/libexec/crio/conmon")
     );
     // The root is gpu-guard's own, whatever the copied runtime had: the
-    // wrapper knows CRI-O by it (issue 17 A2).
+    // wrapper knows CRI-O by it.
     assert_eq!(rt["runtime_root"].as_str(), Some("/run/gpu-guard/crio"));
     // A kata default would not be copied: only "oci" runtimes are.
     let kata = "[crio.runtime]\ndefault_runtime = \"kata\"\n[crio.runtime.runtimes.kata]\nruntime_path = \"/k\"\nruntime_type = \"vm\"\n";

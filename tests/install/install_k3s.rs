@@ -267,3 +267,64 @@ fn nvidia_as_k3s_default_is_chained_and_v3_templates() {
     );
     fs::remove_dir_all(root).unwrap();
 }
+
+/// Without --config-path, install finds k3s's and RKE2's containerd under
+/// the host root by their rendered config.toml, and edits the template
+/// they render it from: never a new /etc/containerd/config.toml, which
+/// neither reads.
+#[test]
+fn k3s_and_rke2_are_found_without_a_config_path() {
+    for (dir, unit) in [(K3S, "systemctl restart k3s"), (RKE2, "rke2-server")] {
+        let root = k3s_root("k3s-detect", dir, Some(&rendered_base()));
+        let (code, out) = gg(&root, &["install", "containerd", "--dry-run"]);
+        assert_eq!(code, Some(0), "{out}");
+        let tmpl = format!("{}/config.toml.tmpl", &dir[1..]);
+        assert!(
+            out.contains(&format!("+++ b/{tmpl}")) || out.contains(&tmpl),
+            "{out}"
+        );
+        assert!(!out.contains("etc/containerd/config.toml\n"), "{out}");
+        assert!(!root.join("etc/containerd").exists(), "{out}");
+        let (code, out) = gg(&root, &["install", "containerd"]);
+        assert_eq!(code, Some(0), "{out}");
+        assert!(out.contains(unit), "the restart is {unit}'s: {out}");
+        let text = fs::read_to_string(root.join(&tmpl)).unwrap();
+        assert!(text.contains("# BEGIN gpu-guard"), "{text}");
+        assert!(!root.join("etc/containerd").exists(), "{out}");
+        // Once rendered, the drift check reads the rendered file.
+        fs::write(
+            root.join(&dir[1..]).join("config.toml"),
+            render(&text, &rendered_base()),
+        )
+        .unwrap();
+        let (code, out) = gg(&root, &["install", "containerd", "--check"]);
+        assert_eq!(code, Some(0), "{out}");
+        let o = bin()
+            .args(["doctor", "--host-root"])
+            .arg(&root)
+            .env_remove("GPU_GUARD_CONFIG")
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(out.contains("engine.containerd"), "{out}");
+        assert!(!out.contains("containerd is on this node but"), "{out}");
+        let (code, out) = gg(&root, &["uninstall", "containerd"]);
+        assert_eq!(code, Some(0), "{out}");
+        assert!(!root.join(&tmpl).exists(), "{out}");
+        fs::remove_dir_all(root).unwrap();
+    }
+}
+
+/// A k3s whose containerd is 2.x renders a version 3 config from
+/// config-v3.toml.tmpl: that is the template install writes.
+#[test]
+fn a_version_3_k3s_gets_the_v3_template() {
+    let v3 = "version = 3\n[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n";
+    let root = k3s_root("k3s-v3", K3S, Some(v3));
+    let (code, out) = gg(&root, &["install", "containerd"]);
+    assert_eq!(code, Some(0), "{out}");
+    let text = fs::read_to_string(root.join(&K3S[1..]).join("config-v3.toml.tmpl")).unwrap();
+    assert!(text.contains("\"io.containerd.cri.v1.runtime\""), "{text}");
+    assert!(!root.join(&K3S[1..]).join("config.toml.tmpl").exists());
+    fs::remove_dir_all(root).unwrap();
+}

@@ -22,3 +22,4 @@ mod install_docker;
 mod install_drift;
 mod install_k3s;
 mod install_podman;
+mod install_transaction;

@@ -1,6 +1,7 @@
-//! The test layout stays fast, complete and honest (issue 16): at most six
-//! test binaries, because each one links the whole library and a one-line
-//! change relinks them all; every test file is a `mod` of its binary's
+//! The test layout stays fast, complete and honest: at most six test
+//! binaries in the whole workspace (crates included), because each one
+//! links the whole library and a one-line change relinks them all; every
+//! test file is a `mod` of its binary's
 //! main.rs, because a file no main.rs names is silently never compiled nor
 //! run; and only the `test_hooks` binary (built only with the feature) uses
 //! what a `test-hooks` build alone reads, so plain `cargo test` neither
@@ -11,8 +12,12 @@ use std::path::{Path, PathBuf};
 
 const MAX_BINARIES: usize = 6;
 
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
+}
+
 fn tests_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests")
+    workspace().join("tests")
 }
 
 fn sorted(dir: &Path) -> Vec<PathBuf> {
@@ -24,20 +29,64 @@ fn sorted(dir: &Path) -> Vec<PathBuf> {
     v
 }
 
-/// The one test binary whose root is a file: tests/module_graph.rs, at the
-/// path issue 16 names; its modules live in tests/structure/.
-const ROOT_FILE_BINARY: &str = "module_graph.rs";
-const ROOT_FILE_MODULES: &str = "structure";
+/// The workspace's packages: the root and every crates/NAME with a
+/// Cargo.toml.
+fn packages(root: &Path) -> Vec<PathBuf> {
+    let mut v = vec![root.to_path_buf()];
+    let crates = root.join("crates");
+    if crates.is_dir() {
+        v.extend(
+            sorted(&crates)
+                .into_iter()
+                .filter(|p| p.join("Cargo.toml").is_file()),
+        );
+    }
+    v
+}
 
-/// The binary directories: tests/NAME/main.rs.
-fn binary_dirs() -> Vec<PathBuf> {
-    sorted(&tests_dir())
-        .into_iter()
-        .filter(|p| p.join("main.rs").is_file())
+/// The integration test binaries of one package, as Cargo finds them:
+/// each tests/NAME.rs, each tests/NAME/main.rs, and each `[[test]]` of
+/// its Cargo.toml (named by `path`, so a target declared and
+/// auto-discovered counts once).
+fn package_binaries(pkg: &Path) -> BTreeSet<PathBuf> {
+    let mut bins = BTreeSet::new();
+    let tests = pkg.join("tests");
+    if tests.is_dir() {
+        for p in sorted(&tests) {
+            if p.extension().is_some_and(|e| e == "rs") {
+                bins.insert(p);
+            } else if p.join("main.rs").is_file() {
+                bins.insert(p.join("main.rs"));
+            }
+        }
+    }
+    let manifest = std::fs::read_to_string(pkg.join("Cargo.toml")).expect("read Cargo.toml");
+    let mut in_test = false;
+    for l in manifest.lines().map(str::trim) {
+        if l.starts_with('[') {
+            in_test = l == "[[test]]";
+        } else if let Some(v) = l.strip_prefix("path").filter(|_| in_test) {
+            let v = v
+                .trim_start()
+                .trim_start_matches('=')
+                .trim()
+                .trim_matches('"');
+            bins.insert(pkg.join(v));
+        }
+    }
+    bins
+}
+
+/// Every integration test binary of the workspace.
+fn workspace_binaries(root: &Path) -> Vec<PathBuf> {
+    packages(root)
+        .iter()
+        .flat_map(|p| package_binaries(p))
         .collect()
 }
 
-/// The `mod NAME;` declarations of a main.rs (attributes and `pub` aside).
+/// The `mod NAME;` declarations of a main.rs or mod.rs (attributes and
+/// `pub` aside).
 fn declared_mods(main: &Path) -> BTreeSet<String> {
     let text = std::fs::read_to_string(main).expect("read main.rs");
     text.lines()
@@ -50,11 +99,11 @@ fn declared_mods(main: &Path) -> BTreeSet<String> {
 }
 
 #[test]
-fn at_most_six_test_binaries_and_no_loose_test_files() {
+fn at_most_six_test_binaries_in_the_workspace() {
+    let root = workspace();
     let loose: Vec<String> = sorted(&tests_dir())
         .into_iter()
         .filter(|p| p.extension().is_some_and(|e| e == "rs"))
-        .filter(|p| !p.ends_with(ROOT_FILE_BINARY))
         .map(|p| p.display().to_string())
         .collect();
     assert!(
@@ -63,30 +112,88 @@ fn at_most_six_test_binaries_and_no_loose_test_files() {
          move it into the binary of its topic (tests/<binary>/, one `mod` line in \
          its main.rs; see the comment at the top of each main.rs): {loose:?}"
     );
-    let mut bins = binary_dirs();
-    bins.push(tests_dir().join(ROOT_FILE_BINARY));
+    let bins = workspace_binaries(&root);
     assert!(
         bins.len() <= MAX_BINARIES,
-        "{} test binaries (at most {MAX_BINARIES}): {bins:?}",
+        "{} test binaries in the workspace (at most {MAX_BINARIES}; a crate's tests \
+         go into an existing binary, as crates/admission/tests/it holds the registry \
+         client's): {bins:?}",
         bins.len()
     );
-    assert!(!bins.is_empty(), "no tests/*/main.rs found");
+    assert!(
+        bins.contains(&tests_dir().join("decide/main.rs")),
+        "{bins:?}"
+    );
+}
+
+#[test]
+fn the_binary_counter_counts_what_cargo_builds() {
+    // The rule above can fail: a package with a loose file, a directory
+    // binary and a declared target elsewhere has three.
+    let d = crate::support::TempDir::new("test-layout");
+    std::fs::create_dir_all(d.join("tests/it")).unwrap();
+    std::fs::create_dir_all(d.join("crates/a/tests/more")).unwrap();
+    std::fs::create_dir_all(d.join("crates/notes")).unwrap();
+    std::fs::write(d.join("tests/loose.rs"), "").unwrap();
+    std::fs::write(d.join("tests/it/main.rs"), "").unwrap();
+    std::fs::write(d.join("tests/it/helper.rs"), "").unwrap();
+    let manifest = "[package]\nname = \"x\"\n\n[[test]]\nname = \"t\"\npath = \"checks/t.rs\"\n\n[[test]]\nname = \"it\"\npath = \"tests/it/main.rs\"\n";
+    std::fs::write(d.join("Cargo.toml"), manifest).unwrap();
+    std::fs::write(d.join("crates/a/Cargo.toml"), "[package]\n").unwrap();
+    std::fs::write(d.join("crates/a/tests/more/main.rs"), "").unwrap();
+    let bins = workspace_binaries(d.path());
+    assert_eq!(
+        bins,
+        [
+            d.join("checks/t.rs"),
+            d.join("tests/it/main.rs"),
+            d.join("tests/loose.rs"),
+            d.join("crates/a/tests/more/main.rs"),
+        ]
+    );
+}
+
+/// The directories whose files are modules of one root file: every
+/// tests/NAME/ with a main.rs in every package, and below them (and in
+/// tests/) every directory with a mod.rs.
+fn module_dirs(root: &Path) -> Vec<(PathBuf, PathBuf)> {
+    fn with_subdirs(dir: &Path, root_file: PathBuf, out: &mut Vec<(PathBuf, PathBuf)>) {
+        out.push((dir.to_path_buf(), root_file));
+        for p in sorted(dir) {
+            if p.join("mod.rs").is_file() {
+                with_subdirs(&p, p.join("mod.rs"), out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for pkg in packages(root) {
+        let tests = pkg.join("tests");
+        if !tests.is_dir() {
+            continue;
+        }
+        for p in sorted(&tests) {
+            if p.join("main.rs").is_file() {
+                with_subdirs(&p, p.join("main.rs"), &mut out);
+            } else if p.join("mod.rs").is_file() {
+                with_subdirs(&p, p.join("mod.rs"), &mut out);
+            }
+        }
+    }
+    out
 }
 
 #[test]
 fn every_test_file_is_a_module_of_its_binary() {
-    let root_file = (
-        tests_dir().join(ROOT_FILE_MODULES),
-        tests_dir().join(ROOT_FILE_BINARY),
+    let dirs = module_dirs(&workspace());
+    assert!(
+        dirs.iter().any(|(d, _)| d.ends_with("tests/structure")),
+        "{dirs:?}"
     );
-    let dirs = binary_dirs()
-        .into_iter()
-        .map(|d| (d.clone(), d.join("main.rs")));
-    for (dir, main) in dirs.chain([root_file]) {
+    for (dir, main) in dirs {
         let mods = declared_mods(&main);
         for p in sorted(&dir) {
             let stem = p.file_stem().unwrap().to_string_lossy().into_owned();
-            if p.is_dir() || stem == "main" || !p.extension().is_some_and(|e| e == "rs") {
+            if p.is_dir() || p == main || !p.extension().is_some_and(|e| e == "rs") {
                 continue;
             }
             assert!(

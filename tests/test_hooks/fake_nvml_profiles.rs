@@ -17,7 +17,7 @@ fn host_json_equals_each_profile() {
         // so scripts can tell it from a GPU host (`gpu-guard host --help`).
         let want = if *name == "no-driver" { 1 } else { 0 };
         assert_eq!(out.status.code(), Some(want), "{name}: {}", stderr(&out));
-        assert_eq!(stdout_json(&out), profile_json(name), "{name}");
+        assert_eq!(stdout_json(&out), probed_json(name), "{name}");
         if *name == "no-driver" {
             // The fake answers NVML_ERROR_DRIVER_NOT_LOADED and there is no
             // /proc/driver/nvidia: the no-driver diagnosis.
@@ -42,7 +42,7 @@ fn host_json_without_proc_tree_still_comes_from_nvml() {
         let cfg = host.config(&lib, None, "");
         let (out, _) = run_bounded(host.command(name, &cfg).args(["host", "--json"]), LIMIT);
         assert_eq!(out.status.code(), Some(0), "{name}: {}", stderr(&out));
-        assert_eq!(stdout_json(&out), profile_json(name), "{name}");
+        assert_eq!(stdout_json(&out), probed_json(name), "{name}");
     }
 }
 

@@ -2,9 +2,11 @@
 //! i.e. sets a variable only a test-hooks build of gpu-guard reads, or
 //! loads the fake NVML library (crates/fake-nvml):
 //! - a fake host (GPU_GUARD_PROC_NVIDIA, GPU_GUARD_DEV_DIR,
-//!   GPU_GUARD_BOOT_ID_FILE, GPU_GUARD_PROC_MODULES, GPU_GUARD_PROC_DEVICES):
-//!   the host probe, NVML faults, the facts cache, the probe child, `check`
-//!   and the prestart hook against fake hosts, integration/gpu-check.sh;
+//!   GPU_GUARD_BOOT_ID_FILE, GPU_GUARD_PROC_MODULES, GPU_GUARD_PROC_DEVICES,
+//!   GPU_GUARD_SYS_DIR): the host probe, NVML faults, the facts cache, the
+//!   probe child, `check` and the prestart hook against fake hosts, GPU
+//!   health and topology (the wrapper's NUMA pin under real runc),
+//!   integration/gpu-check.sh;
 //! - lowered image budgets (GPU_GUARD_IMAGE_MAX_BYTES/_SECS): `check --image`;
 //! - a private marker directory (GPU_GUARD_MARKER_DIR): the runtime wrapper
 //!   end to end in spec_parity and wrapper_policy (without it, markers go
@@ -27,10 +29,15 @@ mod support;
 mod image_support;
 mod probe_common;
 
+mod decision_records;
 mod doctor_nvml;
+mod driver_root;
 mod fake_nvml_faults;
 mod fake_nvml_profiles;
+mod health_topology;
 mod image_check;
+mod install_faults;
+mod numa_runc;
 mod probe_api;
 mod probe_cache;
 mod probe_child;
@@ -38,5 +45,7 @@ mod probe_e2e_check;
 mod probe_e2e_hook;
 mod probe_gpu_check_script;
 mod spec_parity;
+mod wrapper_devices;
 mod wrapper_engines;
+mod wrapper_fail_closed;
 mod wrapper_policy;

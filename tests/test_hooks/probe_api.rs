@@ -42,8 +42,9 @@ fn probe_fake(
     r
 }
 
+/// The facts NVML gives for a profile: the profile, each GPU healthy.
 fn facts_of(name: &str) -> HostFacts {
-    HostFacts::from_json(&std::fs::read_to_string(profile(name)).unwrap()).unwrap()
+    HostFacts::from_json(&probed_json(name).to_string()).unwrap()
 }
 
 fn kinds(r: &HostReport) -> Vec<HostProblemKind> {
@@ -151,7 +152,8 @@ fn facts_file_is_read_and_never_probed() {
     let mut c = cfg(Path::new("/nonexistent/libnvidia-ml.so.1"), None);
     c.facts_file = profile("t4-a10").display().to_string();
     let r = probe_with(&c, &host.paths());
-    assert_eq!(r.facts, Some(facts_of("t4-a10")));
+    let file = std::fs::read_to_string(profile("t4-a10")).unwrap();
+    assert_eq!(r.facts, Some(HostFacts::from_json(&file).unwrap()));
     assert!(r.source.starts_with("facts file"), "{}", r.source);
     c.facts_file = host.dir.join("nope.json").display().to_string();
     let r = probe_with(&c, &host.paths());

@@ -56,10 +56,7 @@ fn setup(profile_name: &str) -> (FakeHost, PathBuf, PathBuf) {
 fn warm_cache_makes_no_nvml_call() {
     let (host, cache, cfg) = setup("t4-a10");
     assert!(!cache.exists());
-    assert_eq!(
-        host_json(&host, "t4-a10", &cfg, &[]),
-        profile_json("t4-a10")
-    );
+    assert_eq!(host_json(&host, "t4-a10", &cfg, &[]), probed_json("t4-a10"));
     assert!(cache.is_file(), "cold probe writes the cache");
     let mode = std::os::unix::fs::PermissionsExt::mode(
         &std::fs::metadata(cache.parent().unwrap())
@@ -70,7 +67,7 @@ fn warm_cache_makes_no_nvml_call() {
     // Any NVML call would now fail or hang: a hit never makes one.
     assert_eq!(
         host_json(&host, "t4-a10", &cfg, &[("FAKE_NVML_FAIL", "init")]),
-        profile_json("t4-a10")
+        probed_json("t4-a10")
     );
     let (code, src) = host_source(
         &host,
@@ -81,10 +78,7 @@ fn warm_cache_makes_no_nvml_call() {
     assert_eq!(code, 0, "{src}");
     assert!(src.contains("(source: cache "), "{src}");
     // And the cached facts are the profile's even if NVML would now say otherwise.
-    assert_eq!(
-        host_json(&host, "h100x8", &cfg, &[]),
-        profile_json("t4-a10")
-    );
+    assert_eq!(host_json(&host, "h100x8", &cfg, &[]), probed_json("t4-a10"));
 }
 
 #[test]
@@ -102,16 +96,16 @@ fn truncated_or_foreign_cache_is_rebuilt() {
         // Ignored, not trusted: NVML is asked (and answers a100-mig).
         assert_eq!(
             host_json(&host, "a100-mig", &cfg, &[]),
-            profile_json("a100-mig")
+            probed_json("a100-mig")
         );
         let rebuilt: serde_json::Value =
             serde_json::from_slice(&std::fs::read(&cache).unwrap()).expect("rebuilt cache is JSON");
-        assert_eq!(rebuilt["format"], "gpu-guard host facts cache v1");
-        assert_eq!(rebuilt["facts"], profile_json("a100-mig"));
+        assert_eq!(rebuilt["format"], "gpu-guard host facts cache v2");
+        assert_eq!(rebuilt["facts"], probed_json("a100-mig"));
         // And it is warm again.
         assert_eq!(
             host_json(&host, "a100-mig", &cfg, &[("FAKE_NVML_FAIL", "init")]),
-            profile_json("a100-mig")
+            probed_json("a100-mig")
         );
     }
 }
@@ -119,25 +113,16 @@ fn truncated_or_foreign_cache_is_rebuilt() {
 #[test]
 fn driver_change_or_reboot_invalidates() {
     let (host, _cache, cfg) = setup("a100");
-    assert_eq!(host_json(&host, "a100", &cfg, &[]), profile_json("a100"));
+    assert_eq!(host_json(&host, "a100", &cfg, &[]), probed_json("a100"));
     // Same driver: the cached a100 answer stands even though NVML would say h100x8.
-    assert_eq!(host_json(&host, "h100x8", &cfg, &[]), profile_json("a100"));
+    assert_eq!(host_json(&host, "h100x8", &cfg, &[]), probed_json("a100"));
     // The driver is reloaded at another version: the cache is void.
     host.set_driver("550.54.15");
-    assert_eq!(
-        host_json(&host, "h100x8", &cfg, &[]),
-        profile_json("h100x8")
-    );
+    assert_eq!(host_json(&host, "h100x8", &cfg, &[]), probed_json("h100x8"));
     // A reboot (new boot id) voids it too.
-    assert_eq!(
-        host_json(&host, "t4-a10", &cfg, &[]),
-        profile_json("h100x8")
-    );
+    assert_eq!(host_json(&host, "t4-a10", &cfg, &[]), probed_json("h100x8"));
     host.set_boot_id("99999999-2222-3333-4444-555555555555");
-    assert_eq!(
-        host_json(&host, "t4-a10", &cfg, &[]),
-        profile_json("t4-a10")
-    );
+    assert_eq!(host_json(&host, "t4-a10", &cfg, &[]), probed_json("t4-a10"));
 }
 
 #[test]
@@ -145,13 +130,10 @@ fn ttl_expires() {
     let host = FakeHost::new("a100", true);
     let cache = host.dir.join("c.json");
     let cfg = host.config(&fake_lib(), Some(&cache), "cache_ttl_s = 1");
-    assert_eq!(host_json(&host, "a100", &cfg, &[]), profile_json("a100"));
-    assert_eq!(host_json(&host, "t4-a10", &cfg, &[]), profile_json("a100"));
+    assert_eq!(host_json(&host, "a100", &cfg, &[]), probed_json("a100"));
+    assert_eq!(host_json(&host, "t4-a10", &cfg, &[]), probed_json("a100"));
     std::thread::sleep(Duration::from_millis(1100));
-    assert_eq!(
-        host_json(&host, "t4-a10", &cfg, &[]),
-        profile_json("t4-a10")
-    );
+    assert_eq!(host_json(&host, "t4-a10", &cfg, &[]), probed_json("t4-a10"));
 }
 
 #[test]
@@ -182,21 +164,18 @@ fn unwritable_cache_still_answers() {
     // The cache "directory" is a file: nothing can be written there.
     std::fs::write(host.dir.join("blocker"), b"").unwrap();
     let cfg = host.config(&fake_lib(), Some(&host.dir.join("blocker/c.json")), "");
-    assert_eq!(host_json(&host, "a100", &cfg, &[]), profile_json("a100"));
+    assert_eq!(host_json(&host, "a100", &cfg, &[]), probed_json("a100"));
 }
 
 #[test]
 fn cache_disabled_by_empty_path_or_zero_ttl() {
     let host = FakeHost::new("a100", true);
     let cfg = host.config(&fake_lib(), None, "");
-    assert_eq!(host_json(&host, "a100", &cfg, &[]), profile_json("a100"));
-    assert_eq!(
-        host_json(&host, "t4-a10", &cfg, &[]),
-        profile_json("t4-a10")
-    );
+    assert_eq!(host_json(&host, "a100", &cfg, &[]), probed_json("a100"));
+    assert_eq!(host_json(&host, "t4-a10", &cfg, &[]), probed_json("t4-a10"));
     let cache = host.dir.join("c.json");
     let cfg = host.config(&fake_lib(), Some(&cache), "cache_ttl_s = 0");
-    assert_eq!(host_json(&host, "a100", &cfg, &[]), profile_json("a100"));
+    assert_eq!(host_json(&host, "a100", &cfg, &[]), probed_json("a100"));
     assert!(!cache.exists());
 }
 
@@ -239,7 +218,7 @@ fn concurrent(
 fn thirty_two_processes_cold_then_warm() {
     for profile_name in ["h100x8", "a100-mig"] {
         let (host, cache, cfg) = setup(profile_name);
-        let want = profile_json(profile_name);
+        let want = probed_json(profile_name);
         // Cold: all probe (a slow init widens the race) and all write.
         let outs = concurrent(
             &host,
@@ -278,7 +257,7 @@ fn readers_racing_a_rewrite_never_see_half_a_file() {
     let outs = concurrent(&host, "h100x8", &cfg, &[], 32);
     for o in &outs {
         assert_eq!(o.status.code(), Some(0), "{}", stderr(o));
-        assert_eq!(stdout_json(o), profile_json("h100x8"));
+        assert_eq!(stdout_json(o), probed_json("h100x8"));
     }
     let text = std::fs::read_to_string(&cache).unwrap();
     assert!(

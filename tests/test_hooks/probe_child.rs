@@ -226,7 +226,7 @@ fn host_command_loads_nvml_only_in_a_child() {
     let cfg = config(&host, "enforce", None);
     let (pid, out, _) = run_with_stdin(command(&host, &cfg, None).args(["host", "--json"]), b"");
     assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(stdout_json(&out), profile_json("a100"));
+    assert_eq!(stdout_json(&out), probed_json("a100"));
     loaded_only_in_children(&host, pid);
 }
 

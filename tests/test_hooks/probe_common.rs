@@ -46,6 +46,19 @@ pub fn profile_json(name: &str) -> serde_json::Value {
     serde_json::from_str(&text).expect("profile is JSON")
 }
 
+/// The facts `gpu-guard host --json` prints for a profile answered by the
+/// fake NVML: the profile, with each GPU's health as NVML reports it
+/// (every profile here is healthy: no `nvml_health`).
+pub fn probed_json(name: &str) -> serde_json::Value {
+    let mut v = profile_json(name);
+    if let Some(gpus) = v["gpus"].as_array_mut() {
+        for g in gpus {
+            g["health"] = serde_json::json!({"state": "ok", "reasons": []});
+        }
+    }
+    v
+}
+
 /// The fake libnvidia-ml (crates/fake-nvml), built once per test binary
 /// into this build's target directory. `FAKE_NVML_LIB` names a prebuilt one.
 pub fn fake_lib() -> PathBuf {
@@ -97,17 +110,23 @@ pub fn version_text(driver: &str) -> String {
 
 /// A host under `root`: proc/ (as /proc/driver/nvidia, from the profile
 /// unless `with_proc` is false), dev/ with the device nodes of the
-/// profile's GPUs, boot_id, and modules and devices (as /proc/modules and
-/// /proc/devices: the nvidia module and its character devices only when
-/// proc/ is written).
+/// profile's GPUs, boot_id, modules and devices (as /proc/modules and
+/// /proc/devices: the nvidia module and its character devices when the
+/// profile has a driver), and sys/ (as /sys, empty until `set_numa`).
 pub struct FakeHost {
     pub dir: TempDir,
 }
 
 impl FakeHost {
     pub fn new(profile_name: &str, with_proc: bool) -> FakeHost {
+        FakeHost::from_facts(&profile_json(profile_name), with_proc)
+    }
+
+    /// A host answering from `facts` (written to `facts.json` in its dir,
+    /// [`FakeHost::facts_file`]): a profile a test changes.
+    pub fn from_facts(facts: &serde_json::Value, with_proc: bool) -> FakeHost {
         let dir = TempDir::new("host");
-        let facts = profile_json(profile_name);
+        std::fs::write(dir.join("facts.json"), facts.to_string()).unwrap();
         std::fs::create_dir_all(dir.join("proc")).unwrap();
         std::fs::create_dir_all(dir.join("dev")).unwrap();
         std::fs::write(
@@ -116,7 +135,10 @@ impl FakeHost {
         )
         .unwrap();
         let h = FakeHost { dir };
-        let loaded = with_proc && facts["driver_version"].is_string();
+        // The module is loaded wherever NVML answers with a driver, with
+        // /proc/driver/nvidia or without (a host whose /proc tree is
+        // hidden): its character devices are registered either way.
+        let loaded = facts["driver_version"].is_string();
         h.set_module_loaded(loaded);
         if let Some(driver) = facts["driver_version"].as_str() {
             if with_proc {
@@ -139,15 +161,61 @@ impl FakeHost {
                     .unwrap();
                 }
             }
-            for n in ["nvidiactl", "nvidia-uvm"] {
-                std::fs::write(h.dir.join("dev").join(n), b"").unwrap();
-            }
+            h.device_node("nvidiactl", 195, 255, 0o666);
+            h.device_node("nvidia-uvm", 508, 0, 0o666);
             for (i, g) in facts["gpus"].as_array().unwrap().iter().enumerate() {
-                let minor = g["minor_number"].as_u64().unwrap_or(i as u64);
-                std::fs::write(h.dir.join("dev").join(format!("nvidia{minor}")), b"").unwrap();
+                let minor = g["minor_number"].as_u64().unwrap_or(i as u64) as u32;
+                h.device_node(&format!("nvidia{minor}"), 195, minor, 0o666);
             }
         }
+        std::fs::create_dir_all(h.sys()).unwrap();
         h
+    }
+
+    /// dev/NAME as the driver makes it: a character device MAJOR:MINOR
+    /// with `mode` (mknod needs root, as the runc tests here do; without
+    /// it a regular file stands in, which the device-node check reports as
+    /// not a character device).
+    pub fn device_node(&self, name: &str, major: u32, minor: u32, mode: u32) {
+        use nix::sys::stat::{makedev, mknod, Mode, SFlag};
+        let p = self.dev().join(name);
+        let _ = std::fs::remove_file(&p);
+        let perm = Mode::from_bits_truncate(mode);
+        let made = mknod(
+            &p,
+            SFlag::S_IFCHR,
+            perm,
+            makedev(major.into(), minor.into()),
+        );
+        if made.is_err() {
+            std::fs::write(&p, b"").unwrap();
+        }
+        // mknod applies the umask: set the mode asked for.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    /// sys/ (as /sys): the PCI device at `bus` (NVML's spelling) on NUMA
+    /// node `node` (-1: none) with local CPUs `cpus`.
+    pub fn set_numa(&self, bus: &str, node: i32, cpus: &str) {
+        let id = bus.get(4..).unwrap_or(bus).to_lowercase();
+        let d = self.sys().join("bus/pci/devices").join(id);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("numa_node"), format!("{node}\n")).unwrap();
+        std::fs::write(d.join("local_cpulist"), format!("{cpus}\n")).unwrap();
+    }
+
+    /// sys/devices/system: the CPUs online and the nodes with memory.
+    pub fn set_cpus(&self, online: &str, memory_nodes: &str) {
+        let s = self.sys().join("devices/system");
+        std::fs::create_dir_all(s.join("cpu")).unwrap();
+        std::fs::create_dir_all(s.join("node")).unwrap();
+        std::fs::write(s.join("cpu/online"), format!("{online}\n")).unwrap();
+        std::fs::write(s.join("node/has_memory"), format!("{memory_nodes}\n")).unwrap();
+    }
+
+    pub fn sys(&self) -> PathBuf {
+        self.dir.join("sys")
     }
 
     /// (Re)writes proc/version for `driver`, as a driver reload does.
@@ -200,10 +268,25 @@ impl FakeHost {
             boot_id: Some(self.boot_id()),
             modules: Some(self.modules()),
             devices: Some(self.devices()),
+            sys: self.sys(),
             // The library runs NVML in this binary (`gpu-guard __probe`),
             // not in the test executable.
             probe_exe: gpu_guard(),
+            // No KFD topology or amdgpu module here: NVIDIA facts only.
+            host_root: self.dir.join("host-root"),
         }
+    }
+
+    /// The facts the fake NVML answers from in [`FakeHost::command_own`].
+    pub fn facts_file(&self) -> PathBuf {
+        self.dir.join("facts.json")
+    }
+
+    /// [`FakeHost::command`] answering from this host's own facts file.
+    pub fn command_own(&self, config: &Path) -> Command {
+        let mut c = self.command("a100", config);
+        c.env("FAKE_NVML_FACTS", self.facts_file());
+        c
     }
 
     /// A gpu-guard config in this host's dir; `host_extra` lines go under [host].
@@ -237,6 +320,7 @@ impl FakeHost {
             ("GPU_GUARD_BOOT_ID_FILE", self.boot_id()),
             ("GPU_GUARD_PROC_MODULES", self.modules()),
             ("GPU_GUARD_PROC_DEVICES", self.devices()),
+            ("GPU_GUARD_SYS_DIR", self.sys()),
         ]
     }
 

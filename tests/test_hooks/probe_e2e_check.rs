@@ -192,7 +192,7 @@ fn lost_gpu_refuses_only_containers_that_see_it() {
     let lost = [("FAKE_NVML_FAIL", "gpu_lost:1")];
     let (out, d) = check(&host, "h100x8", &cfg, GPU_ENV, &lost);
     assert_refuse(&out, &d);
-    assert!(has_finding(&d, "host", "error", "GPU 1"), "{d}");
+    assert!(has_finding(&d, "health", "error", "GPU 1"), "{d}");
     let (out, d) = check(
         &host,
         "h100x8",

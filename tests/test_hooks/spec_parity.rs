@@ -1,4 +1,4 @@
-//! Issue 10 part B: gpu-guard's view of a spec equals runc's (Go
+//! gpu-guard's view of a spec equals runc's (Go
 //! encoding/json into runtime-spec's structs), its edits win over every
 //! spelling of their keys, an unreadable spec is refused only when it names
 //! a GPU request, exec's privilege flags are held to the policy, and the

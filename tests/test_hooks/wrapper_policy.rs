@@ -1,5 +1,5 @@
 //! One policy for create, run, exec and restore, and `check` deciding as
-//! the installed wrapper would (issue 17 A3, B3). The wrapper runs in
+//! the installed wrapper would. The wrapper runs in
 //! front of a recording stand-in for the real runtime;
 //! integration/test-spec-parity.sh runs the same spellings under a real
 //! runc.

@@ -176,17 +176,35 @@ pub fn and(
     Ok(out)
 }
 
-/// The AND of several containers' term lists.
+/// The AND of several containers' term lists, each of which constrains
+/// (an empty list here admits no node). Empty when no node satisfies them
+/// all, whatever the number of lists: "no node" is never taken for "no
+/// constraint yet".
 pub fn and_all(lists: &[Vec<NodeSelectorTerm>]) -> Result<Vec<NodeSelectorTerm>, AffinityError> {
-    let mut acc: Vec<NodeSelectorTerm> = Vec::new();
+    let mut acc: Option<Vec<NodeSelectorTerm>> = None;
     for l in lists {
-        acc = if acc.is_empty() {
-            simplify(l)
-        } else {
-            and(&acc, l)?
+        let next = match &acc {
+            None => simplify(l),
+            Some(a) => and_terms(a, l)?,
         };
+        if next.is_empty() {
+            return Ok(next);
+        }
+        acc = Some(next);
     }
-    Ok(acc)
+    Ok(acc.unwrap_or_default())
+}
+
+/// `and` of two constraining lists (an empty `a` admits no node, unlike
+/// `and`'s `own`, where empty means the pod has no affinity).
+fn and_terms(
+    a: &[NodeSelectorTerm],
+    b: &[NodeSelectorTerm],
+) -> Result<Vec<NodeSelectorTerm>, AffinityError> {
+    if a.is_empty() || b.is_empty() {
+        return Ok(Vec::new());
+    }
+    and(a, b)
 }
 
 /// A label expression (for the judge's terms and the tests).
@@ -270,5 +288,27 @@ mod tests {
             and(&many, &many2),
             Err(AffinityError::TooLarge { .. })
         ));
+    }
+
+    #[test]
+    fn no_node_stays_no_node_for_any_number_of_lists() {
+        let a = vec![term(vec![expr("drv", "Gt", &["549"])])];
+        let b = vec![term(vec![expr("drv", "In", &["470"])])];
+        let c = vec![term(vec![expr("gpu", "Exists", &[])])];
+        assert!(and_all(&[a.clone(), b.clone()]).unwrap().is_empty());
+        assert!(and_all(&[a.clone(), b.clone(), c.clone()])
+            .unwrap()
+            .is_empty());
+        assert!(and_all(&[a.clone(), b, c.clone(), c.clone()])
+            .unwrap()
+            .is_empty());
+        assert_eq!(and_all(&[a.clone(), c.clone()]).unwrap().len(), 1);
+        assert_eq!(and_all(&[c]).unwrap().len(), 1);
+        // A list whose terms never match constrains to nothing.
+        let never = vec![term(vec![
+            expr("k", "Exists", &[]),
+            expr("k", "DoesNotExist", &[]),
+        ])];
+        assert!(and_all(&[never, a]).unwrap().is_empty());
     }
 }

@@ -9,7 +9,7 @@
 //! cannot be read (one line naming the registry and the cause).
 
 use crate::needs::{self, Needs};
-use crate::remote::{self, Access, Origin};
+use crate::remote::{self, Access, NeverStop, Origin};
 use gpu_guard::commands::cli::CheckArgs;
 use gpu_guard::commands::fleet_report::ImageReport;
 use gpu_guard::commands::image_check;
@@ -20,6 +20,7 @@ use gpu_guard::image::scan::ImageScan;
 use gpu_guard_registry::{Reference, Resolved};
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// The `image` object of the report, for an image known by its needs.
 fn report_from_needs(
@@ -75,10 +76,9 @@ fn scan_from_needs(n: &Needs) -> ImageScan {
 fn read_layers(
     cfg: &Config,
     args: &CheckArgs,
-    c: &Arc<gpu_guard_registry::Client>,
-    r: &Reference,
-    res: &Resolved,
+    (c, r, res): (&Arc<gpu_guard_registry::Client>, &Reference, &Resolved),
     platform: &str,
+    (limits, deadline): (gpu_guard::image::Limits, Instant),
 ) -> Result<
     (
         Needs,
@@ -96,8 +96,15 @@ fn read_layers(
             format!("registry {}: {e}", c.name())
         }
     };
-    let img =
-        remote::open_image(c, r, res, platform, image_check::limits(), None).map_err(named)?;
+    let img = remote::open_image(
+        c,
+        r,
+        res,
+        platform,
+        limits,
+        (Some(deadline), Arc::new(NeverStop)),
+    )
+    .map_err(named)?;
     let env = image_check::parse_env(args)?;
     let container = image_check::image_container(&img, &env);
     let (scan, libraries) =
@@ -141,6 +148,15 @@ pub fn main(config: Option<&Path>, args: &CheckArgs) -> i32 {
     registry_check(&cfg, args, &image)
 }
 
+/// The image reader's limits, with `--read-timeout` as its time budget.
+fn read_limits(args: &CheckArgs) -> gpu_guard::image::Limits {
+    let mut l = image_check::limits();
+    if let Some(s) = args.read_timeout {
+        l.max_time = std::time::Duration::from_secs(s);
+    }
+    l
+}
+
 /// `--image docker://...`.
 fn registry_check(cfg: &Config, args: &CheckArgs, image: &str) -> i32 {
     let platform = args
@@ -165,7 +181,10 @@ fn registry_check(cfg: &Config, args: &CheckArgs, image: &str) -> i32 {
         Ok(r) => r,
         Err(e) => return usage(e),
     };
-    let c = match access.client(&r, None) {
+    // One deadline for the whole read: every request, token and layer.
+    let limits = read_limits(args);
+    let deadline = Instant::now() + limits.max_time;
+    let c = match access.client(&r, Some(deadline)) {
         Ok(c) => Arc::new(c),
         Err(e) => return usage(e),
     };
@@ -174,30 +193,30 @@ fn registry_check(cfg: &Config, args: &CheckArgs, image: &str) -> i32 {
         Err(e) => return usage(e),
     };
     if !args.attest {
-        match remote::attested(&c, &r, &res) {
-            Ok(Some((n, at))) if n.usable(cfg) => {
-                let origin = Origin::Attestation(at);
-                let container = image_check::container_for(&n.env, &env);
-                let report = report_from_needs(&r, &n, &origin, &container);
-                let scan =
-                    (cfg.kernel_image.severity != Enforcement::Off).then(|| scan_from_needs(&n));
-                let libraries = n.library_scan.clone();
-                return image_check::judge(
-                    cfg.clone(),
-                    args,
-                    container,
-                    (scan, libraries),
-                    &report,
-                );
-            }
-            Ok(_) => {}
-            Err(e) => return usage(e),
+        let (found, skipped) = remote::attested(&c, &r, &res, cfg);
+        // Each line is built from text escaped where it was read (the
+        // registry's errors, `esc` of the reasons): `clean` escapes what
+        // was missed without doubling the backslashes of those escapes.
+        for s in &skipped {
+            eprintln!(
+                "gpu-guard check: warning: {}",
+                gpu_guard::core::sanitize::clean(s.clone())
+            );
+        }
+        if let Some((n, at)) = found {
+            let origin = Origin::Attestation(at);
+            let container = image_check::container_for(&n.env, &env);
+            let report = report_from_needs(&r, &n, &origin, &container);
+            let scan = (cfg.kernel_image.severity != Enforcement::Off).then(|| scan_from_needs(&n));
+            let libraries = n.library_scan.clone();
+            return image_check::judge(cfg.clone(), args, container, (scan, libraries), &report);
         }
     }
-    let (needs, report, scan, container) = match read_layers(cfg, args, &c, &r, &res, &platform) {
-        Ok(x) => x,
-        Err(e) => return usage(e),
-    };
+    let (needs, report, scan, container) =
+        match read_layers(cfg, args, (&c, &r, &res), &platform, (limits, deadline)) {
+            Ok(x) => x,
+            Err(e) => return usage(e),
+        };
     if args.attest {
         if let Err(e) = push_attestation(&c, &r, &res, &needs) {
             return usage(format!("the attestation could not be pushed: {e}"));
@@ -234,7 +253,7 @@ fn daemon_check(config: Option<&Path>, args: &CheckArgs, name: &str) -> i32 {
     let opts = gpu_guard::image::Options {
         platform,
         reference: None,
-        limits: image_check::limits(),
+        limits: read_limits(args),
         ..Default::default()
     };
     let img = match crate::daemon_source::open(socket, name, &opts) {

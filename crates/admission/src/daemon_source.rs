@@ -16,6 +16,7 @@
 use gpu_guard::image::{BlobSource, Digest, Format, Image, Options};
 use gpu_guard_registry::blob::sha256_digest;
 use gpu_guard_registry::daemon;
+use gpu_guard_registry::document::cause;
 use std::collections::{HashMap, HashSet};
 use std::io::{self, Read};
 use std::path::PathBuf;
@@ -167,6 +168,8 @@ struct Listing {
 struct Shared {
     socket: PathBuf,
     name: String,
+    /// Every read of the export ends by then (the image's time budget).
+    deadline: std::time::Instant,
     stream: Option<Outer>,
     streams: usize,
 }
@@ -179,7 +182,7 @@ impl Shared {
             )));
         }
         self.streams += 1;
-        let r = daemon::export(&self.socket, &self.name, None)
+        let r = daemon::export(&self.socket, &self.name, Some(self.deadline))
             .map_err(|e| io::Error::other(e.to_string()))?;
         self.stream = Some(Outer {
             r,
@@ -377,7 +380,8 @@ fn read_config(l: &Listing, e: &Entry) -> Result<(Vec<u8>, String, Vec<String>),
     struct Rootfs {
         diff_ids: Vec<String>,
     }
-    let c: Cfg = serde_json::from_slice(&config).map_err(|e| format!("config: {e}"))?;
+    let c: Cfg = serde_json::from_slice(&config)
+        .map_err(|e| format!("config: {}", cause("image config", &e)))?;
     if c.rootfs.diff_ids.len() != e.layers.len() {
         return Err(format!(
             "{} diff_ids for {} layers",
@@ -393,6 +397,7 @@ pub fn open(socket: PathBuf, name: &str, opts: &Options) -> Result<Image, String
     let mut shared = Shared {
         socket: socket.clone(),
         name: name.to_string(),
+        deadline: std::time::Instant::now() + opts.limits.max_time,
         stream: None,
         streams: 0,
     };
@@ -402,8 +407,12 @@ pub fn open(socket: PathBuf, name: &str, opts: &Options) -> Result<Image, String
         .small
         .get("manifest.json")
         .ok_or_else(|| err("the export has no manifest.json".into()))?;
-    let entries: Vec<Entry> =
-        serde_json::from_slice(manifest).map_err(|e| err(format!("manifest.json: {e}")))?;
+    let entries: Vec<Entry> = serde_json::from_slice(manifest).map_err(|e| {
+        err(format!(
+            "manifest.json: {}",
+            cause("docker-archive manifest", &e)
+        ))
+    })?;
     let e = match entries.as_slice() {
         [e] => e,
         _ => entries

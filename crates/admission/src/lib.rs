@@ -4,13 +4,19 @@
 //! (`gpu-guard admission`) and the registry reads of `check --image docker://...`.
 
 pub mod affinity;
+pub mod cache;
+pub mod certs;
 pub mod check;
 pub mod daemon_source;
 pub mod judge;
+pub mod metrics;
 pub mod needs;
 pub mod placement;
 pub mod pod;
+pub mod podenv;
+pub mod reads;
 pub mod remote;
 pub mod review;
+pub mod reviewlog;
 pub mod server;
 pub mod webhook;

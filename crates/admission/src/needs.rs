@@ -1,5 +1,5 @@
 //! What an image needs, as the JSON of an attestation
-//! (`application/vnd.gpu-guard.needs.v1+json`; README, "Attestations").
+//! (`application/vnd.gpu-guard.needs.v1+json`; docs/before-scheduling.md, "Attestations").
 //!
 //! It holds what the decision takes from an image so that a reader with it
 //! reads no layers: the config's env (the requirements: `NVIDIA_REQUIRE_*`,
@@ -12,6 +12,7 @@
 //! can push to the repository can write one, so the node's own check still
 //! decides at container start.
 
+use gpu_guard::core::amd::{AmdLibrary, RocmUserSpace};
 use gpu_guard::core::arch::{Arch, Kind, Variant};
 use gpu_guard::core::compat::{CompatLib, CompatNote, CompatScan};
 use gpu_guard::core::kernel_image::{Image, Library, Scanned};
@@ -51,6 +52,14 @@ pub struct Needs {
     pub library_scan: Option<LibraryScan>,
     /// `gpu-guard <version>`: which scanner wrote it.
     pub producer: String,
+    /// The AMD side of the libraries (their code objects as `scan --json`
+    /// spells their `arch`, Tensile processors); absent in attestations of
+    /// a gpu-guard before AMD support.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub amd: Vec<AmdLibrary>,
+    /// The ROCm release the image ships, when one was found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rocm: Option<RocmUserSpace>,
 }
 
 /// One library: its entries as `scan --json` spells them, or why not read.
@@ -91,7 +100,7 @@ pub struct Note {
 
 #[derive(Debug, thiserror::Error)]
 pub enum NeedsError {
-    #[error("the attestation is not valid JSON: {0}")]
+    #[error("the attestation is not {what}: {0}", what = if .0.is_data() { "a gpu-guard needs document" } else { "valid JSON" })]
     Json(#[from] serde_json::Error),
     #[error("the attestation has schema {0}, this gpu-guard reads schema {SCHEMA}")]
     Schema(u32),
@@ -201,6 +210,8 @@ impl Needs {
             notes: notes.to_vec(),
             library_scan: None,
             producer: format!("gpu-guard {}", env!("CARGO_PKG_VERSION")),
+            amd: scanned.amd.clone(),
+            rocm: scanned.rocm.clone(),
         }
     }
 
@@ -264,6 +275,8 @@ impl Needs {
             libraries,
             incomplete: self.incomplete.clone(),
             not_scanned: self.not_scanned.clone(),
+            amd: self.amd.clone(),
+            rocm: self.rocm.clone(),
             ..Scanned::default()
         };
         let compat = CompatScan {

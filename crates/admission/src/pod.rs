@@ -7,8 +7,10 @@
 //! runtime reads it; `void`, `none` and empty attach none:
 //! nvidia-container-toolkit `internal/config/image/cuda_image.go`). Init
 //! containers count; the image env is not read for this (only GPU
-//! containers' images are read at all).
+//! containers' images are read at all). Each comes with its own env
+//! ([`crate::podenv`]), which the node runs over its image's.
 
+use crate::podenv::{overlay, Overlay};
 use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use std::collections::BTreeMap;
@@ -21,6 +23,8 @@ pub struct GpuContainer {
     pub init: bool,
     /// Why it counts (`nvidia.com/gpu: 1`, `NVIDIA_VISIBLE_DEVICES=all`).
     pub reason: String,
+    /// Its own env, set over the image's.
+    pub env: Overlay,
 }
 
 fn nonzero(q: &Quantity) -> bool {
@@ -45,22 +49,17 @@ fn gpu_resource(c: &Container) -> Option<String> {
     None
 }
 
-fn env_request(c: &Container) -> Option<String> {
-    let v = c
-        .env
-        .iter()
-        .flatten()
-        .rev()
-        .find(|e| e.name == "NVIDIA_VISIBLE_DEVICES")?;
-    let val = v.value.as_deref().unwrap_or("").trim();
+fn env_request(env: &Overlay) -> Option<String> {
+    let val = env.get("NVIDIA_VISIBLE_DEVICES")?.trim();
     if val.is_empty() || val == "void" || val == "none" {
         return None;
     }
     Some(format!("NVIDIA_VISIBLE_DEVICES={val}"))
 }
 
-/// The containers (init containers first, as they start) that will get GPUs.
-pub fn gpu_containers(pod: &Pod) -> Vec<GpuContainer> {
+/// The containers (init containers first, as they start) that will get
+/// GPUs, in the pod of a review in `namespace`.
+pub fn gpu_containers(pod: &Pod, namespace: &str) -> Vec<GpuContainer> {
     let Some(spec) = &pod.spec else {
         return Vec::new();
     };
@@ -68,12 +67,14 @@ pub fn gpu_containers(pod: &Pod) -> Vec<GpuContainer> {
     let main = spec.containers.iter().map(|c| (c, false));
     init.chain(main)
         .filter_map(|(c, init)| {
-            let reason = gpu_resource(c).or_else(|| env_request(c))?;
+            let env = overlay(pod, namespace, c);
+            let reason = gpu_resource(c).or_else(|| env_request(&env))?;
             Some(GpuContainer {
                 name: c.name.clone(),
                 image: c.image.clone().unwrap_or_default(),
                 init,
                 reason,
+                env,
             })
         })
         .collect()
@@ -98,15 +99,16 @@ mod tests {
             {"name": "d", "image": "d:1", "resources": {"limits": {"nvidia.com/gpu": "0"}}},
             {"name": "e", "image": "e:1", "resources": {"limits": {"cpu": "1"}}}
         ]}}));
-        let g = gpu_containers(&p);
+        let g = gpu_containers(&p, "default");
         let names: Vec<&str> = g.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["i", "a", "b"]);
         assert!(g[0].init && !g[1].init);
         assert_eq!(g[1].reason, "nvidia.com/gpu: 2");
-        assert!(gpu_containers(&pod(
-            serde_json::json!({"spec": {"containers": [{"name": "x", "image": "x"}]}})
-        ))
+        assert!(gpu_containers(
+            &pod(serde_json::json!({"spec": {"containers": [{"name": "x", "image": "x"}]}})),
+            "default"
+        )
         .is_empty());
-        assert!(gpu_containers(&pod(serde_json::json!({}))).is_empty());
+        assert!(gpu_containers(&pod(serde_json::json!({})), "default").is_empty());
     }
 }

@@ -10,7 +10,7 @@ use gpu_guard_registry::{Client, Options as ClientOptions, Platform, Reference, 
 use std::io::{self, Read};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// How to reach registries.
 #[derive(Clone, Debug, Default)]
@@ -25,25 +25,62 @@ pub struct Access {
 }
 
 impl Access {
-    /// A client for the reference's registry, bounded by `deadline`.
+    /// A client for the reference's registry; every request ends by
+    /// `deadline` (one image read), on top of the client's own timeouts.
     pub fn client(
         &self,
         r: &Reference,
         deadline: Option<Instant>,
     ) -> Result<Client, gpu_guard_registry::RegistryError> {
-        let timeout = deadline.map(|d| {
-            d.saturating_duration_since(Instant::now())
-                .max(Duration::from_millis(1))
-        });
         let opts = ClientOptions {
             plain_http: self.all_plain_http || self.plain_http.iter().any(|h| h == &r.registry),
             ca_files: self.ca_files.clone(),
-            timeout,
-            // A stalled body must not outlive the deadline either.
-            call_timeout: timeout,
+            deadline,
             ..ClientOptions::default()
         };
         gpu_guard_registry::client_for(r, opts, &self.cred_files)
+    }
+}
+
+/// Stops a read from another thread (the webhook's reads, when their
+/// review is answered and they may not go on in the background).
+pub trait Stop: Send + Sync {
+    fn stopped(&self) -> bool;
+}
+
+/// A read nobody stops (`check`).
+pub struct NeverStop;
+
+impl Stop for NeverStop {
+    fn stopped(&self) -> bool {
+        false
+    }
+}
+
+/// A blob stream that ends with an error once its read is stopped or its
+/// deadline passed (a socket read in progress is interrupted by the
+/// client's [`gpu_guard_registry::Cancel`]; this catches the next one).
+struct Guarded {
+    inner: Box<dyn Read + Send>,
+    stop: Arc<dyn Stop>,
+    deadline: Option<Instant>,
+}
+
+impl Read for Guarded {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.stop.stopped() {
+            return Err(io::Error::new(
+                io::ErrorKind::Interrupted,
+                "the read was stopped",
+            ));
+        }
+        if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the read's deadline passed",
+            ));
+        }
+        self.inner.read(buf)
     }
 }
 
@@ -54,19 +91,32 @@ struct RegistryBlobs {
     repo: String,
     /// The reader's own deadline also bounds a stalled registry.
     deadline: Option<Instant>,
+    stop: Arc<dyn Stop>,
 }
 
 impl BlobSource for RegistryBlobs {
     fn open_blob(&self, digest: &Digest) -> io::Result<Box<dyn Read + Send>> {
+        if self.stop.stopped() {
+            return Err(io::Error::new(
+                io::ErrorKind::Interrupted,
+                "the read was stopped",
+            ));
+        }
         if self.deadline.is_some_and(|d| Instant::now() >= d) {
             return Err(io::Error::new(
                 io::ErrorKind::TimedOut,
                 "the deadline passed",
             ));
         }
-        self.client
+        let inner = self
+            .client
             .blob(&self.repo, &digest.to_string(), None, false)
-            .map_err(|e| io::Error::other(e.to_string()))
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        Ok(Box::new(Guarded {
+            inner,
+            stop: self.stop.clone(),
+            deadline: self.deadline,
+        }))
     }
 
     fn describe(&self) -> String {
@@ -90,12 +140,13 @@ pub fn open_image(
     res: &Resolved,
     platform: &str,
     limits: Limits,
-    deadline: Option<Instant>,
+    (deadline, stop): (Option<Instant>, Arc<dyn Stop>),
 ) -> Result<Image, String> {
     let blobs = RegistryBlobs {
         client: client.clone(),
         repo: r.repository.clone(),
         deadline,
+        stop,
     };
     let opts = Options {
         platform: gpu_guard::image::Platform::parse(platform).map_err(|e| e.to_string())?,
@@ -128,11 +179,11 @@ pub fn needs_from_image(img: &Image, cfg: &Config) -> Result<Needs, String> {
     } else {
         let container = gpu_guard::commands::image_check::image_container(img, &[]);
         let start = gpu_guard::commands::image_check::start_env(img, &container);
-        let mut tap = gpu_guard::image::libraries::LibraryTap::default();
+        let mut tap = gpu_guard::image::libraries::LibraryTap::with_limits(&cfg.libraries);
         let (scan, tree) =
             gpu_guard::image::scan::scan_with(img, &cfg.kernel_image, Some(&mut tap))
                 .map_err(|e| e.to_string())?;
-        let l = gpu_guard::image::libraries::scan_from(img, &tree, tap, &start)
+        let l = gpu_guard::image::libraries::scan_from(img, &tree, tap, &start, &cfg.libraries)
             .map_err(|e| e.to_string())?;
         (scan, Some(l.scan))
     };
@@ -149,26 +200,50 @@ pub fn needs_from_image(img: &Image, cfg: &Config) -> Result<Needs, String> {
     .with_library_scan(libraries))
 }
 
-/// The attestation of exactly `res`'s manifest, when there is a usable one.
-/// A broken attestation is not an error: the layers are read instead.
+/// The attestation of exactly `res`'s manifest, when there is a usable
+/// one under `cfg` (newest first; one that does not parse, is about another
+/// image or lacks what `cfg` needs is skipped); with a line for each
+/// referrer skipped. Never an error: without one, the layers are read.
 pub fn attested(
     client: &Client,
     r: &Reference,
     res: &Resolved,
-) -> Result<Option<(Needs, String)>, String> {
-    let found = client
-        .find_artifact(
-            &r.repository,
-            &res.manifest.digest,
-            needs::MEDIA_TYPE,
-            needs::MAX_BYTES,
-        )
-        .map_err(|e| e.to_string())?;
-    Ok(found.and_then(|a| {
-        Needs::parse(&a.layer, &res.manifest.digest)
+    cfg: &Config,
+) -> (Option<(Needs, String)>, Vec<String>) {
+    let subject = res.manifest.digest.as_str();
+    let accept = |b: &[u8]| -> Result<(), String> {
+        let n = Needs::parse(b, subject).map_err(|e| e.to_string())?;
+        if !n.usable(cfg) {
+            return Err("written without the libraries scan, which [libraries] asks for".into());
+        }
+        Ok(())
+    };
+    let found = client.find_artifact(
+        &r.repository,
+        subject,
+        needs::MEDIA_TYPE,
+        needs::MAX_BYTES,
+        &accept,
+    );
+    let skipped = found
+        .skipped
+        .iter()
+        .map(|s| format!("attestation: {s}"))
+        .collect();
+    let n = found.artifact.and_then(|a| {
+        Needs::parse(&a.layer, subject)
             .ok()
             .map(|n| (n, a.manifest_digest))
-    }))
+    });
+    (n, skipped)
+}
+
+/// What one read found: the needs, where they came from, and lines about
+/// how (attestations skipped).
+pub struct ReadOutcome {
+    pub needs: Needs,
+    pub origin: Origin,
+    pub notes: Vec<String>,
 }
 
 /// Attestation first, then the layers.
@@ -179,15 +254,22 @@ pub fn read_needs(
     cfg: &Config,
     platform: &str,
     limits: Limits,
-    deadline: Option<Instant>,
-) -> Result<(Needs, Origin), String> {
-    if let Some((n, at)) = attested(client, r, res)? {
-        if n.usable(cfg) {
-            return Ok((n, Origin::Attestation(at)));
-        }
+    bound: (Option<Instant>, Arc<dyn Stop>),
+) -> Result<ReadOutcome, String> {
+    let (found, notes) = attested(client, r, res, cfg);
+    if let Some((needs, at)) = found {
+        return Ok(ReadOutcome {
+            needs,
+            origin: Origin::Attestation(at),
+            notes,
+        });
     }
-    let img = open_image(client, r, res, platform, limits, deadline)?;
-    Ok((needs_from_image(&img, cfg)?, Origin::Layers))
+    let img = open_image(client, r, res, platform, limits, bound)?;
+    Ok(ReadOutcome {
+        needs: needs_from_image(&img, cfg)?,
+        origin: Origin::Layers,
+        notes,
+    })
 }
 
 pub fn parse_platform(p: &str) -> Result<Platform, String> {

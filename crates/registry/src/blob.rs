@@ -3,9 +3,10 @@
 //! then a monolithic `PUT <location>?digest=...`, distribution
 //! `docs/spec/api.md`, "Monolithic Upload").
 
-use crate::client::{clean, Client, Req};
+use crate::client::{Client, Req};
 use crate::error::RegistryError;
 use crate::reference::valid_digest;
+use gpu_guard::core::sanitize::esc;
 use sha2::{Digest as _, Sha256};
 use std::io::{self, Read};
 use std::sync::atomic::Ordering;
@@ -126,7 +127,7 @@ impl Client {
             return Err(RegistryError::Protocol {
                 registry: self.name().to_string(),
                 what: "blob".to_string(),
-                msg: format!("invalid digest {:?}", clean(digest)),
+                msg: format!("invalid digest {:?}", esc(digest)),
             });
         }
         self.stats.blob_gets.fetch_add(1, Ordering::Relaxed);
@@ -139,6 +140,8 @@ impl Client {
             body: None,
             scope: Client::scope_pull(repo),
             what: &what,
+            // A layer is bounded by the read's deadline and the stall timeout only.
+            small: size.is_some_and(|s| s <= crate::client::SMALL_MAX),
         })?;
         if resp.status() != 200 {
             return Err(self.status_error(resp, &what));
@@ -190,6 +193,7 @@ impl Client {
             body: None,
             scope: Client::scope_push(repo),
             what: &what,
+            small: true,
         })?;
         match resp.status().as_u16() {
             200 => Ok(true),
@@ -213,6 +217,7 @@ impl Client {
             body: Some((&[], "application/octet-stream")),
             scope: Client::scope_push(repo),
             what: &what,
+            small: true,
         })?;
         if resp.status() != 202 {
             return Err(self.status_error(resp, &what));
@@ -227,9 +232,12 @@ impl Client {
                 what: what.clone(),
                 msg: "no Location header".to_string(),
             })?;
-        // The location may be relative (distribution answers `/v2/...`).
-        let sep = if location.contains('?') { '&' } else { '?' };
-        let put = format!("{location}{sep}digest={}", digest.replace(':', "%3A"));
+        // The location may be relative (distribution answers `/v2/...`),
+        // absolute on the registry, or on another host (storage), which
+        // gets no credentials; never plain HTTP from an HTTPS registry.
+        let put_base = self.upload_url(&target, &location, &what)?;
+        let sep = if put_base.contains('?') { '&' } else { '?' };
+        let put = format!("{put_base}{sep}digest={}", digest.replace(':', "%3A"));
         let resp = self.send(&Req {
             method: Method::PUT,
             target: &put,
@@ -237,11 +245,40 @@ impl Client {
             body: Some((bytes, "application/octet-stream")),
             scope: Client::scope_push(repo),
             what: &what,
+            small: true,
         })?;
         if resp.status() != 201 {
             return Err(self.status_error(resp, &what));
         }
         Ok(digest)
+    }
+}
+
+impl Client {
+    /// The absolute URL of an upload `Location` answered to `POST target`.
+    fn upload_url(
+        &self,
+        target: &str,
+        location: &str,
+        what: &str,
+    ) -> Result<String, RegistryError> {
+        use crate::origin::{resolve, Destination, Refused};
+        match resolve(self.origin(), &self.url(target), location) {
+            Ok(Destination::Registry(u) | Destination::Elsewhere(u)) => Ok(u),
+            Err(Refused::Downgrade(u)) => Err(RegistryError::Protocol {
+                registry: self.name().to_string(),
+                what: what.to_string(),
+                msg: format!(
+                    "the upload location {} is plain HTTP; refused from an HTTPS registry",
+                    esc(&u)
+                ),
+            }),
+            Err(Refused::Invalid(u)) => Err(RegistryError::Protocol {
+                registry: self.name().to_string(),
+                what: what.to_string(),
+                msg: format!("the upload location {} is not an http(s) URL", esc(&u)),
+            }),
+        }
     }
 }
 

@@ -1,35 +1,40 @@
 //! The blocking registry client: one `ureq` agent per registry, the
-//! registry's authentication flow, and one-line errors.
+//! registry's authentication flow ([`crate::auth`]), every request bounded
+//! in time, and one-line errors.
 //!
-//! Authentication follows distribution's token specification
-//! (`docs/spec/auth/token.md`, `docs/spec/auth/oauth.md`): a request is sent
-//! with the token cached for its scope (or none); a `401` carries a
-//! `WWW-Authenticate` challenge:
-//! - `Bearer realm,service,scope`: a token is fetched from the realm, with
-//!   HTTP Basic credentials when there are some (GET), or with an identity
-//!   token as an OAuth2 refresh token (POST `grant_type=refresh_token`), or
-//!   anonymously; the request is retried once with it.
-//! - `Basic`: the request is retried once with the credentials.
+//! Time: a connection must be set up within `connect_timeout` and answer
+//! within `response_timeout`; a small document (a manifest, a token, a
+//! referrers index, a config, an attestation) must arrive whole within
+//! `small_timeout`; and every request of one image read, layer bodies
+//! included, ends by that read's deadline ([`Client::for_read`]). A read
+//! can also be stopped from another thread ([`Cancel`]): the sockets it
+//! uses are shut down, so a stalled read returns at once.
 //!
-//! A second `401`/`403` is an authentication error naming where the
-//! credentials came from. Redirects (blob storage) are followed by ureq,
-//! which never forwards the registry's `Authorization` header on a redirect
-//! (ureq `RedirectAuthHeaders::Never`, its default).
+//! Credentials go only to the registry's own origin ([`crate::origin`]):
+//! a request to another host (an upload location there) is sent without
+//! them and a challenge from it is not answered. Redirects (blob storage)
+//! are followed by ureq, which never forwards the registry's
+//! `Authorization` header on a redirect (ureq `RedirectAuthHeaders::Never`,
+//! its default).
 
+use crate::auth::AuthState;
 use crate::challenge::{self, Challenge};
 use crate::credentials::Credential;
 use crate::error::RegistryError;
-use base64::Engine as _;
-use std::collections::HashMap;
+use crate::origin::Origin;
+use gpu_guard::core::sanitize::esc;
 use std::io::Read;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 use ureq::http::{self, Method};
 
+/// Documents read whole (manifests, tokens, configs, attestations) are at most this.
+pub const SMALL_MAX: u64 = 4 << 20;
+
 /// How to reach one registry.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Options {
     /// Plain HTTP instead of HTTPS (`--plain-http`).
     pub plain_http: bool,
@@ -38,11 +43,34 @@ pub struct Options {
     pub credential: Option<Credential>,
     /// Where the credential was read, for error messages.
     pub credential_source: Option<String>,
-    /// Connect and response-header timeout; body reads are bounded by the caller's budget.
-    pub timeout: Option<Duration>,
-    /// The most one request may take, body included (the webhook's deadline);
-    /// None for `check`, where a layer may take minutes.
-    pub call_timeout: Option<Duration>,
+    /// TCP and TLS connection setup, per connection.
+    pub connect_timeout: Option<Duration>,
+    /// From a request sent to its response's headers.
+    pub response_timeout: Option<Duration>,
+    /// A small document, from the request to its last byte.
+    pub small_timeout: Option<Duration>,
+    /// The most one socket read may wait: a body that stalls this long fails.
+    pub stall_timeout: Option<Duration>,
+    /// Every request ends by then, its body included (None: only the timeouts above).
+    pub deadline: Option<Instant>,
+}
+
+impl Default for Options {
+    /// Bounded: a registry that accepts connections and never answers, or
+    /// sends a manifest a byte a second, fails in seconds, not never.
+    fn default() -> Options {
+        Options {
+            plain_http: false,
+            ca_files: Vec::new(),
+            credential: None,
+            credential_source: None,
+            connect_timeout: Some(Duration::from_secs(15)),
+            response_timeout: Some(Duration::from_secs(30)),
+            small_timeout: Some(Duration::from_secs(60)),
+            stall_timeout: Some(Duration::from_secs(30)),
+            deadline: None,
+        }
+    }
 }
 
 /// Requests sent, by kind, so tests and the benchmark can see what a read cost.
@@ -71,45 +99,42 @@ pub(crate) struct Req<'a> {
     pub scope: String,
     /// For messages: `manifest x:y`, `blob sha256:...`.
     pub what: &'a str,
+    /// Read whole by the caller: bounded by `small_timeout` too.
+    pub small: bool,
+}
+
+/// Stops one read's requests from another thread: the sockets of the
+/// agent it was given ([`Client::for_read`]) are shut down, so a read
+/// blocked on a stalled registry returns at once with an error.
+#[derive(Clone)]
+pub struct Cancel(ureq::Agent);
+
+impl Cancel {
+    pub fn cancel(&self) {
+        self.0.clone().shutdown();
+    }
 }
 
 pub struct Client {
     agent: ureq::Agent,
     base: String,
+    origin: Origin,
     /// The registry as the reference names it, for messages.
     name: String,
-    options: Options,
-    tokens: Mutex<HashMap<String, String>>,
-    /// The registry answered a Basic challenge: send Basic credentials at once.
-    basic: Mutex<bool>,
+    pub(crate) options: Options,
+    pub(crate) auth: Arc<AuthState>,
     pub stats: Arc<Stats>,
 }
 
-/// Control characters, bidi overrides and line separators as `?`, at most
-/// 300 characters: registry text goes into one-line messages.
-pub(crate) fn clean(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{2028}' | '\u{2029}') {
-                '?'
-            } else {
-                c
-            }
-        })
-        .take(300)
-        .collect()
-}
-
-fn encode_query(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
+/// Which of ureq's timers ran out, for messages.
+fn timeout_name(t: ureq::Timeout) -> &'static str {
+    match t {
+        ureq::Timeout::Connect | ureq::Timeout::Resolve => "no connection in time",
+        ureq::Timeout::RecvResponse | ureq::Timeout::SendRequest => "no answer in time",
+        ureq::Timeout::RecvBody => "the body did not arrive in time",
+        ureq::Timeout::PerRead => "the registry stopped sending",
+        _ => "the read's deadline or the document's time limit passed",
     }
-    out
 }
 
 fn load_roots(files: &[PathBuf]) -> Result<Vec<ureq::tls::Certificate<'static>>, RegistryError> {
@@ -157,25 +182,60 @@ impl Client {
             .max_redirects(8)
             .tls_config(tls)
             .user_agent(concat!("gpu-guard/", env!("CARGO_PKG_VERSION")))
-            .timeout_connect(options.timeout)
-            .timeout_recv_response(options.timeout)
-            .timeout_global(options.call_timeout)
+            .timeout_connect(options.connect_timeout)
+            .timeout_recv_response(options.response_timeout)
+            .timeout_per_read(options.stall_timeout)
             .build()
             .new_agent();
         let scheme = if options.plain_http { "http" } else { "https" };
+        let base = format!("{scheme}://{api_host}");
+        let origin = Origin::of(&base).ok_or_else(|| RegistryError::BadReference {
+            reference: esc(api_host),
+            msg: "not a host[:port]".to_string(),
+        })?;
         Ok(Client {
             agent,
-            base: format!("{scheme}://{api_host}"),
+            base,
+            origin,
             name: name.to_string(),
             options,
-            tokens: Mutex::new(HashMap::new()),
-            basic: Mutex::new(false),
+            auth: Arc::new(AuthState::default()),
             stats: Arc::new(Stats::default()),
         })
     }
 
+    /// The same registry for one image read: its own connections (which
+    /// [`Cancel`] shuts down without touching other reads), the tokens and
+    /// counters shared with `self`, and every request ending by `deadline`.
+    pub fn for_read(&self, deadline: Option<Instant>) -> (Client, Cancel) {
+        let agent = ureq::Agent::new_with_config(self.agent.config().clone());
+        let mut options = self.options.clone();
+        options.deadline = match (options.deadline, deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let c = Client {
+            agent: agent.clone(),
+            base: self.base.clone(),
+            origin: self.origin.clone(),
+            name: self.name.clone(),
+            options,
+            auth: self.auth.clone(),
+            stats: self.stats.clone(),
+        };
+        (c, Cancel(agent))
+    }
+
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    pub(crate) fn origin(&self) -> &Origin {
+        &self.origin
+    }
+
+    pub(crate) fn agent(&self) -> &ureq::Agent {
+        &self.agent
     }
 
     pub(crate) fn url(&self, target: &str) -> String {
@@ -189,27 +249,92 @@ impl Client {
     /// Maps a transport error to one line naming the registry and the cause.
     pub(crate) fn transport_error(&self, what: &str, e: ureq::Error) -> RegistryError {
         let registry = self.name.clone();
-        let msg = clean(&e.to_string());
+        if crate::scheme::not_tls(&e) {
+            let msg = crate::scheme::not_tls_message(self);
+            return RegistryError::Tls { registry, msg };
+        }
+        let msg = esc(&e.to_string());
         let tls = matches!(e, ureq::Error::Rustls(_) | ureq::Error::Tls(_))
             || msg.contains("certificate")
             || msg.contains("Certificate");
         match e {
             _ if tls => RegistryError::Tls { registry, msg },
+            ureq::Error::Timeout(t) => RegistryError::TimedOut {
+                registry,
+                what: what.to_string(),
+                msg: timeout_name(t).to_string(),
+            },
+            ureq::Error::Io(ref io) if io.kind() == std::io::ErrorKind::TimedOut => {
+                RegistryError::TimedOut {
+                    registry,
+                    what: what.to_string(),
+                    msg,
+                }
+            }
             ureq::Error::Io(ref io)
                 if io.kind() == std::io::ErrorKind::InvalidData && msg.contains("tls") =>
             {
                 RegistryError::Tls { registry, msg }
             }
-            ureq::Error::HostNotFound
-            | ureq::Error::ConnectionFailed
-            | ureq::Error::Timeout(_)
-            | ureq::Error::Io(_) => RegistryError::Connect { registry, msg },
+            ureq::Error::HostNotFound | ureq::Error::ConnectionFailed | ureq::Error::Io(_) => {
+                RegistryError::Connect { registry, msg }
+            }
             _ => RegistryError::Protocol {
                 registry,
                 what: what.to_string(),
                 msg,
             },
         }
+    }
+
+    /// The deadline's error, once it has passed.
+    pub(crate) fn past_deadline(&self, what: &str) -> Option<RegistryError> {
+        let d = self.options.deadline?;
+        (Instant::now() >= d).then(|| RegistryError::TimedOut {
+            registry: self.name.clone(),
+            what: what.to_string(),
+            msg: "the read's deadline passed".to_string(),
+        })
+    }
+
+    /// `rq` with its whole-request bound: the read's deadline, and
+    /// `small_timeout` for a document read whole.
+    pub(crate) fn bounded<S: ureq::AsSendBody>(
+        &self,
+        rq: http::Request<S>,
+        small: bool,
+        what: &str,
+    ) -> Result<http::Request<S>, RegistryError> {
+        if let Some(e) = self.past_deadline(what) {
+            return Err(e);
+        }
+        let mut global = if small {
+            self.options.small_timeout
+        } else {
+            None
+        };
+        if let Some(d) = self.options.deadline {
+            let left = d.saturating_duration_since(Instant::now());
+            global = Some(global.map_or(left, |g| g.min(left)));
+        }
+        Ok(self
+            .agent
+            .configure_request(rq)
+            .timeout_global(global)
+            .build())
+    }
+
+    /// Runs a request built elsewhere (the token service's) with the agent.
+    pub(crate) fn run_raw<S: ureq::AsSendBody>(
+        &self,
+        rq: http::Request<S>,
+        what: &str,
+    ) -> Result<http::Response<ureq::Body>, RegistryError> {
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        let rq = self.bounded(rq, true, what)?;
+        self.agent
+            .run(rq)
+            .map_err(|e| self.transport_error(what, e))
     }
 
     fn run_once(
@@ -230,7 +355,7 @@ impl Client {
         let bad = |e: http::Error| RegistryError::Protocol {
             registry: self.name.clone(),
             what: req.what.to_string(),
-            msg: clean(&e.to_string()),
+            msg: esc(&e.to_string()),
         };
         let r = match req.body {
             Some((bytes, ctype)) => {
@@ -238,50 +363,53 @@ impl Client {
                     .header("Content-Type", ctype)
                     .body(bytes.to_vec())
                     .map_err(bad)?;
-                self.agent.run(rq)
+                self.agent.run(self.bounded(rq, req.small, req.what)?)
             }
-            None => self.agent.run(b.body(()).map_err(bad)?),
+            None => self
+                .agent
+                .run(self.bounded(b.body(()).map_err(bad)?, req.small, req.what)?),
         };
         r.map_err(|e| self.transport_error(req.what, e))
     }
 
-    fn cached_auth(&self, scope: &str) -> Option<String> {
-        if let Some(t) = self.tokens.lock().ok()?.get(scope) {
-            return Some(format!("Bearer {t}"));
+    /// Whether `target` is the registry's own (credentials may go with it).
+    fn own(&self, target: &str) -> Result<bool, RegistryError> {
+        if target.starts_with('/') {
+            return Ok(true);
         }
-        if *self.basic.lock().ok()? {
-            return self.basic_header();
-        }
-        None
-    }
-
-    fn basic_header(&self) -> Option<String> {
-        match &self.options.credential {
-            Some(Credential::Basic { username, password }) => {
-                let raw = format!("{username}:{password}");
-                Some(format!(
-                    "Basic {}",
-                    base64::engine::general_purpose::STANDARD.encode(raw)
-                ))
-            }
-            _ => None,
-        }
-    }
-
-    fn auth_error(&self, msg: &str) -> RegistryError {
-        let from = match (&self.options.credential, &self.options.credential_source) {
-            (Some(_), Some(f)) => format!(" (credentials from {f})"),
-            (Some(_), None) => " (credentials given)".to_string(),
-            (None, _) => " (no credentials found for this registry)".to_string(),
-        };
-        RegistryError::Auth {
+        let o = Origin::of(target).ok_or_else(|| RegistryError::Protocol {
             registry: self.name.clone(),
-            msg: format!("{msg}{from}"),
+            what: "request".to_string(),
+            msg: format!("not an http(s) URL: {}", esc(target)),
+        })?;
+        if self.origin.scheme == "https" && o.scheme == "http" {
+            return Err(RegistryError::Protocol {
+                registry: self.name.clone(),
+                what: "request".to_string(),
+                msg: format!(
+                    "refusing plain HTTP from an HTTPS registry: {}",
+                    esc(target)
+                ),
+            });
         }
+        Ok(o == self.origin)
     }
 
-    /// Sends `req`, answering one authentication challenge.
+    /// Sends `req`, answering one authentication challenge from the
+    /// registry itself. A request to another origin carries no credentials,
+    /// and its challenge is an error: credentials are never sent there.
     pub(crate) fn send(&self, req: &Req) -> Result<http::Response<ureq::Body>, RegistryError> {
+        if !self.own(req.target)? {
+            let resp = self.run_once(req, None)?;
+            if resp.status() == 401 || resp.status() == 403 {
+                return Err(self.auth_error(&format!(
+                    "{} answered HTTP {} at another host than the registry; its credentials are not sent there",
+                    esc(req.target),
+                    resp.status()
+                )));
+            }
+            return Ok(resp);
+        }
         let resp = self.run_once(req, self.cached_auth(&req.scope).as_deref())?;
         if resp.status() != 401 {
             return self.forbidden(resp);
@@ -311,108 +439,6 @@ impl Client {
         Ok(resp)
     }
 
-    /// The Authorization header value that answers a challenge.
-    fn answer(&self, challenges: &[Challenge], scope: &str) -> Result<String, RegistryError> {
-        if let Some(c) = challenges.iter().find(|c| c.scheme == "bearer") {
-            if let Some(Credential::RegistryToken(t)) = &self.options.credential {
-                return Ok(format!("Bearer {t}"));
-            }
-            let token = self.fetch_token(c, scope)?;
-            if let Ok(mut m) = self.tokens.lock() {
-                m.insert(scope.to_string(), token.clone());
-            }
-            return Ok(format!("Bearer {token}"));
-        }
-        if challenges.iter().any(|c| c.scheme == "basic") {
-            let h = self
-                .basic_header()
-                .ok_or_else(|| self.auth_error("the registry requires credentials"))?;
-            if let Ok(mut b) = self.basic.lock() {
-                *b = true;
-            }
-            return Ok(h);
-        }
-        Err(self.auth_error("the registry answered 401 without a Bearer or Basic challenge"))
-    }
-
-    /// Fetches a token from the challenge's realm (distribution `docs/spec/auth/token.md`).
-    fn fetch_token(&self, c: &Challenge, scope: &str) -> Result<String, RegistryError> {
-        self.stats.token_gets.fetch_add(1, Ordering::Relaxed);
-        let realm = c
-            .param("realm")
-            .ok_or_else(|| self.auth_error("the Bearer challenge has no realm"))?;
-        let allowed = realm.starts_with("https://")
-            || (realm.starts_with("http://") && self.options.plain_http);
-        if !allowed {
-            return Err(self.auth_error(&format!("the token realm {} is not HTTPS", clean(realm))));
-        }
-        let service = c.param("service").unwrap_or("");
-        let scope = c.param("scope").unwrap_or(scope);
-        let what = format!("token from {}", clean(realm));
-        let resp = match &self.options.credential {
-            Some(Credential::IdentityToken { token, .. }) => {
-                let form = format!(
-                    "grant_type=refresh_token&client_id=gpu-guard&service={}&scope={}&refresh_token={}",
-                    encode_query(service),
-                    encode_query(scope),
-                    encode_query(token)
-                );
-                let rq = http::Request::post(realm)
-                    .header("Content-Type", "application/x-www-form-urlencoded")
-                    .body(form.into_bytes());
-                rq.map_err(|e| self.auth_error(&clean(&e.to_string())))
-                    .and_then(|rq| {
-                        self.agent
-                            .run(rq)
-                            .map_err(|e| self.transport_error(&what, e))
-                    })?
-            }
-            _ => {
-                let sep = if realm.contains('?') { '&' } else { '?' };
-                let url = format!(
-                    "{realm}{sep}service={}&scope={}",
-                    encode_query(service),
-                    encode_query(scope)
-                );
-                let mut rq = http::Request::get(url);
-                if let Some(h) = self.basic_header() {
-                    rq = rq.header("Authorization", h);
-                }
-                let rq = rq
-                    .body(())
-                    .map_err(|e| self.auth_error(&clean(&e.to_string())))?;
-                self.agent
-                    .run(rq)
-                    .map_err(|e| self.transport_error(&what, e))?
-            }
-        };
-        if resp.status() == 401 || resp.status() == 403 {
-            return Err(self.auth_error(&format!(
-                "the token service refused the credentials (HTTP {})",
-                resp.status()
-            )));
-        }
-        if resp.status() != 200 {
-            return Err(self.auth_error(&format!(
-                "the token service answered HTTP {}",
-                resp.status()
-            )));
-        }
-        let body = self.read_small(resp, &what, 1 << 20)?;
-        #[derive(serde::Deserialize)]
-        struct Tok {
-            token: Option<String>,
-            access_token: Option<String>,
-        }
-        let t: Tok = serde_json::from_slice(&body).map_err(|e| {
-            self.auth_error(&format!("the token service's answer is not valid: {e}"))
-        })?;
-        t.token
-            .or(t.access_token)
-            .filter(|t| !t.is_empty())
-            .ok_or_else(|| self.auth_error("the token service's answer holds no token"))
-    }
-
     /// Reads a whole body, refusing it over `limit` bytes.
     pub(crate) fn read_small(
         &self,
@@ -425,11 +451,7 @@ impl Client {
             .into_reader()
             .take(limit + 1)
             .read_to_end(&mut v)
-            .map_err(|source| RegistryError::Io {
-                registry: self.name.clone(),
-                what: what.to_string(),
-                source,
-            })?;
+            .map_err(|source| self.io_error(what, source))?;
         if v.len() as u64 > limit {
             return Err(RegistryError::TooLarge {
                 registry: self.name.clone(),
@@ -438,6 +460,23 @@ impl Client {
             });
         }
         Ok(v)
+    }
+
+    /// A body read that failed: a timeout says so, anything else is I/O.
+    pub(crate) fn io_error(&self, what: &str, source: std::io::Error) -> RegistryError {
+        let text = source.to_string();
+        if source.kind() == std::io::ErrorKind::TimedOut || text.contains("timeout") {
+            return RegistryError::TimedOut {
+                registry: self.name.clone(),
+                what: what.to_string(),
+                msg: esc(&text),
+            };
+        }
+        RegistryError::Io {
+            registry: self.name.clone(),
+            what: what.to_string(),
+            source,
+        }
     }
 
     /// The error for an unexpected status: the registry's own error code and
@@ -455,6 +494,13 @@ impl Client {
             };
         }
         let body = self.read_small(resp, what, 64 << 10).unwrap_or_default();
+        if self.options.plain_http && crate::scheme::https_only(status, &body) {
+            return RegistryError::Protocol {
+                registry: self.name.clone(),
+                what: what.to_string(),
+                msg: crate::scheme::https_only_message(&self.name),
+            };
+        }
         #[derive(serde::Deserialize)]
         struct Errs {
             errors: Vec<E>,
@@ -470,8 +516,8 @@ impl Client {
             .map(|e| {
                 format!(
                     ": {} {}",
-                    clean(&e.code.unwrap_or_default()),
-                    clean(&e.message.unwrap_or_default())
+                    esc(&e.code.unwrap_or_default()),
+                    esc(&e.message.unwrap_or_default())
                 )
             })
             .unwrap_or_default();

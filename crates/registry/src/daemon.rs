@@ -11,7 +11,7 @@ use crate::error::RegistryError;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub const DEFAULT_SOCKET: &str = "/var/run/docker.sock";
 const MAX_HEAD_BYTES: usize = 64 << 10;
@@ -23,7 +23,7 @@ pub fn socket_path(docker_host: Option<&str>) -> Result<PathBuf, RegistryError> 
         Some(h) => match h.strip_prefix("unix://") {
             Some(p) if !p.is_empty() => Ok(PathBuf::from(p)),
             _ => Err(RegistryError::Daemon {
-                socket: crate::client::clean(h),
+                socket: gpu_guard::core::sanitize::esc(h),
                 msg: "only a unix:// DOCKER_HOST is supported".to_string(),
             }),
         },
@@ -42,6 +42,41 @@ fn encode_path(s: &str) -> String {
         }
     }
     out
+}
+
+/// The most one read of the socket may wait: a daemon that stops sending this long fails.
+const STALL: Duration = Duration::from_secs(30);
+
+/// The socket, each read bounded by the stall timeout and the deadline.
+struct Bounded {
+    s: UnixStream,
+    deadline: Option<Instant>,
+}
+
+impl Read for Bounded {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let wait = match self.deadline {
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "the read's deadline passed",
+                    ));
+                }
+                left.min(STALL)
+            }
+            None => STALL,
+        };
+        self.s.set_read_timeout(Some(wait))?;
+        self.s.read(buf).map_err(|e| match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the daemon stopped sending (or the read's deadline passed)",
+            ),
+            _ => e,
+        })
+    }
 }
 
 /// The body of a chunked response (RFC 9112 section 7.1), trailers skipped.
@@ -92,24 +127,25 @@ impl<R: BufRead> Read for Chunked<R> {
     }
 }
 
-/// Streams `docker save NAME` from the daemon at `socket`.
+/// Streams `docker save NAME` from the daemon at `socket`; every read ends
+/// by `deadline`, and one that waits more than 30 s fails.
 pub fn export(
     socket: &std::path::Path,
     name: &str,
-    timeout: Option<Duration>,
+    deadline: Option<Instant>,
 ) -> Result<Box<dyn Read + Send>, RegistryError> {
     let shown = socket.display().to_string();
     let err = |msg: String| RegistryError::Daemon {
         socket: shown.clone(),
-        msg: crate::client::clean(&msg),
+        msg: gpu_guard::core::sanitize::esc(&msg),
     };
     let mut s = UnixStream::connect(socket).map_err(|e| err(format!("cannot connect: {e}")))?;
-    s.set_read_timeout(timeout)
+    s.set_write_timeout(Some(STALL))
         .map_err(|e| err(e.to_string()))?;
     let req = format!("GET /images/{}/get HTTP/1.1\r\nHost: docker\r\nUser-Agent: gpu-guard\r\nConnection: close\r\n\r\n", encode_path(name));
     s.write_all(req.as_bytes())
         .map_err(|e| err(format!("cannot send the request: {e}")))?;
-    let mut r = BufReader::with_capacity(64 << 10, s);
+    let mut r = BufReader::with_capacity(64 << 10, Bounded { s, deadline });
     let mut head = Vec::new();
     loop {
         let before = head.len();

@@ -10,6 +10,12 @@ pub enum RegistryError {
     BadReference { reference: String, msg: String },
     #[error("registry {registry}: cannot connect: {msg}")]
     Connect { registry: String, msg: String },
+    #[error("registry {registry}: {what}: timed out: {msg}")]
+    TimedOut {
+        registry: String,
+        what: String,
+        msg: String,
+    },
     #[error("registry {registry}: TLS: {msg}")]
     Tls { registry: String, msg: String },
     #[error("registry {registry}: authentication failed: {msg}")]
@@ -62,6 +68,11 @@ impl RegistryError {
     /// Authentication or authorization failed (wrong or missing credentials).
     pub fn is_auth(&self) -> bool {
         matches!(self, RegistryError::Auth { .. })
+    }
+
+    /// A timeout or the read's deadline.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, RegistryError::TimedOut { .. })
     }
 
     pub fn is_not_found(&self) -> bool {

@@ -4,22 +4,26 @@
 //! daemon's image export. It knows nothing of GPUs: the image reader and
 //! the admission webhook of gpu-guard sit on top.
 
+mod auth;
 pub mod blob;
 pub mod challenge;
 pub mod client;
 pub mod credentials;
 pub mod daemon;
+pub mod document;
 pub mod error;
 pub mod manifest;
+pub mod origin;
 pub mod reference;
 pub mod referrers;
+mod scheme;
 
-pub use client::{Client, Options, Stats};
+pub use client::{Cancel, Client, Options, Stats};
 pub use credentials::Credential;
 pub use error::RegistryError;
 pub use manifest::{Manifest, Platform, Resolved};
 pub use reference::Reference;
-pub use referrers::{Artifact, Via};
+pub use referrers::{Artifact, Found, Via};
 
 /// A client for the registry a reference names, with credentials looked up
 /// in `cred_files` (see [`credentials`]) unless `options` has some.

@@ -7,9 +7,11 @@
 //! are never picked).
 
 use crate::blob::sha256_digest;
-use crate::client::{clean, Client, Req};
+use crate::client::{Client, Req};
+use crate::document::decode;
 use crate::error::RegistryError;
-use crate::reference::{valid_digest, Reference};
+use crate::reference::{repo_ref, valid_digest, Reference};
+use gpu_guard::core::sanitize::esc;
 use oci_spec::image::{Descriptor, ImageIndex, ImageManifest};
 use std::sync::atomic::Ordering;
 use ureq::http::Method;
@@ -78,7 +80,8 @@ fn kind_of(m: &Manifest) -> Result<&'static str, String> {
         manifests: Option<serde_json::Value>,
         config: Option<serde_json::Value>,
     }
-    let p: Probe = serde_json::from_slice(&m.bytes).map_err(|e| format!("not valid JSON: {e}"))?;
+    let p: Probe = serde_json::from_slice(&m.bytes)
+        .map_err(|e| crate::document::cause("image manifest or index", &e))?;
     if p.schema_version == Some(1) {
         return Err(
             "a Docker schema 1 manifest (deprecated; push the image again with a current client)"
@@ -89,7 +92,7 @@ fn kind_of(m: &Manifest) -> Result<&'static str, String> {
     match (mt, p.manifests.is_some(), p.config.is_some()) {
         (OCI_INDEX | DOCKER_LIST, _, _) | (_, true, false) => Ok("index"),
         (OCI_MANIFEST | DOCKER_MANIFEST, _, _) | (_, false, true) => Ok("manifest"),
-        _ => Err(format!("unknown manifest media type {:?}", clean(mt))),
+        _ => Err(format!("unknown manifest media type {:?}", esc(mt))),
     }
 }
 
@@ -97,7 +100,7 @@ impl Client {
     /// `GET /v2/<name>/manifests/<reference>`, verified.
     pub fn manifest(&self, repo: &str, reference: &str) -> Result<Manifest, RegistryError> {
         self.stats.manifest_gets.fetch_add(1, Ordering::Relaxed);
-        let what = format!("manifest {repo}:{}", clean(reference));
+        let what = format!("manifest {}", repo_ref(repo, reference));
         let target = format!("/v2/{repo}/manifests/{reference}");
         let resp = self.send(&Req {
             method: Method::GET,
@@ -106,6 +109,7 @@ impl Client {
             body: None,
             scope: Client::scope_pull(repo),
             what: &what,
+            small: true,
         })?;
         if resp.status() != 200 {
             return Err(self.status_error(resp, &what));
@@ -151,7 +155,7 @@ impl Client {
         let mut m = self.manifest(repo, r.manifest_ref())?;
         let top_digest = m.digest.clone();
         for _ in 0..=MAX_DEPTH {
-            let what = format!("manifest {}", m.digest);
+            let what = format!("manifest {}", repo_ref(repo, &m.digest));
             let proto = |msg: String| RegistryError::Protocol {
                 registry: self.name().to_string(),
                 what: what.clone(),
@@ -159,16 +163,14 @@ impl Client {
             };
             match kind_of(&m).map_err(proto)? {
                 "manifest" => {
-                    ImageManifest::from_reader(m.bytes.as_slice())
-                        .map_err(|e| proto(clean(&e.to_string())))?;
+                    decode::<ImageManifest>(self, &what, "image manifest", &m.bytes)?;
                     return Ok(Resolved {
                         top_digest,
                         manifest: m,
                     });
                 }
                 _ => {
-                    let idx = ImageIndex::from_reader(m.bytes.as_slice())
-                        .map_err(|e| proto(clean(&e.to_string())))?;
+                    let idx: ImageIndex = decode(self, &what, "image index", &m.bytes)?;
                     let d = pick(&idx, platform).map_err(proto)?;
                     m = self.manifest(repo, d.digest().as_ref())?;
                 }
@@ -176,7 +178,7 @@ impl Client {
         }
         Err(RegistryError::Protocol {
             registry: self.name().to_string(),
-            what: format!("manifest {top_digest}"),
+            what: format!("manifest {}", repo_ref(repo, &top_digest)),
             msg: format!("indexes nested more than {MAX_DEPTH} deep"),
         })
     }
@@ -192,7 +194,7 @@ impl Client {
         media_type: &str,
     ) -> Result<(String, Option<String>), RegistryError> {
         let digest = sha256_digest(bytes);
-        let what = format!("manifest push {repo}:{}", clean(reference));
+        let what = format!("manifest push {}", repo_ref(repo, reference));
         let target = format!("/v2/{repo}/manifests/{reference}");
         let resp = self.send(&Req {
             method: Method::PUT,
@@ -201,6 +203,7 @@ impl Client {
             body: Some((bytes, media_type)),
             scope: Client::scope_push(repo),
             what: &what,
+            small: true,
         })?;
         if resp.status() != 201 {
             return Err(self.status_error(resp, &what));
@@ -245,6 +248,6 @@ fn pick<'a>(idx: &'a ImageIndex, platform: &Platform) -> Result<&'a Descriptor, 
     }
     Err(format!(
         "no image for platform {platform} (the index has: {})",
-        clean(&available.join(", "))
+        esc(&available.join(", "))
     ))
 }

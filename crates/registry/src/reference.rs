@@ -38,6 +38,15 @@ pub fn valid_digest(d: &str) -> bool {
         .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
 }
 
+/// `repo:tag` or `repo@digest`, as docker and skopeo print a reference:
+/// a tag never holds a `:` and a digest always does (distribution
+/// `reference/regexp.go`: `tag` is `[\w][\w.-]{0,127}`, `digest` is
+/// `algorithm:encoded`). The reference is escaped: it may be a registry's.
+pub fn repo_ref(repo: &str, reference: &str) -> String {
+    let sep = if reference.contains(':') { '@' } else { ':' };
+    format!("{repo}{sep}{}", gpu_guard::core::sanitize::esc(reference))
+}
+
 impl Reference {
     /// Parses `docker://...` or a bare reference with oci-spec's parser
     /// (distribution/reference's grammar), then holds the digest to sha256.
@@ -116,6 +125,15 @@ impl fmt::Display for Reference {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn repo_ref_spells_a_digest_with_an_at_sign() {
+        let d = format!("sha256:{}", "a".repeat(64));
+        assert_eq!(repo_ref("team/app", &d), format!("team/app@{d}"));
+        assert_eq!(repo_ref("team/app", "1.2-rc"), "team/app:1.2-rc");
+        assert_eq!(repo_ref("x", "sha256-abc"), "x:sha256-abc");
+        assert_eq!(repo_ref("x", "a\x1bb"), "x:a\\x1bb");
+    }
+
     use super::*;
 
     #[test]

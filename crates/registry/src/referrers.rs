@@ -11,9 +11,11 @@
 //! instead. Pushing keeps that index up to date when the registry does not
 //! answer the manifest push with `OCI-Subject`.
 
-use crate::client::{clean, Client, Req};
+use crate::client::{Client, Req};
+use crate::document::decode;
 use crate::error::RegistryError;
 use crate::manifest::{OCI_INDEX, OCI_MANIFEST};
+use gpu_guard::core::sanitize::esc;
 use oci_spec::image::{Descriptor, ImageIndex, ImageManifest, MediaType};
 use std::collections::HashMap;
 use std::str::FromStr;
@@ -28,6 +30,17 @@ const CREATED: &str = "org.opencontainers.image.created";
 pub enum Via {
     ReferrersApi,
     TagSchema,
+}
+
+/// Referrers read for one subject, newest first; the rest are skipped.
+pub const MAX_REFERRERS: usize = 8;
+
+/// What [`Client::find_artifact`] found, and what it skipped on the way.
+#[derive(Clone, Debug, Default)]
+pub struct Found {
+    pub artifact: Option<Artifact>,
+    /// One line per referrer (or referrers list) that could not be used.
+    pub skipped: Vec<String>,
 }
 
 /// A found artifact: its manifest digest and its one layer's bytes.
@@ -85,6 +98,7 @@ impl Client {
             body: None,
             scope: Client::scope_pull(repo),
             what: &what,
+            small: true,
         })?;
         let (bytes, via) = match resp.status().as_u16() {
             200 => (
@@ -99,8 +113,11 @@ impl Client {
             },
             _ => return Err(self.status_error(resp, &what)),
         };
-        let idx = ImageIndex::from_reader(bytes.as_slice())
-            .map_err(|e| proto(self, &what, clean(&e.to_string())))?;
+        let what = match via {
+            Via::ReferrersApi => what,
+            Via::TagSchema => format!("referrers index {} (tag schema)", fallback_tag(subject)),
+        };
+        let idx: ImageIndex = decode(self, &what, "image index", &bytes)?;
         let found = idx
             .manifests()
             .iter()
@@ -113,16 +130,34 @@ impl Client {
     }
 
     /// The newest artifact of `artifact_type` whose manifest names exactly
-    /// `subject` and whose one layer has that media type, read and verified;
-    /// None when there is none. `max_layer` bounds the layer's size.
+    /// `subject`, whose one layer has that media type and at most
+    /// `max_layer` bytes, and which `accept` takes, read and verified.
+    ///
+    /// Anyone who can push to the repository can add referrers, so none of
+    /// them can stop the image from being read: a referrer that cannot be
+    /// read, is malformed, is about another subject or is refused by
+    /// `accept` is skipped with a line in [`Found::skipped`], and so is a
+    /// referrers list that cannot be read (the caller then reads the
+    /// layers). At most [`MAX_REFERRERS`] referrers are read, newest first.
     pub fn find_artifact(
         &self,
         repo: &str,
         subject: &str,
         artifact_type: &str,
         max_layer: u64,
-    ) -> Result<Option<Artifact>, RegistryError> {
-        let (mut found, via) = self.referrers(repo, subject, artifact_type)?;
+        accept: &dyn Fn(&[u8]) -> Result<(), String>,
+    ) -> Found {
+        let mut skipped = Vec::new();
+        let (mut found, via) = match self.referrers(repo, subject, artifact_type) {
+            Ok(x) => x,
+            Err(e) => {
+                skipped.push(format!("the referrers of {subject} could not be read: {e}"));
+                return Found {
+                    artifact: None,
+                    skipped,
+                };
+            }
+        };
         let created = |d: &Descriptor| {
             d.annotations()
                 .as_ref()
@@ -131,40 +166,84 @@ impl Client {
         // Newest first (RFC 3339 strings in UTC compare as text); unnamed last, in index order.
         found.reverse();
         found.sort_by_key(|d| std::cmp::Reverse(created(d)));
-        for d in found {
-            let m = self.manifest(repo, d.digest().as_ref())?;
-            let what = format!("artifact {}", m.digest);
-            let am = ImageManifest::from_reader(m.bytes.as_slice())
-                .map_err(|e| proto(self, &what, clean(&e.to_string())))?;
-            let subject_ok = am
-                .subject()
-                .as_ref()
-                .is_some_and(|s| s.digest().as_ref() == subject);
-            let type_ok = am
-                .artifact_type()
-                .as_ref()
-                .map(|t| t.to_string())
-                .as_deref()
-                == Some(artifact_type);
-            let layer = match am.layers().as_slice() {
-                [l] if l.media_type().to_string() == artifact_type => l.clone(),
-                _ => continue,
-            };
-            if !subject_ok || !type_ok {
-                continue;
-            }
-            let bytes = self.blob_bytes(repo, layer.digest().as_ref(), layer.size(), max_layer)?;
-            return Ok(Some(Artifact {
-                manifest_digest: m.digest,
-                created: am
-                    .annotations()
-                    .as_ref()
-                    .and_then(|a| a.get(CREATED).cloned()),
-                layer: bytes,
-                via,
-            }));
+        if found.len() > MAX_REFERRERS {
+            skipped.push(format!(
+                "{} referrers of {subject}; only the newest {MAX_REFERRERS} were read",
+                found.len()
+            ));
+            found.truncate(MAX_REFERRERS);
         }
-        Ok(None)
+        for d in found {
+            match self.read_artifact(repo, subject, artifact_type, max_layer, &d, via) {
+                Ok(a) => match accept(&a.layer) {
+                    Ok(()) => {
+                        return Found {
+                            artifact: Some(a),
+                            skipped,
+                        }
+                    }
+                    Err(e) => skipped.push(format!(
+                        "artifact {} skipped: {}",
+                        a.manifest_digest,
+                        esc(&e)
+                    )),
+                },
+                Err(e) => skipped.push(format!("referrer {} skipped: {e}", d.digest())),
+            }
+        }
+        Found {
+            artifact: None,
+            skipped,
+        }
+    }
+
+    /// One referrer, checked: its manifest names `subject`, has the type,
+    /// and one layer of that type within `max_layer` bytes.
+    fn read_artifact(
+        &self,
+        repo: &str,
+        subject: &str,
+        artifact_type: &str,
+        max_layer: u64,
+        d: &Descriptor,
+        via: Via,
+    ) -> Result<Artifact, RegistryError> {
+        let m = self.manifest(repo, d.digest().as_ref())?;
+        let what = format!("artifact {}", m.digest);
+        let am: ImageManifest = decode(self, &what, "image manifest", &m.bytes)?;
+        let subject_ok = am
+            .subject()
+            .as_ref()
+            .is_some_and(|s| s.digest().as_ref() == subject);
+        if !subject_ok {
+            return Err(proto(self, &what, format!("not about {subject}")));
+        }
+        let type_ok = am
+            .artifact_type()
+            .as_ref()
+            .map(|t| t.to_string())
+            .as_deref()
+            == Some(artifact_type);
+        let layer = match am.layers().as_slice() {
+            [l] if type_ok && l.media_type().to_string() == artifact_type => l.clone(),
+            _ => {
+                return Err(proto(
+                    self,
+                    &what,
+                    format!("not one layer of type {artifact_type}"),
+                ))
+            }
+        };
+        let bytes = self.blob_bytes(repo, layer.digest().as_ref(), layer.size(), max_layer)?;
+        Ok(Artifact {
+            manifest_digest: m.digest,
+            created: am
+                .annotations()
+                .as_ref()
+                .and_then(|a| a.get(CREATED).cloned()),
+            layer: bytes,
+            via,
+        })
     }
 
     /// Pushes `layer` as an artifact of `artifact_type` about `subject`
@@ -222,8 +301,7 @@ impl Client {
         let what = format!("referrers index {tag}");
         let mut kept: Vec<serde_json::Value> = match self.manifest(repo, &tag) {
             Ok(m) => {
-                let idx = ImageIndex::from_reader(m.bytes.as_slice())
-                    .map_err(|e| proto(self, &what, clean(&e.to_string())))?;
+                let idx: ImageIndex = decode(self, &what, "image index", &m.bytes)?;
                 idx.manifests()
                     .iter()
                     .filter(|d| {

@@ -79,9 +79,11 @@ impl HostPaths for MountedPaths<'_> {
 /// host` judges them (`host::cdi::load`, `core::cdi::audit`; the judgement
 /// the hooks make for a container that asks for CDI devices is the same).
 /// A spec of an NVIDIA kind that lacks something on this host (a stale
-/// driver version, a missing mount or device node) or that others could
-/// have written is an error: GPU containers that use its devices fail or
-/// are refused. A directory or file that cannot be read is a warning.
+/// driver version, a missing mount or device node), that others could
+/// have written, or that a bound kept from being read (too large, nested
+/// too deep, too many devices, a directory listed only in part) is an
+/// error: GPU containers that use its devices fail or are refused. A
+/// directory or file that cannot be read is a warning.
 fn cdi(node: &Node, driver: Option<&str>) -> Check {
     let dirs = &node.config.host.cdi_spec_dirs;
     if dirs.is_empty() {
@@ -120,10 +122,19 @@ fn cdi(node: &Node, driver: Option<&str>) -> Check {
             let fix = f.fix.filter(|x| !x.is_empty());
             host_path(&fix.map_or(f.message.clone(), |x| format!("{} (fix: {x})", f.message)))
         });
+        // Refused at start too: a spec of unknown authorship, or one a
+        // bound kept from being read (core::cdi::judge).
         match (e.untrusted.is_some(), &e.state) {
             (true, _) | (false, SpecState::Read(_)) => errors.extend(lines),
+            (false, s) if s.refuses_when_unread() => errors.extend(lines),
             _ => warnings.extend(lines),
         }
+    }
+    // A listing a bound cut short is in `problems` (a warning above) and
+    // refuses a container whose CDI device it may hide: an error.
+    if !specs.cuts.is_empty() {
+        warnings.retain(|w| !specs.cuts.iter().any(|c| host_path(&c.message) == *w));
+        errors.extend(specs.cuts.iter().map(|c| host_path(&c.message)));
     }
     let fix = "regenerate or fix each spec as its message says (`nvidia-ctk cdi generate` writes NVIDIA's), then `gpu-guard doctor` again";
     match (errors.is_empty(), warnings.is_empty()) {

@@ -89,6 +89,7 @@ pub fn all(node: &Node) -> Vec<Check> {
             }
         }
     }
+    out.extend(configured_chains(node, &installed));
     if installed.is_empty() {
         let fix = match present.as_slice() {
             [] => "gpu-guard install ENGINE (docker, containerd, crio or podman)".to_string(),
@@ -147,6 +148,39 @@ fn registration(o: &Options) -> Check {
             ),
         ),
     }
+}
+
+/// The chains the config names that no recorded install covers:
+/// `runtime.path`, and `[runtime.engines.ENGINE] path` of each engine
+/// install has not recorded. The next install, or a registration made by
+/// hand, runs them, so one that cannot run is an error now, not after.
+fn configured_chains(node: &Node, installed: &[Engine]) -> Vec<Check> {
+    let fs = |host: &Path| node.fs(host);
+    let root = match node.host_root == Path::new("/") {
+        true => Filesystem::Own,
+        false => Filesystem::Mounted(&fs),
+    };
+    let mut out = Vec::new();
+    let mut judge = |name: String, engine: Option<Engine>, what: String| {
+        out.push(match chained_runtime_in(&node.config, engine, &root) {
+            Ok(path) => Check::ok(name, format!("{what} chains to {}", path.display())),
+            Err(p) => Check::error(name, p.message, p.fix),
+        });
+    };
+    if !node.config.runtime.path.is_empty() {
+        judge("chain".into(), None, "runtime.path".into());
+    }
+    for e in Engine::ALL {
+        if installed.contains(&e) || node.config.runtime.engines.get(e).path.is_none() {
+            continue;
+        }
+        judge(
+            format!("chain.{}", e.name()),
+            Some(e),
+            format!("runtime.engines.{}.path", e.name()),
+        );
+    }
+    out
 }
 
 fn executable(p: &Path) -> bool {

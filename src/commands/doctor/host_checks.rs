@@ -101,10 +101,16 @@ fn mode(cfg: &Config) -> Check {
 
 /// The host's facts: `report` is the probe as a container start makes it.
 pub fn host(node: &Node, report: &HostReport) -> Vec<Check> {
-    let dev = if node.host_root == Path::new("/") {
-        crate::host::ProbePaths::from_env().dev
+    let paths = crate::host::ProbePaths::from_env();
+    let rooted = node.host_root != Path::new("/");
+    let (dev, devices, group) = if rooted {
+        (
+            node.fs(Path::new("/dev")),
+            Some(node.fs(Path::new("/proc/devices"))),
+            node.fs(Path::new("/etc/group")),
+        )
     } else {
-        node.fs(Path::new("/dev"))
+        (paths.dev, paths.devices, PathBuf::from("/etc/group"))
     };
     let mut out = vec![nvml(report, node.config.host.probe_timeout_ms)];
     let Some(facts) = &report.facts else {
@@ -145,17 +151,70 @@ pub fn host(node: &Node, report: &HostReport) -> Vec<Check> {
         ),
         None => Check::ok("host.gpus", gpus_line(facts)),
     });
-    out.push(match crate::host::device_nodes_problem(facts, &dev) {
-        Some(p) => Check::warning("host.device-nodes", p.message, p.fix.unwrap_or_default()),
-        None => Check::ok(
+    out.push(health(facts));
+    let problems = crate::host::device_node_problems(facts, &dev, devices.as_deref(), &group);
+    out.push(device_nodes(&dev, &problems));
+    out
+}
+
+/// `host.device-nodes`: each node at fault, the worst deciding the status.
+fn device_nodes(dev: &Path, problems: &[(bool, String, String)]) -> Check {
+    if problems.is_empty() {
+        return Check::ok(
             "host.device-nodes",
             format!(
-                "{}/nvidiactl, nvidia-uvm and each GPU's node are there",
+                "{}/nvidiactl, nvidia-uvm and each GPU's node are character devices of the driver's majors that every user can open",
                 dev.display()
             ),
+        );
+    }
+    let msg: Vec<&str> = problems.iter().map(|(_, m, _)| m.as_str()).collect();
+    let mut fixes: Vec<&str> = problems.iter().map(|(_, _, f)| f.as_str()).collect();
+    fixes.dedup();
+    if problems.iter().any(|(e, _, _)| *e) {
+        Check::error("host.device-nodes", msg.join("; "), fixes.join("; "))
+    } else {
+        Check::warning("host.device-nodes", msg.join("; "), fixes.join("; "))
+    }
+}
+
+/// `host.health`: NVML's health of each GPU (core::health). A failed GPU
+/// is an error (containers given it are refused under the default
+/// `[health] failed = "enforce"`), a degraded one a warning.
+fn health(facts: &crate::core::facts::HostFacts) -> Check {
+    use crate::core::health::{name_gpu, HealthState};
+    let mut worst = HealthState::Ok;
+    let mut lines = Vec::new();
+    let mut known = 0;
+    for g in &facts.gpus {
+        let Some(h) = &g.health else { continue };
+        known += 1;
+        if h.state != HealthState::Ok {
+            worst = worst.max(h.state);
+            lines.push(format!(
+                "{} is {}: {}",
+                name_gpu(g),
+                h.state.word(),
+                h.reasons.join(", ")
+            ));
+        }
+    }
+    let fix = "drain the node and reset the GPU when idle (`nvidia-smi -r -i N`); a failed row remap or a GPU that falls off the bus again needs the board replaced";
+    match worst {
+        HealthState::Failed => Check::error("host.health", lines.join("; "), fix),
+        HealthState::Degraded => Check::warning("host.health", lines.join("; "), fix),
+        HealthState::Ok if known == 0 => Check::ok(
+            "host.health",
+            "GPU health not known (the facts do not say; NVML answers it)",
         ),
-    });
-    out
+        HealthState::Ok => Check::ok(
+            "host.health",
+            format!(
+                "NVML reports {known} GPU{} healthy",
+                if known == 1 { "" } else { "s" }
+            ),
+        ),
+    }
 }
 
 /// NVML answered (or the facts file was read) within the deadline.
@@ -164,7 +223,6 @@ fn nvml(report: &HostReport, deadline_ms: u64) -> Check {
         .problems
         .iter()
         .filter(|p| p.kind == HostProblemKind::Degraded)
-        .filter(|p| !p.message.starts_with(crate::host::DEVICE_NODES_MISSING))
         .map(|p| p.message.as_str())
         .collect();
     if report

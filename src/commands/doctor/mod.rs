@@ -1,6 +1,6 @@
 //! `gpu-guard doctor [--json]`: checks what this node needs for gpu-guard
-//! to do its job, and prints each problem with its fix (README, "Is this
-//! node ready? gpu-guard doctor"; docs/interfaces.md, "`gpu-guard doctor`").
+//! to do its job, and prints each problem with its fix (docs/host.md, "Is
+//! this node ready?"; docs/interfaces.md, "`gpu-guard doctor`").
 //!
 //! What it checks, in order, each by the code the entry points use:
 //! - the config and its drop-ins: valid and trusted (`config::load_detailed`,
@@ -136,7 +136,13 @@ struct Summary {
 /// `gpu-guard doctor`.
 pub fn main(config: Option<&Path>, args: &DoctorArgs) -> i32 {
     let (mut checks, node, config_ok) = host_checks::config_checks(config, args);
-    let report = crate::host::probe(&node.config.host);
+    // The probe a container start makes; under --host-root, with the
+    // host's sysfs (each GPU's NUMA node) there.
+    let mut paths = crate::host::ProbePaths::from_env();
+    if node.host_root != Path::new("/") {
+        paths.sys = node.fs(Path::new("/sys"));
+    }
+    let report = crate::host::probe_for_with(&node.config, &paths);
     checks.extend(host_checks::host(&node, &report));
     checks.extend(engines::all(&node));
     let driver = report

@@ -12,8 +12,8 @@
 
 use crate::commands::runtime::outcome::{Act, Effects, MarkerChange, Outcome};
 use crate::commands::runtime::parse::Call;
-use crate::core::decision::Decision;
-use crate::core::policy::{MetricsConfig, Syslog};
+use crate::core::decision::{Decision, Severity};
+use crate::core::policy::{MetricsConfig, Mode, Syslog};
 use crate::core::report;
 use crate::oci::{marker, spec_file};
 use crate::pipeline::runtime::RuntimeProblem;
@@ -22,11 +22,12 @@ use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 
-/// Carries out `outcome` for `call`, then execs `real` with `args`; the
-/// exit status when it does not exec. A decision is logged and counted in
-/// the metrics (`[metrics]`; None or no textfile: off) first.
+/// Carries out `outcome` for `call` (decided under `mode`), then execs
+/// `real` with `args`; the exit status when it does not exec. A decision
+/// is logged and counted in the metrics (`[metrics]`; None or no textfile:
+/// off) first.
 pub fn carry_out(
-    syslog: &Syslog,
+    (syslog, mode): (&Syslog, Mode),
     metrics: Option<&MetricsConfig>,
     call: &Call,
     outcome: Outcome,
@@ -34,18 +35,13 @@ pub fn carry_out(
     args: &[OsString],
 ) -> i32 {
     if let Some(d) = &outcome.decision {
-        let fallback = logging::Fallback::RuntimeLog(call.log.clone());
-        if matches!(outcome.act, Act::Audit(_)) {
-            audit(syslog, call, d);
-        } else {
-            logging::record(d, syslog, fallback.clone());
-        }
+        logged(syslog, mode, call, d, matches!(outcome.act, Act::Refuse));
         crate::sys::metrics::count(
             metrics,
             d,
-            crate::sys::metrics::Entry::Runtime,
+            (crate::sys::metrics::Entry::Runtime, mode),
             syslog,
-            fallback,
+            logging::Fallback::RuntimeLog(call.log.clone()),
         );
     }
     match outcome.act {
@@ -63,15 +59,30 @@ pub fn carry_out(
     }
 }
 
-/// `mode = "audit"`: what enforce would do, as a warning line in the
-/// runtime's `--log` (beside the container's own runtime messages) and in
-/// syslog; never on stderr, which is the container's own during create.
-fn audit(syslog: &Syslog, call: &Call, d: &Decision) {
-    if let (Some(line), Some(log)) = (report::audit_line(d), &call.log) {
-        let _ = logging::append_runtime_log(log, "warning", &line);
+/// Logs a decision's record (core::report `log_line`): to syslog, and to
+/// the runtime's `--log` too when it is a refusal, or what `mode =
+/// "audit"` or `"warn"` let start and enforce would refuse (or audit would
+/// edit): the engine keeps that file with the container, beside its own
+/// runtime messages. Never on stderr, which is the container's own during
+/// create. Anything else goes to the `--log` only without syslog.
+fn logged(syslog: &Syslog, mode: Mode, call: &Call, d: &Decision, refused: bool) {
+    let level = report::log_level(d, mode);
+    let lenient = match mode {
+        Mode::Warn => d.outcome(mode) == "would_refuse",
+        Mode::Audit => level >= Severity::Warning,
+        _ => false,
+    };
+    let both = refused || lenient;
+    if let (true, Some(log)) = (both, &call.log) {
+        let line = report::log_line(d, mode);
+        let _ = logging::append_runtime_log(log, logging::runtime_level(level), &line);
     }
-    // Without syslog the line above is the record: nothing more to drop in.
-    logging::record_audit(d, syslog, logging::Fallback::RuntimeLog(None));
+    // A record already in the --log is not dropped in there again.
+    let fallback = match both {
+        true => logging::Fallback::RuntimeLog(None),
+        false => logging::Fallback::RuntimeLog(call.log.clone()),
+    };
+    logging::record(d, mode, syslog, fallback);
 }
 
 /// Writes what must be written before the runtime runs. Err: the exit

@@ -96,8 +96,11 @@ fn entered(policy: &Policy, call: &Call, real: &Path, gpu_process: bool) -> Ente
             };
         }
         let spec = load(&m.bundle);
-        // The marker said GPU; a bundle that cannot be read is still one.
-        let gpu = m.gpu && spec.as_ref().map(classify).unwrap_or(true);
+        // The marker said GPU; a bundle that cannot be read is still one,
+        // and so is one entered under a config that cannot be used: what
+        // was decided at create stands until the config is fixed.
+        let gpu =
+            m.gpu && (policy.config().is_err() || spec.as_ref().map(classify).unwrap_or(true));
         return Entered { gpu, spec };
     }
     let spec = container_bundle(real, call).and_then(|b| load(&b));

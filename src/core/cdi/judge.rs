@@ -2,12 +2,18 @@
 //! the host-wide audit of the spec directories ([`audit`]).
 
 use super::{
-    driver_version_in, resolve, split_name, CdiSpecs, Edits, HostPaths, NotChecked, PathState,
+    driver_version_in, split_name, CdiSpecs, Cut, Edits, HostPaths, Index, NotChecked, PathState,
     Resolved, SpecEntry, SpecState, GENERATED_KINDS, MAX_DEVICES,
 };
 use crate::core::decision::{Check, Finding, Severity};
 use crate::core::sanitize::esc;
-use std::collections::BTreeSet;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// The most distinct CDI devices of one container gpu-guard checks (each
+/// costs a lookup and a few stats). A container that asks for more is
+/// refused, naming the bound: a bound never turns the check off.
+pub const MAX_CHECKED: usize = 1024;
 
 /// Problems named one by one in a finding's details; the rest are counted.
 const MAX_NAMED: usize = 8;
@@ -167,8 +173,12 @@ struct Gathered<'a> {
     checked: Vec<(&'a str, Vec<String>, Lacks)>,
     /// Spec files whose top-level edits were checked.
     seen_top: BTreeSet<&'a str>,
-    /// Files not read that might change what a device gets.
-    uncertain: BTreeSet<&'a str>,
+    /// Files not read that might change what a device gets, with the
+    /// devices they might change.
+    uncertain: BTreeMap<&'a str, BTreeSet<&'a str>>,
+    /// Listings a bound cut short (indices into `CdiSpecs::cuts`), with
+    /// the devices they might change.
+    cut: BTreeMap<usize, BTreeSet<&'a str>>,
 }
 
 impl<'a> Gathered<'a> {
@@ -182,9 +192,6 @@ impl<'a> Gathered<'a> {
         driver: Option<&str>,
         host: &dyn HostPaths,
     ) {
-        if let Some(why) = &e.untrusted {
-            self.out.push(untrusted_finding(q, &e.path, why));
-        }
         let i = match self.checked.iter().position(|(p, _, _)| *p == e.path) {
             Some(i) => i,
             None => {
@@ -204,45 +211,79 @@ impl<'a> Gathered<'a> {
 /// The findings for a GPU container that asks for the CDI devices
 /// `requested` (fully qualified names of NVIDIA kinds, as written): an
 /// error for each device that cannot be resolved, or whose spec names
-/// paths this host lacks, ties it to another driver than `driver`, or
-/// could have been written by others; a warning for spec files that could
-/// not be read and might define it.
+/// paths this host lacks or ties it to another driver than `driver`; an
+/// error when a file that may define it was not read because of a bound,
+/// or because others could have written it (then it is not parsed), or
+/// when a bound cut the listing short; a warning for spec files that could
+/// not be read and might define it. Every requested device is checked, up
+/// to [`MAX_CHECKED`]; past that the container is refused.
 pub fn judge(
     requested: &[String],
     specs: &CdiSpecs,
     driver: Option<&str>,
     host: &dyn HostPaths,
 ) -> Vec<Finding> {
+    let wanted = checked_requests(requested);
+    if wanted.len() > MAX_CHECKED {
+        return vec![too_many_requested(wanted.len())];
+    }
+    let index = Index::of(specs);
+    let host = Memo {
+        inner: host,
+        seen: RefCell::new(HashMap::new()),
+    };
     let mut g = Gathered::default();
-    for q in requested.iter().take(64) {
-        let Some((kind, name)) = split_name(q) else {
-            continue;
-        };
-        if GENERATED_KINDS.contains(&kind) {
-            continue;
-        }
+    for (q, kind, name) in wanted {
         let unread = unread_for(specs, kind);
-        match resolve(specs, kind, name) {
+        // Files not read (or not listed) from a directory as late as the
+        // definition's may override it or clash with it; for a device not
+        // found, any of them may define it.
+        let from = match index.resolve(kind, name) {
             Resolved::Found(e, s, dev) => {
-                g.found(q, e, s, dev, driver, host);
-                // A file not read from a directory as late as this one's
-                // may override (or clash with) the definition checked.
-                g.uncertain.extend(
-                    unread
-                        .iter()
-                        .filter(|u| u.priority >= e.priority)
-                        .map(|u| u.path.as_str()),
-                );
+                g.found(q, e, s, dev, driver, &host);
+                e.priority
             }
-            Resolved::Conflict(files) => g.out.push(conflict_finding(q, &files)),
-            // It may be defined in a file that was not read: a warning,
-            // not a refusal of a container that may well start.
-            Resolved::Missing if !unread.is_empty() => {
-                g.uncertain.extend(unread.iter().map(|u| u.path.as_str()));
+            Resolved::Conflict(files) => {
+                g.out.push(conflict_finding(q, &files));
+                continue;
             }
-            Resolved::Missing => g.out.push(missing_finding(q, kind, specs)),
+            Resolved::Missing if unread.is_empty() && specs.cuts.is_empty() => {
+                g.out.push(missing_finding(q, kind, specs));
+                continue;
+            }
+            Resolved::Missing => 0,
+        };
+        for u in unread.iter().filter(|u| u.priority >= from) {
+            g.uncertain.entry(u.path.as_str()).or_default().insert(q);
+        }
+        for (i, _) in specs.cuts.iter().enumerate().filter(|(_, c)| c.to >= from) {
+            g.cut.entry(i).or_default().insert(q);
         }
     }
+    finish(g, specs, driver)
+}
+
+/// The distinct devices that need checking, as (name as written, kind,
+/// device): a name CDI cannot parse asks for nothing here (CDI refuses
+/// it), a kind NVIDIA's runtime generates afresh is never stale.
+fn checked_requests(requested: &[String]) -> Vec<(&str, &str, &str)> {
+    let mut seen = BTreeSet::new();
+    requested
+        .iter()
+        .filter_map(|q| {
+            let (kind, name) = split_name(q)?;
+            (!GENERATED_KINDS.contains(&kind) && seen.insert(q.as_str())).then_some((
+                q.as_str(),
+                kind,
+                name,
+            ))
+        })
+        .collect()
+}
+
+/// The findings gathered: what the checked specs lack, then what was not
+/// read (errors before warnings, so that no refusal is cut from the list).
+fn finish(g: Gathered, specs: &CdiSpecs, driver: Option<&str>) -> Vec<Finding> {
     let mut out = g.out;
     for (path, devices, mut lacks) in g.checked {
         dedup(&mut lacks);
@@ -256,11 +297,101 @@ pub fn judge(
             specs.refresh_unit,
         ));
     }
-    out.extend(g.uncertain.into_iter().take(MAX_NAMED).filter_map(|p| {
-        let e = specs.entries.iter().find(|e| e.path == p)?;
-        Some(not_read_finding(e, Severity::Warning))
-    }));
+    for (i, devices) in &g.cut {
+        out.push(cut_finding(&specs.cuts[*i], devices));
+    }
+    let entry = |p: &str| specs.entries.iter().find(|e| e.path == p);
+    let (errors, warnings): (Vec<_>, Vec<_>) = g
+        .uncertain
+        .iter()
+        .filter_map(|(p, devices)| Some((entry(p)?, devices)))
+        .partition(|(e, _)| e.state.refuses_when_unread());
+    for (e, devices) in errors.iter().take(MAX_NAMED) {
+        out.push(unread_error(e, devices));
+    }
+    if errors.len() > MAX_NAMED {
+        out.push(Finding::error(
+            Check::Host,
+            format!(
+                "{} more CDI spec files that may define the container's CDI devices were not read",
+                errors.len() - MAX_NAMED
+            ),
+        ));
+    }
+    for (e, _) in warnings.iter().take(MAX_NAMED) {
+        out.push(not_read_finding(e, Severity::Warning));
+    }
     out
+}
+
+/// The host's filesystem, each path asked once: every device of NVIDIA's
+/// spec names the same nodes and libraries.
+struct Memo<'h> {
+    inner: &'h dyn HostPaths,
+    seen: RefCell<HashMap<(String, bool), PathState>>,
+}
+
+impl HostPaths for Memo<'_> {
+    fn state(&self, path: &str, nofollow: bool) -> PathState {
+        let key = (path.to_string(), nofollow);
+        if let Some(s) = self.seen.borrow().get(&key) {
+            return s.clone();
+        }
+        let s = self.inner.state(path, nofollow);
+        self.seen.borrow_mut().insert(key, s.clone());
+        s
+    }
+}
+
+fn too_many_requested(n: usize) -> Finding {
+    Finding::error(
+        Check::Host,
+        format!(
+            "the container asks for {n} CDI devices, more than gpu-guard checks ({MAX_CHECKED}): they were not checked, and a GPU container is not started unchecked"
+        ),
+    )
+    .with_fix("ask for fewer CDI devices (`nvidia.com/gpu=all` names every GPU)")
+}
+
+fn cut_finding(c: &Cut, devices: &BTreeSet<&str>) -> Finding {
+    Finding::error(
+        Check::Host,
+        format!(
+            "{}: CDI device {} may be defined in a spec gpu-guard did not see, so it cannot be checked, and a GPU container is not started unchecked",
+            esc(&c.message),
+            listed(devices.iter().map(|d| d.to_string())).join(", ")
+        ),
+    )
+    .with_fix("remove the spec files that are not CDI specs of this host from the CDI spec directories")
+}
+
+/// A file that may define the devices and was not read, where that must
+/// refuse: past a bound, or of unknown authorship.
+fn unread_error(e: &SpecEntry, devices: &BTreeSet<&str>) -> Finding {
+    let devices = listed(devices.iter().map(|d| d.to_string())).join(", ");
+    if e.state == SpecState::Untrusted {
+        let why = e.untrusted.as_deref().unwrap_or("");
+        return Finding::error(
+            Check::Host,
+            format!(
+                "CDI device {devices} may come from {}, which others could have written ({}): gpu-guard does not read such a spec, and a CDI spec decides what is mounted into the container and which hooks run as root",
+                esc(&e.path),
+                esc(why)
+            ),
+        )
+        .with_fix(format!(
+            "make it root's: chown root {0} && chmod go-w {0} (and its directory), or remove it",
+            esc(&e.path)
+        ));
+    }
+    let f = not_read_finding(e, Severity::Error);
+    Finding {
+        message: format!(
+            "{}; CDI device {devices} may be defined there, and a GPU container is not started unchecked",
+            f.message
+        ),
+        ..f
+    }
 }
 
 fn conflict_finding(device: &str, files: &[&str]) -> Finding {
@@ -276,33 +407,18 @@ fn conflict_finding(device: &str, files: &[&str]) -> Finding {
 }
 
 /// Files that might define a device of `kind` but were not checked: those
-/// that could not be read, and valid ones of that kind with too many devices.
+/// that could not be read or were not (a bound, others could have written
+/// them), and valid ones of that kind with too many devices.
 fn unread_for<'a>(specs: &'a CdiSpecs, kind: &str) -> Vec<&'a SpecEntry> {
     specs
         .entries
         .iter()
         .filter(|e| match &e.state {
-            SpecState::Unreadable(_) => true,
+            SpecState::Unreadable(_) | SpecState::OverBound(_) | SpecState::Untrusted => true,
             SpecState::NotChecked(NotChecked::TooMany { kind: k, .. }) => k == kind,
             _ => false,
         })
         .collect()
-}
-
-fn untrusted_finding(device: &str, path: &str, why: &str) -> Finding {
-    Finding::error(
-        Check::Host,
-        format!(
-            "CDI device {} comes from {}, which others could have written ({}): a CDI spec decides what is mounted into the container and which hooks run as root",
-            esc(device),
-            esc(path),
-            esc(why)
-        ),
-    )
-    .with_fix(format!(
-        "make it root's: chown root {0} && chmod go-w {0} (and its directory), or remove it",
-        esc(path)
-    ))
 }
 
 fn missing_finding(device: &str, kind: &str, specs: &CdiSpecs) -> Finding {
@@ -354,6 +470,18 @@ fn not_read_finding(e: &SpecEntry, severity: Severity) -> Finding {
             ),
             "fix or remove it",
         ),
+        SpecState::OverBound(why) => (
+            format!("CDI spec {} was not read ({})", esc(&e.path), esc(why)),
+            "regenerate it (nvidia-ctk cdi generate writes a few KiB, nested a few levels), or remove it",
+        ),
+        SpecState::Untrusted => (
+            format!(
+                "CDI spec {} was not read: others could have written it ({})",
+                esc(&e.path),
+                esc(e.untrusted.as_deref().unwrap_or(""))
+            ),
+            "make it root's and not writable by group or others, or remove it",
+        ),
         SpecState::Read(_) => (format!("CDI spec {}", esc(&e.path)), ""),
     };
     Finding::new(
@@ -384,7 +512,7 @@ pub fn audit(
                 Finding::warning(
                     Check::Host,
                     format!(
-                        "CDI spec {} could be written by others ({}); GPU containers that use its devices are refused",
+                        "CDI spec {} could be written by others ({}); gpu-guard does not read it, and GPU containers whose CDI devices it may define are refused",
                         esc(&e.path),
                         esc(why)
                     ),
@@ -393,7 +521,9 @@ pub fn audit(
             );
         }
         let SpecState::Read(s) = &e.state else {
-            out.push(not_read_finding(e, Severity::Warning));
+            if e.state != SpecState::Untrusted {
+                out.push(not_read_finding(e, Severity::Warning));
+            }
             continue;
         };
         if !kinds.contains(&s.kind.as_str()) || GENERATED_KINDS.contains(&s.kind.as_str()) {

@@ -31,7 +31,10 @@ use serde::Deserialize;
 use std::collections::BTreeSet;
 
 mod judge;
+mod nesting;
+pub use judge::MAX_CHECKED;
 pub use judge::{audit, judge};
+pub use nesting::{may_nest_deeper, MAX_NESTING};
 
 /// Kinds whose specs NVIDIA's runtime writes afresh for every container
 /// (internal/modifier/cdi.go, automaticDeviceKind): never stale, never in
@@ -200,9 +203,41 @@ pub struct SpecEntry {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SpecState {
     Read(Spec),
-    /// Could not be read (not a regular file, too large, an I/O error).
+    /// Not read, never parsed: others could have written it (the entry's
+    /// `untrusted` says how). A spec decides what is mounted into a
+    /// container and which hooks run as root; one of unknown authorship is
+    /// not even parsed.
+    Untrusted,
+    /// Could not be read (not a regular file, an I/O error).
     Unreadable(String),
+    /// Not read: past one of gpu-guard's bounds (larger than it reads, the
+    /// byte budget of a decision spent, nested deeper than any spec is).
+    OverBound(String),
     NotChecked(NotChecked),
+}
+
+impl SpecState {
+    /// Whether not checking the file must refuse a container whose device
+    /// it may define: a bound reached or a file of unknown authorship
+    /// (fail closed); a file that merely cannot be read is a warning.
+    pub fn refuses_when_unread(&self) -> bool {
+        matches!(
+            self,
+            SpecState::Untrusted
+                | SpecState::OverBound(_)
+                | SpecState::NotChecked(NotChecked::TooMany { .. })
+        )
+    }
+}
+
+/// Spec files that may exist but were not even listed: the directories of
+/// priorities `from..=to` hold more than gpu-guard lists.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cut {
+    pub from: usize,
+    pub to: usize,
+    /// One line: which bound, in which directory.
+    pub message: String,
 }
 
 /// Everything the spec directories held, in CDI's reading order.
@@ -212,6 +247,8 @@ pub struct CdiSpecs {
     pub entries: Vec<SpecEntry>,
     /// Directories or files the reader gave up on, as one-line messages.
     pub problems: Vec<String>,
+    /// Where a bound stopped the listing: files there were not seen.
+    pub cuts: Vec<Cut>,
     /// NVIDIA's `nvidia-cdi-refresh` systemd unit is installed.
     pub refresh_unit: bool,
 }
@@ -250,32 +287,53 @@ pub(crate) enum Resolved<'a> {
     Missing,
 }
 
-pub(crate) fn resolve<'a>(specs: &'a CdiSpecs, kind: &str, name: &str) -> Resolved<'a> {
-    let mut found: Vec<(&SpecEntry, &Spec, &Edits)> = Vec::new();
-    for e in &specs.entries {
-        let SpecState::Read(s) = &e.state else {
-            continue;
+/// One definition of a device: the file, its spec, the device's edits.
+pub(crate) type Definition<'a> = (&'a SpecEntry, &'a Spec, &'a Edits);
+
+/// Every device the specs that were read define, by kind and name, in
+/// CDI's reading order: built once, so a container asking for many
+/// devices costs one lookup each, not a walk of every spec.
+pub(crate) struct Index<'a> {
+    by_name: std::collections::HashMap<(&'a str, &'a str), Vec<Definition<'a>>>,
+}
+
+impl<'a> Index<'a> {
+    pub(crate) fn of(specs: &'a CdiSpecs) -> Index<'a> {
+        let mut by_name: std::collections::HashMap<_, Vec<_>> = std::collections::HashMap::new();
+        for e in &specs.entries {
+            let SpecState::Read(s) = &e.state else {
+                continue;
+            };
+            for (name, edits) in &s.devices {
+                by_name
+                    .entry((s.kind.as_str(), name.as_str()))
+                    .or_default()
+                    .push((e, s, edits));
+            }
+        }
+        Index { by_name }
+    }
+
+    /// A device as CDI's registry resolves it (cache.go `refresh`): the
+    /// definition of the latest directory wins; two in one directory clash.
+    pub(crate) fn resolve(&self, kind: &str, name: &str) -> Resolved<'a> {
+        let Some(found) = self.by_name.get(&(kind, name)) else {
+            return Resolved::Missing;
         };
-        if s.kind != kind {
-            continue;
+        let priorities: Vec<usize> = found.iter().map(|(e, _, _)| e.priority).collect();
+        let clash = priorities.windows(2).find(|w| w[0] == w[1]).map(|w| w[0]);
+        if let Some(p) = clash {
+            let files = found
+                .iter()
+                .filter(|(e, _, _)| e.priority == p)
+                .map(|(e, _, _)| e.path.as_str())
+                .collect();
+            return Resolved::Conflict(files);
         }
-        if let Some((_, edits)) = s.devices.iter().find(|(n, _)| n == name) {
-            found.push((e, s, edits));
+        match found.last() {
+            Some((e, s, d)) => Resolved::Found(e, s, d),
+            None => Resolved::Missing,
         }
-    }
-    let priorities: Vec<usize> = found.iter().map(|(e, _, _)| e.priority).collect();
-    let clash = priorities.windows(2).find(|w| w[0] == w[1]).map(|w| w[0]);
-    if let Some(p) = clash {
-        let files = found
-            .iter()
-            .filter(|(e, _, _)| e.priority == p)
-            .map(|(e, _, _)| e.path.as_str())
-            .collect();
-        return Resolved::Conflict(files);
-    }
-    match found.last() {
-        Some((e, s, d)) => Resolved::Found(e, s, d),
-        None => Resolved::Missing,
     }
 }
 
@@ -404,6 +462,7 @@ kind: nvidia.com/gpu
             dirs: vec!["/etc/cdi".into(), "/var/run/cdi".into()],
             entries,
             problems: Vec::new(),
+            cuts: Vec::new(),
             refresh_unit: false,
         }
     }
@@ -577,17 +636,34 @@ kind: nvidia.com/gpu
             .as_deref()
             .unwrap()
             .contains("nvidia-ctk cdi generate"));
-        // Others could have written the spec that defines it.
-        let mut e = entry("/etc/cdi/nvidia.yaml", 0, new.clone());
-        e.untrusted = Some("mode 0666".into());
-        let f = judge(&all(), &specs(vec![e]), Some(DRIVER), &host(DRIVER));
-        assert_eq!(f.len(), 1);
-        assert_eq!(f[0].severity, Severity::Error);
-        assert!(
-            f[0].message.contains("others could have written"),
-            "{}",
-            f[0].message
-        );
+        // Others could have written a spec that may define it: not read,
+        // refused; one in an earlier directory cannot override.
+        let open = |priority: usize| SpecEntry {
+            path: format!("/x/{priority}/open.yaml"),
+            priority,
+            untrusted: Some("mode 0666".into()),
+            state: SpecState::Untrusted,
+        };
+        for entries in [
+            vec![open(0)],
+            vec![entry("/etc/cdi/nvidia.yaml", 0, new.clone()), open(1)],
+            vec![entry("/etc/cdi/nvidia.yaml", 0, new.clone()), open(0)],
+        ] {
+            let f = judge(&all(), &specs(entries), Some(DRIVER), &host(DRIVER));
+            assert_eq!(f.len(), 1, "{f:?}");
+            assert_eq!(f[0].severity, Severity::Error);
+            assert!(
+                f[0].message.contains("which others could have written")
+                    && f[0].message.contains("nvidia.com/gpu=all"),
+                "{}",
+                f[0].message
+            );
+        }
+        let s = specs(vec![
+            open(0),
+            entry("/var/run/cdi/nvidia.yaml", 1, new.clone()),
+        ]);
+        assert!(judge(&all(), &s, Some(DRIVER), &host(DRIVER)).is_empty());
         // An unread file in a later directory may override: a warning.
         let fifo = SpecEntry {
             path: "/var/run/cdi/fifo.yaml".into(),
@@ -595,7 +671,10 @@ kind: nvidia.com/gpu
             untrusted: None,
             state: SpecState::Unreadable("a FIFO".into()),
         };
-        let s = specs(vec![entry("/etc/cdi/nvidia.yaml", 0, new), fifo.clone()]);
+        let s = specs(vec![
+            entry("/etc/cdi/nvidia.yaml", 0, new.clone()),
+            fifo.clone(),
+        ]);
         let f = judge(&all(), &s, Some(DRIVER), &host(DRIVER));
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].severity, Severity::Warning);
@@ -619,9 +698,87 @@ kind: nvidia.com/gpu
                 devices: 10_000,
             }),
         };
+        // A spec past a bound (too many devices of the kind, too large,
+        // nested too deep) may define it: refused, never skipped silently.
         let f = judge(&all(), &specs(vec![big]), Some(DRIVER), &host(DRIVER));
         assert!(f[0].message.contains("10000 devices"), "{}", f[0].message);
-        assert_eq!(f[0].severity, Severity::Warning);
+        assert_eq!(f[0].severity, Severity::Error);
+        let deep = SpecEntry {
+            path: "/var/run/cdi/deep.yaml".into(),
+            priority: 1,
+            untrusted: None,
+            state: SpecState::OverBound("it may nest more than 256 levels deep".into()),
+        };
+        let s = specs(vec![entry("/etc/cdi/nvidia.yaml", 0, new.clone()), deep]);
+        let f = judge(&all(), &s, Some(DRIVER), &host(DRIVER));
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].severity, Severity::Error);
+        assert!(
+            f[0].message.contains("deep.yaml was not read (it may nest")
+                && f[0].message.contains("not started unchecked"),
+            "{}",
+            f[0].message
+        );
+        // A listing a bound cut short, in a directory as late as the
+        // definition: refused too.
+        let mut s = specs(vec![entry("/etc/cdi/nvidia.yaml", 0, new)]);
+        s.cuts.push(Cut {
+            from: 1,
+            to: 1,
+            message: "CDI spec directory /var/run/cdi holds more than 1024 spec files".into(),
+        });
+        let f = judge(&all(), &s, Some(DRIVER), &host(DRIVER));
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert!(
+            f[0].message.contains("holds more than 1024"),
+            "{}",
+            f[0].message
+        );
+        s.cuts[0] = Cut {
+            from: 0,
+            to: 0,
+            ..s.cuts[0].clone()
+        };
+        assert_eq!(judge(&all(), &s, Some(DRIVER), &host(DRIVER)).len(), 1);
+    }
+
+    #[test]
+    fn every_requested_device_is_checked_and_padding_hides_none() {
+        let new = spec(&nvidia_yaml(DRIVER));
+        let open = SpecEntry {
+            path: "/var/run/cdi/open.yaml".into(),
+            priority: 1,
+            untrusted: Some("mode 0666".into()),
+            state: SpecState::Untrusted,
+        };
+        let s = specs(vec![entry("/etc/cdi/nvidia.yaml", 0, new), open]);
+        // Names of a generated kind, and names CDI cannot parse, pad the
+        // list: none of them is counted, the last one is still checked.
+        let mut asked: Vec<String> = (0..200)
+            .map(|i| format!("runtime.nvidia.com/gpu={i}"))
+            .collect();
+        asked.extend((0..200).map(|i| format!("nvidia.com/gpu{i}")));
+        asked.extend(std::iter::repeat("nvidia.com/gpu=0".to_string()).take(200));
+        asked.push("nvidia.com/gpu=evil".into());
+        let f = judge(&asked, &s, Some(DRIVER), &host(DRIVER));
+        assert!(
+            f.iter().any(|f| f.severity == Severity::Error
+                && f.message.contains("nvidia.com/gpu=evil")
+                && f.message.contains("open.yaml")),
+            "{f:?}"
+        );
+        // More distinct devices than gpu-guard checks: refused, saying so.
+        let many: Vec<String> = (0..=MAX_CHECKED)
+            .map(|i| format!("nvidia.com/gpu={i}"))
+            .collect();
+        let f = judge(&many, &s, Some(DRIVER), &host(DRIVER));
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].severity, Severity::Error);
+        assert!(
+            f[0].message.contains("more than gpu-guard checks (1024)"),
+            "{}",
+            f[0].message
+        );
     }
 
     #[test]
@@ -683,6 +840,7 @@ kind: nvidia.com/gpu
             spec("cdiVersion: 0.5.0\nkind: vendor.com/x\ndevices: [{name: a}]"),
         );
         untrusted.untrusted = Some("owner uid 1000".into());
+        untrusted.state = SpecState::Untrusted;
         let s = specs(vec![
             entry("/etc/cdi/nvidia.yaml", 0, spec(&nvidia_yaml("565.57.01"))),
             untrusted,

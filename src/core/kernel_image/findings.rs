@@ -157,7 +157,7 @@ pub fn assess(
         return out;
     }
     if let Some(e) = &scanned.rootfs_error {
-        out.push(rootfs_error_finding(e));
+        out.push(rootfs_error_finding(e, scanned, severity));
         return out;
     }
     let judging = Judging {
@@ -177,15 +177,28 @@ pub fn assess(
 
 /// The single finding when the rootfs could not be opened. Split out of
 /// [`assess`] because it ends the assessment: nothing else can be judged.
-fn rootfs_error_finding(e: &str) -> Finding {
-    Finding::warning(
+/// A check that could not run judged nothing, so it is an unfinished one:
+/// the same severity as [`incomplete_finding`]'s.
+fn rootfs_error_finding(e: &str, scanned: &Scanned, severity: Enforcement) -> Finding {
+    let refuse = scanned.on_incomplete == Enforcement::Refuse && severity == Enforcement::Refuse;
+    let level = if refuse {
+        Severity::Error
+    } else {
+        Severity::Warning
+    };
+    Finding::new(
         Check::KernelImage,
+        level,
         format!(
             "cannot check the GPU code in the image: {}",
             esc_bounded(e, MAX_QUOTE)
         ),
     )
-    .with_fix("check the bundle's root.path; gpu-guard could not open it")
+    .with_fix(if refuse {
+        "check the bundle's root.path; gpu-guard could not open it (kernel_image.on_incomplete = \"enforce\" refuses a container whose libraries were not checked)"
+    } else {
+        "check the bundle's root.path; gpu-guard could not open it"
+    })
 }
 
 /// One warning per GPU group whose compute capability is unknown. These
@@ -325,11 +338,12 @@ fn no_image_finding(
         ),
     )
     .with_fix(fix_for_no_image(&lib.path, *cc, blocked))
+    .predicting_failure()
 }
 
 /// The finding when the scan stopped on a budget, naming (bounded) the
 /// libraries left unjudged. Separate because it is about the scan, not
-/// about any library or GPU. A warning, unless `on_incomplete = "refuse"`
+/// about any library or GPU. A warning, unless `on_incomplete = "enforce"`
 /// under `severity = "enforce"`: then an error, as a library without code
 /// for a visible GPU is, since an unjudged library may be one.
 fn incomplete_finding(reason: &str, scanned: &Scanned, severity: Enforcement) -> Finding {
@@ -352,12 +366,12 @@ fn incomplete_finding(reason: &str, scanned: &Scanned, severity: Enforcement) ->
     let (level, fix) = if refuse {
         (
             Severity::Error,
-            "kernel_image.on_incomplete = \"refuse\" refuses a container whose libraries were not all judged: raise kernel_image budgets (max_files, max_bytes, max_file_bytes, max_entries, time_budget_ms) or narrow kernel_image.libraries; what was judged is cached, so the next start continues with the rest",
+            "kernel_image.on_incomplete = \"enforce\" refuses a container whose libraries were not all judged: raise kernel_image budgets (max_files, max_bytes, max_file_bytes, max_entries, time_budget_ms) or narrow kernel_image.libraries; what was judged is cached, so the next start continues with the rest",
         )
     } else {
         (
             Severity::Warning,
-            "raise kernel_image budgets (max_files, max_bytes, max_file_bytes, max_entries, time_budget_ms) or narrow kernel_image.libraries; what was judged is cached, so the next start continues with the rest (kernel_image.on_incomplete = \"refuse\" refuses instead under enforce)",
+            "raise kernel_image budgets (max_files, max_bytes, max_file_bytes, max_entries, time_budget_ms) or narrow kernel_image.libraries; what was judged is cached, so the next start continues with the rest (kernel_image.on_incomplete = \"enforce\" refuses instead under enforce)",
         )
     };
     let mut f = Finding::new(
@@ -513,7 +527,7 @@ mod tests {
             "{}",
             f[0].message
         );
-        // on_incomplete = "refuse": an error under enforce, a warning under warn.
+        // on_incomplete = "enforce": an error under enforce, a warning under warn.
         let mut r = s.clone();
         r.on_incomplete = Enforcement::Refuse;
         r.not_scanned_total = 12;
@@ -534,6 +548,16 @@ mod tests {
         };
         let f = assess(&s, &gpus, None, Enforcement::Refuse);
         assert_eq!(f.len(), 1);
+        assert_eq!(f[0].severity, Severity::Warning);
+        // A check that could not run follows on_incomplete as a partial
+        // one does.
+        let s = Scanned {
+            on_incomplete: Enforcement::Refuse,
+            ..s
+        };
+        let f = assess(&s, &gpus, None, Enforcement::Refuse);
+        assert_eq!(f[0].severity, Severity::Error);
+        let f = assess(&s, &gpus, None, Enforcement::Warn);
         assert_eq!(f[0].severity, Severity::Warning);
     }
 }

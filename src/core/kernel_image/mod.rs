@@ -57,6 +57,11 @@ pub struct Scanned {
     pub on_incomplete: Enforcement,
     /// The rootfs could not be opened at all.
     pub rootfs_error: Option<String>,
+    /// The AMD side of the libraries that have any: their code objects and
+    /// Tensile files (a library's read errors are in `libraries`).
+    pub amd: Vec<crate::core::amd::AmdLibrary>,
+    /// The ROCm user space the image ships, when one was found.
+    pub rocm: Option<crate::core::amd::RocmUserSpace>,
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@ fn host(driver: &str, cuda: &str) -> HostFacts {
         driver_version: Some(driver.into()),
         cuda_driver_version: Some(cuda.into()),
         gpus: Vec::new(),
+        ..Default::default()
     }
 }
 
@@ -71,15 +72,11 @@ fn a_cuda_13_runtime_on_a_cuda_12_host_is_refused_under_enforce() {
         ..LibraryScan::default()
     };
     let h = host("570.86.15", "12.8");
-    let f = assess(
-        &scan,
-        Some(&h),
-        &cfg(Enforcement::Refuse),
-        MinorVersionCompat::Off,
-    );
+    let f = assess(&scan, Some(&h), &cfg(Enforcement::Refuse));
     assert_eq!(f.len(), 1, "{f:?}");
     assert_eq!(f[0].check, Check::CudaRuntime);
     assert_eq!(f[0].severity, Severity::Error);
+    assert!(f[0].predicts_failure);
     let m = &f[0].message;
     assert!(m.contains("libcudart.so.13"), "{m}");
     assert!(m.contains("pip nvidia-cuda-runtime 13.5.37"), "{m}");
@@ -87,82 +84,75 @@ fn a_cuda_13_runtime_on_a_cuda_12_host_is_refused_under_enforce() {
     assert!(m.contains("CUDA driver version is insufficient"), "{m}");
     let fix = f[0].fix.as_deref().unwrap();
     assert!(fix.contains("nvidia-cuda-runtime-cu12"), "{fix}");
-    // Warn: the same as a warning; a CUDA 13 host: nothing.
-    let f = assess(
-        &scan,
-        Some(&h),
-        &cfg(Enforcement::Warn),
-        MinorVersionCompat::Off,
-    );
+    // Warn: the same as a warning, still predicting the failure.
+    let f = assess(&scan, Some(&h), &cfg(Enforcement::Warn));
     assert_eq!(f[0].severity, Severity::Warning);
-    let f = assess(
-        &scan,
-        Some(&host("580.65.06", "13.0")),
-        &cfg(Enforcement::Refuse),
-        MinorVersionCompat::Allow,
-    );
-    // 13.5 on 13.0 is a minor gap; CUDA 13's family minimum is not in
-    // the checked table (core::cuda_tables), so even allow does not admit.
-    assert_eq!(f.len(), 1, "{f:?}");
-    assert_eq!(f[0].severity, Severity::Error);
-    assert!(
-        f[0].message.contains("minor-version compatibility"),
-        "{}",
-        f[0].message
-    );
-    let f = assess(
-        &scan,
-        Some(&host("610.43.02", "13.5")),
-        &cfg(Enforcement::Refuse),
-        MinorVersionCompat::Off,
-    );
-    assert!(f.is_empty(), "{f:?}");
+    assert!(f[0].predicts_failure);
     // Off: nothing at all.
-    assert!(assess(
-        &scan,
-        Some(&h),
-        &cfg(Enforcement::Off),
-        MinorVersionCompat::Off
-    )
-    .is_empty());
+    assert!(assess(&scan, Some(&h), &cfg(Enforcement::Off)).is_empty());
 }
 
+/// CUDA's rule (CUDA Compatibility, "Minor Version Compatibility"): a
+/// 13.5 runtime runs on driver 580.65.06 (CUDA 13.0), the CUDA 13 family
+/// minimum; the warning names what needs the newer driver. A newer driver
+/// says nothing.
 #[test]
-fn minor_gaps_follow_the_requirement_rule() {
+fn a_newer_minor_runs_on_a_driver_of_its_family() {
     let scan = LibraryScan {
+        cuda_runtimes: vec![runtime("13.5")],
+        ..LibraryScan::default()
+    };
+    let enforce = cfg(Enforcement::Refuse);
+    let f = assess(&scan, Some(&host("580.65.06", "13.0")), &enforce);
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert_eq!(f[0].severity, Severity::Warning);
+    assert!(!f[0].predicts_failure);
+    let m = &f[0].message;
+    assert!(!m.contains("insufficient"), "{m}");
+    assert!(m.contains("minor-version compatibility"), "{m}");
+    assert!(m.contains("PTX built by CUDA 13.5"), "{m}");
+    assert!(m.contains("cudaErrorCallRequiresNewerDriver"), "{m}");
+    assert!(assess(&scan, Some(&host("610.43.02", "13.5")), &enforce).is_empty());
+    assert!(assess(&scan, Some(&host("620.1.2", "14.1")), &enforce).is_empty());
+    // 12.8 on 535 (CUDA 12.2): above 525.60.13, the 12.x family minimum.
+    let s128 = LibraryScan {
         cuda_runtimes: vec![runtime("12.8")],
         ..LibraryScan::default()
     };
-    let h = host("535.104.05", "12.2");
-    let enforce = cfg(Enforcement::Refuse);
-    let off = assess(&scan, Some(&h), &enforce, MinorVersionCompat::Off);
-    assert_eq!(off[0].severity, Severity::Error);
-    let warn = assess(&scan, Some(&h), &enforce, MinorVersionCompat::Warn);
-    assert_eq!(warn[0].severity, Severity::Error);
-    assert!(
-        warn[0].message.contains("would admit"),
-        "{}",
-        warn[0].message
-    );
-    let allow = assess(&scan, Some(&h), &enforce, MinorVersionCompat::Allow);
-    assert_eq!(allow[0].severity, Severity::Warning);
-    // Below the family minimum, allow does not admit.
-    let old = host("520.61.05", "11.8");
-    let scan12 = LibraryScan {
-        cuda_runtimes: vec![runtime("12.1")],
-        ..LibraryScan::default()
-    };
-    let f = assess(&scan12, Some(&old), &enforce, MinorVersionCompat::Allow);
+    let f = assess(&s128, Some(&host("535.104.05", "12.2")), &enforce);
+    assert_eq!(f[0].severity, Severity::Warning, "{f:?}");
+    // A driver reporting 12.0 below the family minimum: insufficient.
+    let f = assess(&s128, Some(&host("525.53", "12.0")), &enforce);
     assert_eq!(f[0].severity, Severity::Error, "{f:?}");
+    assert!(f[0].predicts_failure);
+    assert!(f[0].message.contains("525.60.13"), "{}", f[0].message);
+}
+
+#[test]
+fn older_runtimes_and_majors_alone() {
+    let enforce = cfg(Enforcement::Refuse);
+    let h = host("535.104.05", "12.2");
     // A major-only version is judged by its major only.
     let scan_major = LibraryScan {
         cuda_runtimes: vec![runtime("12")],
         ..LibraryScan::default()
     };
-    assert!(assess(&scan_major, Some(&h), &enforce, MinorVersionCompat::Off).is_empty());
+    assert!(assess(&scan_major, Some(&h), &enforce).is_empty());
+    // CUDA 10 had no minor-version compatibility.
+    let s102 = LibraryScan {
+        cuda_runtimes: vec![runtime("10.2")],
+        ..LibraryScan::default()
+    };
+    let f = assess(&s102, Some(&host("418.39", "10.1")), &enforce);
+    assert_eq!(f[0].severity, Severity::Error, "{f:?}");
+    assert!(assess(&s102, Some(&h), &enforce).is_empty());
     // No driver on the host: the host check says so, not this one.
     let none = HostFacts::default();
-    assert!(assess(&scan, Some(&none), &enforce, MinorVersionCompat::Off).is_empty());
+    let scan = LibraryScan {
+        cuda_runtimes: vec![runtime("12.8")],
+        ..LibraryScan::default()
+    };
+    assert!(assess(&scan, Some(&none), &enforce).is_empty());
 }
 
 #[test]
@@ -179,12 +169,7 @@ fn missing_libraries_grouped_with_chain_and_fix() {
         ],
         ..LibraryScan::default()
     };
-    let f = assess(
-        &scan,
-        None,
-        &cfg(Enforcement::Refuse),
-        MinorVersionCompat::Off,
-    );
+    let f = assess(&scan, None, &cfg(Enforcement::Refuse));
     assert_eq!(f.len(), 2, "{f:?}");
     assert_eq!(f[0].severity, Severity::Error);
     let t = f[0].title();
@@ -219,13 +204,66 @@ fn incomplete_scans_name_what_was_not_judged() {
         ..LibraryScan::default()
     };
     let mut c = cfg(Enforcement::Refuse);
-    let f = assess(&scan, None, &c, MinorVersionCompat::Off);
+    let f = assess(&scan, None, &c);
     assert_eq!(f[0].severity, Severity::Warning);
     assert!(f[0].message.contains("lib0.so"), "{}", f[0].message);
     assert!(f[0].message.contains("and 4 more"), "{}", f[0].message);
     c.on_incomplete = Enforcement::Refuse;
-    let f = assess(&scan, None, &c, MinorVersionCompat::Off);
+    let f = assess(&scan, None, &c);
     assert_eq!(f[0].severity, Severity::Error);
+}
+
+/// A scan that could not run at all is judged as an unfinished one: the
+/// same severity as a partial scan under every setting.
+#[test]
+fn a_scan_that_failed_outright_follows_the_incomplete_rule() {
+    let failed = LibraryScan {
+        error: Some("cannot open the rootfs /x: No such file or directory".into()),
+        ..LibraryScan::default()
+    };
+    let partial = LibraryScan {
+        incomplete: Some("the time budget ran out".into()),
+        ..LibraryScan::default()
+    };
+    for (severity, on_incomplete, want) in [
+        (
+            Enforcement::Warn,
+            Enforcement::Warn,
+            Some(Severity::Warning),
+        ),
+        (
+            Enforcement::Warn,
+            Enforcement::Refuse,
+            Some(Severity::Warning),
+        ),
+        (
+            Enforcement::Refuse,
+            Enforcement::Warn,
+            Some(Severity::Warning),
+        ),
+        (
+            Enforcement::Refuse,
+            Enforcement::Refuse,
+            Some(Severity::Error),
+        ),
+        (Enforcement::Off, Enforcement::Refuse, None),
+    ] {
+        let mut c = cfg(severity);
+        c.on_incomplete = on_incomplete;
+        for scan in [&failed, &partial] {
+            let f = assess(scan, None, &c);
+            assert_eq!(
+                f.first().map(|f| f.severity),
+                want,
+                "{severity:?} {on_incomplete:?} {scan:?}"
+            );
+        }
+        let f = assess(&failed, None, &c);
+        if let Some(f) = f.first() {
+            assert!(f.message.contains("could not run"), "{}", f.message);
+            assert!(f.message.contains("/x"), "{}", f.message);
+        }
+    }
 }
 
 #[test]

@@ -5,6 +5,7 @@
 //! A variable the image or the user set is never touched: their value is a
 //! decision someone made, ours is a default. A limit is only ever raised.
 
+pub mod numa;
 pub mod shm;
 
 use crate::core::container::Container;
@@ -135,7 +136,7 @@ pub const STACK: &str = "RLIMIT_STACK";
 
 /// Whether tuning is on for this container: `tuning.enabled`, and no
 /// `<disable_annotation>=off` on it.
-fn tuning_on(c: &Container, cfg: &TuningConfig) -> bool {
+pub(crate) fn tuning_on(c: &Container, cfg: &TuningConfig) -> bool {
     cfg.enabled
         && !c
             .annotations

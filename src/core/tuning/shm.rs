@@ -388,6 +388,7 @@ mod tests {
             kind: "tmpfs".into(),
             options: options.iter().map(|s| s.to_string()).collect(),
             patchable: true,
+            host: None,
         }
     }
 
@@ -528,6 +529,7 @@ mod tests {
             kind: "bind".into(),
             options: vec!["rbind".into(), "rprivate".into()],
             patchable: true,
+            host: None,
         };
         let c = container(docker);
         assert_eq!(

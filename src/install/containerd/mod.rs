@@ -33,7 +33,7 @@ pub mod template;
 use annotations::pass_through_annotations;
 pub use annotations::{untrusted_pattern, CDI_ANNOTATIONS};
 pub use effective::{judge, Expect, Problem};
-pub(super) use plan::{check, plan_install, plan_uninstall, registered_runtimes};
+pub(super) use plan::{check, default_config, plan_install, plan_uninstall, registered_runtimes};
 
 pub const RUNC_V2: &str = "io.containerd.runc.v2";
 /// The drop-in file name in a conf.d directory the config imports.

@@ -84,7 +84,14 @@ fn main_host(opts: &Options, old: Option<&EngineState>) -> PathBuf {
     opts.config_path
         .clone()
         .or_else(|| old.filter(|_| opts.uninstall).map(|s| s.config.clone()))
-        .unwrap_or_else(|| CONTAINERD_CONFIG.into())
+        .unwrap_or_else(|| default_config(opts))
+}
+
+/// containerd's config on the host when none is named: k3s's or RKE2's
+/// template on their nodes (template.rs, `detect`), else
+/// `/etc/containerd/config.toml`.
+pub(in crate::install) fn default_config(opts: &Options) -> PathBuf {
+    template::detect(&|p| opts.fs_path(p)).unwrap_or_else(|| CONTAINERD_CONFIG.into())
 }
 
 /// The file containerd's settings are read from: the config, or for a

@@ -29,6 +29,39 @@ const END: &str = "# END gpu-guard";
 /// What a new template holds before the block: k3s's own configuration.
 pub const BASE: &str = "{{ template \"base\" . }}";
 
+/// Where k3s and RKE2 keep their containerd config (k3s docs,
+/// "Configuring containerd"; RKE2 docs, "Configuring containerd"), in the
+/// order install looks for them.
+pub const DISTRO_DIRS: [&str; 2] = [
+    "/var/lib/rancher/k3s/agent/etc/containerd",
+    "/var/lib/rancher/rke2/agent/etc/containerd",
+];
+
+/// The containerd config install edits when none is named: on a k3s or
+/// RKE2 node (its rendered `config.toml` is there, under `host_root`) the
+/// template k3s renders it from: an existing `config-v3.toml.tmpl` or
+/// `config.toml.tmpl`, else the one k3s reads for the rendered version
+/// (`config-v3.toml.tmpl` for a version 3 config, containerd 2.x: k3s
+/// pkg/agent/containerd/config.go, `setupContainerdConfig`); else `None`
+/// (containerd's own `/etc/containerd/config.toml`).
+pub fn detect(fs_path: &dyn Fn(&Path) -> PathBuf) -> Option<PathBuf> {
+    DISTRO_DIRS.iter().find_map(|dir| {
+        let dir = Path::new(dir);
+        let rendered_host = dir.join("config.toml");
+        let rendered_text = std::fs::read_to_string(fs_path(&rendered_host)).ok()?;
+        let existing = ["config-v3.toml.tmpl", "config.toml.tmpl"]
+            .iter()
+            .map(|n| dir.join(n))
+            .find(|t| fs_path(t).exists());
+        Some(existing.unwrap_or_else(
+            || match version(&rendered_host, Some(&rendered_text)) >= 3 {
+                true => dir.join("config-v3.toml.tmpl"),
+                false => dir.join("config.toml.tmpl"),
+            },
+        ))
+    })
+}
+
 /// A k3s/RKE2 template path (`*.tmpl`).
 pub fn is_template(host: &Path) -> bool {
     host.extension().is_some_and(|e| e == "tmpl")

@@ -32,7 +32,10 @@ pub fn info_of(snap: &Snapshot, content: &dyn Content, i: Idx) -> Result<Arc<Dyn
 }
 
 /// Read budgets for a rootfs: bytes per file and in all, files parsed, a
-/// deadline. What they stop is reported as not judged, never guessed.
+/// deadline. What they stop is reported as not judged, never guessed. The
+/// facts kept of each file ([`DynInfo::retained_bytes`]) are charged to
+/// the same byte budgets: a file that names one long string thousands of
+/// times costs the memory it takes, not the few bytes read.
 #[derive(Clone, Debug)]
 pub struct ReadLimits {
     pub max_files: u64,
@@ -124,7 +127,16 @@ impl<'r> RootContent<'r> {
             file_left: Cell::new(self.limits.max_file_bytes),
             deadline: self.limits.deadline,
         };
-        match elf_dynamic::read(&metered) {
+        match elf_dynamic::read(&metered).and_then(|info| {
+            let kept = info.retained_bytes();
+            if kept > metered.file_left.get() || kept > self.bytes_left.get() {
+                return Err(elf_dynamic::DynamicError::Io(io::Error::other(
+                    "read budget used up by the facts it keeps",
+                )));
+            }
+            self.bytes_left.set(self.bytes_left.get() - kept);
+            Ok(info)
+        }) {
             Ok(info) => Ok(Arc::new(info)),
             Err(e) => {
                 let msg = e.to_string();

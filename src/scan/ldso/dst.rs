@@ -83,6 +83,23 @@ fn is_dst(input: &str, name: &str) -> Option<usize> {
     }
 }
 
+/// `$ORIGIN` of an object loaded from `realname` (relative to `cwd`):
+/// the directory of the path as it was opened, symlinks not resolved
+/// (elf/dl-object.c `_dl_get_origin` on the name `_dl_map_object` used).
+pub(super) fn origin_of(realname: &str, cwd: &str) -> String {
+    let full = if realname.starts_with('/') {
+        realname.to_string()
+    } else if cwd.ends_with('/') {
+        format!("{cwd}{realname}")
+    } else {
+        format!("{cwd}/{realname}")
+    };
+    match full.rfind('/') {
+        Some(0) | None => "/".to_string(),
+        Some(i) => full[..i].to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,5 +111,18 @@ mod tests {
         assert_eq!(is_dst("ORIGINAL", "ORIGIN"), None);
         assert_eq!(is_dst("{ORIGIN", "ORIGIN"), None);
         assert_eq!(is_dst("LIB", "LIB"), Some(3));
+    }
+}
+
+#[cfg(test)]
+mod origin_tests {
+    use super::origin_of;
+
+    #[test]
+    fn origin_is_the_directory_as_opened() {
+        assert_eq!(origin_of("/opt/x/lib/libfoo.so", "/"), "/opt/x/lib");
+        assert_eq!(origin_of("/libfoo.so", "/"), "/");
+        assert_eq!(origin_of("lib/libfoo.so", "/app"), "/app/lib");
+        assert_eq!(origin_of("libfoo.so", "/app/"), "/app");
     }
 }

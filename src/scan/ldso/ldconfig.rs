@@ -34,12 +34,13 @@
 //!   other entry whose flags are its own (64-bit x86-64 or aarch64; the
 //!   32-bit entries of the same cache are skipped).
 
+use super::budget::Budget;
 use super::content::{info_of, Content};
 use super::platform::Platform;
 use super::snapshot::{join, FileMeta, Idx, Kind, Snapshot};
 use crate::scan::elf_dynamic::{ELFCLASS32, ELFCLASS64, EM_386, EM_X86_64};
 use std::cmp::Ordering;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// Most directories ldconfig is given (ld.so.conf can list any number).
 const MAX_DIRS: usize = 4096;
@@ -167,10 +168,11 @@ fn same_file(snap: &Snapshot, a: Idx, b: Idx) -> bool {
 }
 
 /// The directory list, deduplicated as `add_single_dir` does.
-fn directories(snap: &Snapshot, lines: &[String]) -> Vec<DirEntry> {
+fn directories(snap: &Snapshot, lines: &[String], budget: &Budget) -> Vec<DirEntry> {
     let mut out: Vec<DirEntry> = Vec::new();
+    let mut listed: HashSet<Idx> = HashSet::new();
     for line in lines {
-        if out.len() >= MAX_DIRS {
+        if out.len() >= MAX_DIRS || !budget.spend(1) {
             break;
         }
         let path = line
@@ -182,7 +184,7 @@ fn directories(snap: &Snapshot, lines: &[String]) -> Vec<DirEntry> {
         let Ok(idx) = snap.lookup_dir(path) else {
             continue;
         };
-        if out.iter().any(|d| d.idx == idx) {
+        if !listed.insert(idx) {
             continue;
         }
         out.push(DirEntry {
@@ -201,7 +203,7 @@ fn directories(snap: &Snapshot, lines: &[String]) -> Vec<DirEntry> {
             }
             let p = format!("{sub}/{}", n.name);
             if let Ok(d) = snap.lookup_dir(&p) {
-                if !out.iter().any(|e| e.idx == d) {
+                if listed.insert(d) {
                     out.push(DirEntry {
                         path: p,
                         idx: d,
@@ -223,19 +225,24 @@ struct DLib {
 }
 
 /// Runs the model of ldconfig over `dirs` (command line, ld.so.conf and
-/// system directories, in that order): returns the cache and adds the
-/// links it creates to `snap`.
+/// system directories, in that order), each directory entry a step of
+/// `budget` (past it the cache lacks the rest, and the budget says why):
+/// returns the cache and adds the links it creates to `snap`.
 pub fn run(
     snap: &mut Snapshot,
     content: &dyn Content,
     plat: &Platform,
     dirs: &[String],
+    budget: &Budget,
 ) -> LdCache {
-    let entries = directories(snap, dirs);
+    let entries = directories(snap, dirs, budget);
     let mut cache = LdCache::default();
     for d in &entries {
+        if !budget.ok() {
+            break;
+        }
         cache.dirs.push(d.path.clone());
-        let libs = scan_dir(snap, content, plat, d);
+        let libs = scan_dir(snap, content, plat, d, budget);
         for lib in libs {
             let filename = if d.hwcaps.is_none() {
                 if !lib.is_link {
@@ -262,10 +269,19 @@ pub fn run(
 }
 
 /// The libraries of one directory (`search_dir`'s list).
-fn scan_dir(snap: &Snapshot, content: &dyn Content, plat: &Platform, d: &DirEntry) -> Vec<DLib> {
+fn scan_dir(
+    snap: &Snapshot,
+    content: &dyn Content,
+    plat: &Platform,
+    d: &DirEntry,
+    budget: &Budget,
+) -> Vec<DLib> {
     let mut libs: Vec<DLib> = Vec::new();
     let mut by_soname: HashMap<String, usize> = HashMap::new();
     for &c in &snap.node(d.idx).children {
+        if !budget.spend(1) {
+            break;
+        }
         let n = snap.node(c);
         let is_reg = n.kind == Kind::File;
         let is_symlink = matches!(n.kind, Kind::Symlink(_));
@@ -369,6 +385,7 @@ fn create_link(
 mod tests {
     use super::*;
     use crate::scan::elf_dynamic::DynInfo;
+    use crate::scan::ldso::budget::Budget;
     use crate::scan::ldso::content::tests::TextContent;
     use crate::scan::ldso::platform::Platform;
     use crate::scan::ldso::snapshot::tests::tree;
@@ -432,7 +449,7 @@ mod tests {
             d.to_string(),
             "/does/not/exist".into(),
         ];
-        let cache = run(&mut snap, &c, &plat, &lines);
+        let cache = run(&mut snap, &c, &plat, &lines, &Budget::generous());
         // Scanned once, under its first spelling.
         assert_eq!(cache.dirs, ["/lib/x86_64-linux-gnu"]);
         assert_eq!(

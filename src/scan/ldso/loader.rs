@@ -34,19 +34,31 @@
 //!
 //! Only the search is modelled: symbol versions, TLS, relocations are not
 //! (a library found but lacking a symbol fails later, differently).
+//!
+//! Cost: a name already loaded is found by a hash lookup (glibc walks its
+//! list of loaded objects, `_dl_lookup_map`: fine for the hundred objects a
+//! process loads, quadratic for a `DT_NEEDED` chain thousands deep), and
+//! every lookup and object loaded is a step of the scan's [`Budget`]: past
+//! it, or past [`MAX_OBJECTS`] objects or [`MAX_EDGES`] requests, what is
+//! left is not judged.
 
+use super::budget::Budget;
 use super::content::{info_of, Content};
 use super::dst;
 use super::ldconfig::LdCache;
 use super::platform::Platform;
 use super::snapshot::{Idx, Kind, Snapshot};
 use crate::scan::elf_dynamic::{DynInfo, Fit, DF_1_NODEFLIB};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Objects one root may load before the rest is left unjudged.
 pub const MAX_OBJECTS: usize = 4096;
 /// Path search attempts one root may make.
 const MAX_TRIES: u64 = 1 << 20;
+/// Requests (`DT_NEEDED` entries and dlopen calls) one root may make: an
+/// object may name the same library thousands of times.
+pub const MAX_EDGES: usize = 1 << 16;
 
 /// How a library was asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,6 +121,8 @@ pub struct Env<'a> {
     pub ld_library_path: Option<&'a str>,
     /// The container's working directory (absolute).
     pub cwd: &'a str,
+    /// The scan's time and work.
+    pub budget: &'a Budget,
 }
 
 /// One program's loading: the objects in load order and every request.
@@ -121,10 +135,17 @@ pub struct Session<'a> {
     tries: u64,
     /// Set when the loader stops the program.
     pub fatal: Option<String>,
+    /// Set when a bound stopped the model (the rest is not judged).
+    pub stopped: Option<String>,
     /// The object judged (the program, or what the program opened).
     pub root: Option<usize>,
     /// Requests made before the root was opened (the program's own).
     pub edges_before_root: usize,
+    /// The first object (in load order) each name matches: a path it was
+    /// opened by, a name it was asked for, its SONAME (`_dl_lookup_map`).
+    by_name: HashMap<String, usize>,
+    /// The object loaded from each file (node, or identity when known).
+    by_file: HashMap<(u64, u64), usize>,
 }
 
 /// A search ended without a file.
@@ -133,20 +154,6 @@ enum Miss {
     Stop,
     Fatal(String),
     Unjudged(String),
-}
-
-fn dirname_origin(realname: &str, cwd: &str) -> String {
-    let full = if realname.starts_with('/') {
-        realname.to_string()
-    } else if cwd.ends_with('/') {
-        format!("{cwd}{realname}")
-    } else {
-        format!("{cwd}/{realname}")
-    };
-    match full.rfind('/') {
-        Some(0) | None => "/".to_string(),
-        Some(i) => full[..i].to_string(),
-    }
 }
 
 impl<'a> Session<'a> {
@@ -162,8 +169,11 @@ impl<'a> Session<'a> {
             llp: Vec::new(),
             tries: 0,
             fatal: None,
+            stopped: None,
             root: None,
             edges_before_root: 0,
+            by_name: HashMap::new(),
+            by_file: HashMap::new(),
         };
         s.preload();
         let program = main.unwrap_or(root);
@@ -191,6 +201,11 @@ impl<'a> Session<'a> {
             ("linux-vdso.so.1", vec!["linux-vdso.so.1".to_string()]),
             (p.loader_path, vec![p.loader_soname.to_string()]),
         ] {
+            let k = self.objs.len();
+            self.name_obj(real, k);
+            for n in &names {
+                self.name_obj(n, k);
+            }
             self.objs.push(Obj {
                 realname: real.to_string(),
                 node: None,
@@ -246,8 +261,15 @@ impl<'a> Session<'a> {
         loader: Option<usize>,
     ) -> usize {
         let injected = self.env.snap.virtual_info(idx).is_some();
+        let k = self.objs.len();
+        self.name_obj(&realname, k);
+        self.name_obj(name, k);
+        if let Some(so) = info.soname.as_deref() {
+            self.name_obj(so, k);
+        }
+        self.by_file.insert(self.file_key(idx), k);
         self.objs.push(Obj {
-            origin: dirname_origin(&realname, self.env.cwd),
+            origin: dst::origin_of(&realname, self.env.cwd),
             realname,
             node: Some(idx),
             info: Some(info),
@@ -274,7 +296,7 @@ impl<'a> Session<'a> {
                 .map(|i| i.needed.clone())
                 .unwrap_or_default();
             for raw in needed {
-                if self.fatal.is_some() {
+                if self.fatal.is_some() || self.stopped.is_some() {
                     return;
                 }
                 let name = match self.expand_needed(o, &raw) {
@@ -296,8 +318,10 @@ impl<'a> Session<'a> {
                     self.fatal = Some(m.clone());
                     return;
                 }
+                // A new object is appended once, as dl-deps.c appends it
+                // to its list.
                 if let Outcome::Found(n) = outcome {
-                    if n >= before && !queue.contains(&n) {
+                    if n >= before {
                         queue.push(n);
                     }
                 }
@@ -352,6 +376,16 @@ impl<'a> Session<'a> {
     /// `_dl_map_object`: an object already loaded under this name, else a
     /// search, else a faked (not found) entry.
     fn map_object(&mut self, loader: Option<usize>, name: &str) -> Outcome {
+        if self.edges.len() >= MAX_EDGES {
+            let why = format!("more than {MAX_EDGES} requests");
+            self.stopped = Some(why.clone());
+            return Outcome::Unjudged(why);
+        }
+        if !self.env.budget.spend(1) {
+            let why = self.env.budget.stopped().unwrap_or_default();
+            self.stopped = Some(why.clone());
+            return Outcome::Unjudged(why);
+        }
         if let Some(o) = self.loaded(name) {
             return Outcome::Found(o);
         }
@@ -399,38 +433,51 @@ impl<'a> Session<'a> {
         Outcome::NotFound { other_class }
     }
 
+    /// The key of a file: its identity (device and inode: two names of
+    /// one file are one object), else its node.
+    fn file_key(&self, idx: Idx) -> (u64, u64) {
+        let id = self.env.snap.node(idx).meta.id;
+        if id == (0, 0) {
+            (u64::MAX - 1, idx as u64)
+        } else {
+            id
+        }
+    }
+
+    /// Records that `name` leads to object `k`, unless an object earlier
+    /// in load order has it.
+    fn name_obj(&mut self, name: &str, k: usize) {
+        if !self.by_name.contains_key(name) {
+            self.by_name.insert(name.to_string(), k);
+        }
+    }
+
+    /// Adds `name` to the names object `o` was asked for.
+    fn add_name(&mut self, o: usize, name: &str) {
+        if !self.objs[o].names.iter().any(|n| n == name) {
+            self.objs[o].names.push(name.to_string());
+        }
+        self.name_obj(name, o);
+    }
+
     /// A file found: the object already loaded from it, or a new one.
     fn attach(&mut self, idx: Idx, real: String, name: &str, loader: Option<usize>) -> Outcome {
-        let snap = self.env.snap;
-        let id = snap.node(idx).meta.id;
-        let same = self.objs.iter().position(|o| {
-            !o.faked
-                && o.node
-                    .is_some_and(|n| n == idx || (id != (0, 0) && snap.node(n).meta.id == id))
-        });
-        if let Some(o) = same {
-            if !self.objs[o].names.iter().any(|n| n == name) {
-                self.objs[o].names.push(name.to_string());
-            }
+        if let Some(&o) = self.by_file.get(&self.file_key(idx)) {
+            self.add_name(o, name);
             return Outcome::Found(o);
         }
-        match info_of(snap, self.env.content, idx) {
+        match info_of(self.env.snap, self.env.content, idx) {
             Ok(info) => Outcome::Found(self.new_obj(real, name, idx, info, loader)),
             Err(e) => Outcome::Unjudged(e),
         }
     }
 
-    /// `_dl_lookup_map`: by path, by a name it was loaded under, by SONAME.
+    /// `_dl_lookup_map`: by path, by a name it was loaded under, by SONAME
+    /// (the first object in load order that has it; faked entries never
+    /// match and are never recorded).
     fn loaded(&mut self, name: &str) -> Option<usize> {
-        let i = self.objs.iter().position(|o| {
-            !o.faked
-                && (o.realname == name
-                    || o.names.iter().any(|n| n == name)
-                    || o.info.as_ref().and_then(|i| i.soname.as_deref()) == Some(name))
-        })?;
-        if !self.objs[i].names.iter().any(|n| n == name) {
-            self.objs[i].names.push(name.to_string());
-        }
+        let i = *self.by_name.get(name)?;
+        self.add_name(i, name);
         Some(i)
     }
 
@@ -557,6 +604,11 @@ impl<'a> Session<'a> {
     /// `open_verify` of one candidate path.
     fn open_verify(&mut self, path: &str) -> Result<Idx, Miss> {
         self.tries += 1;
+        if !self.env.budget.spend(1) {
+            return Err(Miss::Unjudged(
+                self.env.budget.stopped().unwrap_or_default(),
+            ));
+        }
         let snap = self.env.snap;
         let idx = match snap.lookup(&self.absolute(path), true) {
             Ok(i) => i,
@@ -634,18 +686,5 @@ fn absorb(m: Miss, other_class: &mut bool) -> Result<(), Miss> {
         }
         Miss::Stop => Ok(()),
         m => Err(m),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn origin_is_the_directory_as_opened() {
-        assert_eq!(dirname_origin("/opt/x/lib/libfoo.so", "/"), "/opt/x/lib");
-        assert_eq!(dirname_origin("/libfoo.so", "/"), "/");
-        assert_eq!(dirname_origin("lib/libfoo.so", "/app"), "/app/lib");
-        assert_eq!(dirname_origin("libfoo.so", "/app/"), "/app");
     }
 }

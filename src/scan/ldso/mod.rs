@@ -1,5 +1,5 @@
 //! What an image's libraries need at start, resolved as glibc's ld.so
-//! will resolve them in the GPU container (issue 18).
+//! will resolve them in the GPU container.
 //!
 //! - [`snapshot`]: the container's file tree in memory, paths resolved
 //!   inside it; [`walk`] reads it from a rootfs;
@@ -9,12 +9,14 @@
 //!   rebuilds it;
 //! - [`loader`]: ld.so's search and breadth-first loading.
 
+pub mod budget;
 pub mod conf;
 pub mod content;
 pub mod cudart;
 mod dst;
 pub mod ldconfig;
 pub mod loader;
+mod missing;
 pub mod platform;
 pub mod resolve;
 pub mod result_cache;
@@ -30,8 +32,11 @@ use resolve::{Resolved, StartEnv};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// Entries (all kinds) one rootfs walk may read.
-const MAX_ENTRIES: u64 = 4_000_000;
+/// Entries (all kinds) one rootfs walk may read. Each costs the tree about
+/// 170 bytes (its node, name and identity), so this bounds the walk's
+/// memory at about 170 MiB; the largest framework images have a few
+/// hundred thousand entries.
+const MAX_ENTRIES: u64 = 1_000_000;
 
 /// The cache key's inputs besides the walk. The CPU's glibc-hwcaps levels
 /// (platform::cpu_hwcaps) are not among them: a cache directory belongs to
@@ -110,7 +115,9 @@ pub fn scan_rootfs(
             deadline,
         },
     );
-    let mut r = resolve::resolve(walked.snap, &content, inputs, trees);
+    let budget = budget::Budget::new(deadline, cfg.time_budget_ms);
+    let mut r = resolve::resolve(walked.snap, &content, inputs, trees, &budget);
+    note_budget(&mut r.scan, &budget);
     note_walk(
         &mut r.scan,
         walked.stopped,
@@ -132,6 +139,17 @@ pub fn scan_rootfs(
         }
     }
     r
+}
+
+/// Why the model's budget stopped it, first among the reasons.
+pub fn note_budget(scan: &mut LibraryScan, budget: &budget::Budget) {
+    let Some(why) = budget.stopped() else {
+        return;
+    };
+    scan.incomplete = Some(match scan.incomplete.take() {
+        Some(prev) if prev != why => format!("{why}; {prev}"),
+        _ => why,
+    });
 }
 
 /// What the walk could not read joins what was not judged.

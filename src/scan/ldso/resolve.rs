@@ -10,22 +10,38 @@
 //! through PyTorch's `RPATH`). An object in a Python `site-packages` is
 //! opened by that Python's interpreter, whose own `RPATH` then applies too
 //! (conda's `$ORIGIN/../lib`).
+//!
+//! Which objects are judged, and at what cost: each object is judged once.
+//! The candidates are taken in the order of the names they need (one that
+//! no other candidate names first, in path order; then what those name),
+//! and a candidate some program already judged loads through `DT_NEEDED`
+//! is judged there, not again: a `DT_NEEDED` chain of n libraries costs one
+//! program of n objects, not n programs of n/2. (A candidate the judged
+//! programs reach only through a path of their own, which the names alone
+//! do not show, is judged as a program too: never fewer judgements.)
+//! Each program is judged and let go before the next is loaded, and the
+//! scan's [`Budget`] bounds the whole: what it leaves is named as not
+//! judged.
 
+use super::budget::Budget;
 use super::content::{info_of, Content};
 use super::ldconfig::{self, LdCache};
 use super::loader::{Env, Outcome, Session, Via as LVia};
+use super::missing::collect_missing;
 use super::platform::{cpu_hwcaps, Platform};
 use super::snapshot::{components, FileMeta, Idx, Kind, Snapshot};
+use super::tree::Tree;
 use super::{conf, cudart};
 use crate::core::dlopen_libs::{self, Opens, Rule, RULES};
 use crate::core::driver_libs::{self, Capability};
-use crate::core::libraries::{is_gpu_name, LibraryScan, Missing, Via};
+use crate::core::libraries::{is_gpu_name, LibraryScan};
 use crate::scan::elf_dynamic::{DynInfo, Fit, EM_AARCH64, EM_X86_64};
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap, HashMap, HashSet};
 use std::sync::Arc;
 
 /// Missing libraries listed in the result.
-const MAX_MISSING: usize = 256;
+pub(super) const MAX_MISSING: usize = 256;
 /// Files named as not judged.
 const MAX_NOT_JUDGED: usize = 64;
 
@@ -61,26 +77,6 @@ impl StartEnv {
             machine: None,
         }
     }
-}
-
-/// One line of the resolution tree (`scan --rootfs --libraries`).
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct Line {
-    pub depth: usize,
-    pub name: String,
-    /// Where it was found (None: not found or refused).
-    pub path: Option<String>,
-    pub via: Via,
-    pub injected: bool,
-    /// "not found", the loader's error, "shown above".
-    pub note: Option<String>,
-}
-
-/// One judged object's tree.
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct Tree {
-    pub root: String,
-    pub lines: Vec<Line>,
 }
 
 /// The scan's result, with the trees when asked for.
@@ -156,7 +152,7 @@ fn inject(snap: &mut Snapshot, plat: &Platform, inputs: &StartEnv) -> Vec<String
         snap.set_virtual_info(i, injected_info(plat, lib.soname(driver)));
         out.push(lib.soname(driver));
     }
-    if caps.contains(&Capability::Compute) {
+    if driver_libs::library_sets(&caps).contains(&Capability::Compute) {
         snap.set_child(
             dir,
             "libcuda.so",
@@ -212,7 +208,7 @@ fn python_main(snap: &Snapshot, path: &str) -> Option<String> {
     })
 }
 
-fn file_name(path: &str) -> &str {
+pub(super) fn file_name(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
 }
 
@@ -264,7 +260,13 @@ struct Prepared {
     caps: BTreeSet<Capability>,
 }
 
-fn prepare(snap: &mut Snapshot, content: &dyn Content, inputs: &StartEnv) -> Prepared {
+fn prepare(
+    snap: &mut Snapshot,
+    content: &dyn Content,
+    inputs: &StartEnv,
+    budget: &Budget,
+    scan: &mut LibraryScan,
+) -> Prepared {
     let machine = machine_of(snap, inputs);
     let plat = Platform::detect(snap, machine, cpu_hwcaps(machine));
     let injected = inject(snap, &plat, inputs);
@@ -272,13 +274,22 @@ fn prepare(snap: &mut Snapshot, content: &dyn Content, inputs: &StartEnv) -> Pre
     // keeps the cache its image shipped, which is never read (a hostile
     // image controls it): it is modelled as absent.
     let cache = if inputs.gpu {
-        let c = conf::read(snap, content);
+        let c = conf::read(snap, content, budget);
+        // The cache is built from fewer directories than ldconfig's: what
+        // is missing from it may be found there at start.
+        for p in &c.problems {
+            not_judged(scan, p.clone());
+        }
+        scan.not_judged_total += c.problems_total - c.problems.len() as u64;
+        if let Some(first) = c.problems.first() {
+            scan.incomplete = Some(format!("ld.so.conf was not read whole ({first})"));
+        }
         // nvc_ldcache.c: the injected directory on ldconfig's command line
         // comes first, then ld.so.conf, then the system directories.
         let mut dirs = vec![plat.injected_dir.clone()];
         dirs.extend(c.dirs);
         dirs.extend(plat.ldconfig_system_dirs.iter().cloned());
-        ldconfig::run(snap, content, &plat, &dirs)
+        ldconfig::run(snap, content, &plat, &dirs, budget)
     } else {
         LdCache::default()
     };
@@ -286,18 +297,23 @@ fn prepare(snap: &mut Snapshot, content: &dyn Content, inputs: &StartEnv) -> Pre
         plat,
         cache,
         injected,
-        caps: driver_libs::capabilities(inputs.capabilities.as_deref()),
+        // The library sets the capabilities bring (video brings compute's,
+        // display graphics'): a library of a set not brought is missing for
+        // want of the capability that brings it.
+        caps: driver_libs::library_sets(&driver_libs::capabilities(inputs.capabilities.as_deref())),
     }
 }
 
-/// Resolves every judged object of the tree.
+/// Resolves every judged object of the tree, within `budget`.
 pub fn resolve(
     mut snap: Snapshot,
     content: &dyn Content,
     inputs: &StartEnv,
     trees: bool,
+    budget: &Budget,
 ) -> Resolved {
-    let prep = prepare(&mut snap, content, inputs);
+    let mut out = Resolved::default();
+    let prep = prepare(&mut snap, content, inputs, budget, &mut out.scan);
     let cwd = if inputs.cwd.starts_with('/') {
         inputs.cwd.clone()
     } else {
@@ -310,54 +326,125 @@ pub fn resolve(
         cache: &prep.cache,
         ld_library_path: inputs.ld_library_path.as_deref(),
         cwd: &cwd,
+        budget,
     };
-    let mut out = Resolved {
-        injected: prep.injected.clone(),
-        cache_entries: prep.cache.len(),
-        ..Resolved::default()
-    };
-    let roots = gpu_roots(&snap, content, &prep.plat, &mut out.scan);
-    let sessions: Vec<Session> = roots.iter().map(|&r| run_root(&env, &snap, r)).collect();
-    let top = top_level(&roots, &sessions, &snap);
+    out.injected = prep.injected.clone();
+    out.cache_entries = prep.cache.len();
+    let roots = gpu_roots(&snap, content, &prep.plat, &mut out.scan, budget);
     let by_name = library_names(&snap);
-    let mut seen = HashSet::new();
-    for &k in &top {
-        collect_missing(
-            &sessions[k],
-            &snap,
-            &by_name,
-            inputs,
-            &prep.caps,
-            &mut seen,
-            &mut out.scan,
-        );
-        if trees {
-            out.trees.push(super::tree::tree_of(&sessions[k], &snap));
+    let mut judge = Judging {
+        covered: HashSet::new(),
+        seen: HashSet::new(),
+    };
+    for k in judging_order(&snap, &roots) {
+        let root = roots[k].0;
+        if judge.covered.contains(&identity(&snap, root)) {
+            continue;
         }
+        if !budget.ok() {
+            let why = budget.stopped().unwrap_or_default();
+            let path = snap.path_of(root);
+            not_judged(
+                &mut out.scan,
+                format!("{}: {why}", path.trim_start_matches('/')),
+            );
+            continue;
+        }
+        let s = run_root(&env, &snap, root);
+        judge.cover(&s, &snap);
+        let ctx = (&by_name, inputs, &prep.caps);
+        collect_missing(&s, &snap, ctx, &mut judge.seen, &mut out.scan);
+        if trees {
+            out.trees.push(super::tree::tree_of(&s, &snap));
+        }
+        out.scan.judged += 1;
     }
-    out.scan.judged = top.len() as u64;
     out.scan.cuda_runtimes = cudart::find(&snap, content);
     out
 }
 
-/// The roots judged as programs: those no other root loads through
-/// `DT_NEEDED`, and those only loaded by roots that are not themselves
-/// judged (a cycle), in path order.
-fn top_level(roots: &[Idx], sessions: &[Session], snap: &Snapshot) -> Vec<usize> {
-    let covered = covered_by(sessions, snap);
-    let mut top: Vec<usize> = (0..roots.len())
-        .filter(|&k| !covered.contains(&identity(snap, roots[k])))
+/// What the programs judged so far have done.
+struct Judging {
+    /// Files some judged program loaded through `DT_NEEDED` (not as its
+    /// root): judged there.
+    covered: HashSet<(u64, u64)>,
+    /// (missing name, needed by) reported.
+    seen: HashSet<(String, String)>,
+}
+
+impl Judging {
+    fn cover(&mut self, s: &Session, snap: &Snapshot) {
+        for e in &s.edges[s.edges_before_root..] {
+            if let (LVia::Needed, Outcome::Found(n)) = (e.via, &e.outcome) {
+                if Some(*n) != s.root {
+                    if let Some(node) = s.objs[*n].node {
+                        self.covered.insert(identity(snap, node));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The order the roots are judged in: the roots no other root names in
+/// its `DT_NEEDED` (by file name or SONAME) first, in path order; each
+/// root after the roots that name it (Kahn's topological order, the
+/// smallest path first); in a cycle, the smallest path first. A root
+/// judged early loads those it names, which then need no program of
+/// their own.
+fn judging_order(snap: &Snapshot, roots: &[(Idx, Arc<DynInfo>)]) -> Vec<usize> {
+    let mut by_name: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (k, (i, info)) in roots.iter().enumerate() {
+        by_name.entry(&snap.node(*i).name).or_default().push(k);
+        if let Some(so) = info.soname.as_deref() {
+            if so != &*snap.node(*i).name {
+                by_name.entry(so).or_default().push(k);
+            }
+        }
+    }
+    let mut named: Vec<Vec<usize>> = vec![Vec::new(); roots.len()];
+    let mut indegree = vec![0usize; roots.len()];
+    for (k, (_, info)) in roots.iter().enumerate() {
+        let mut seen = HashSet::new();
+        for n in &info.needed {
+            let file = n.rsplit('/').next().unwrap_or(n);
+            for &t in by_name.get(file).map(Vec::as_slice).unwrap_or_default() {
+                if t != k && seen.insert(t) {
+                    named[k].push(t);
+                    indegree[t] += 1;
+                }
+            }
+        }
+    }
+    let mut ready: BinaryHeap<Reverse<usize>> = (0..roots.len())
+        .filter(|&k| indegree[k] == 0)
+        .map(Reverse)
         .collect();
-    let reached: HashSet<(u64, u64)> = top
-        .iter()
-        .flat_map(|&k| session_files(&sessions[k], snap))
-        .collect();
-    let extra: Vec<usize> = (0..roots.len())
-        .filter(|&k| !top.contains(&k) && !reached.contains(&identity(snap, roots[k])))
-        .collect();
-    top.extend(extra);
-    top.sort();
-    top
+    let mut done = vec![false; roots.len()];
+    let mut order = Vec::with_capacity(roots.len());
+    let mut next_unplaced = 0;
+    while order.len() < roots.len() {
+        let k = match ready.pop() {
+            Some(Reverse(k)) if !done[k] => k,
+            Some(_) => continue,
+            None => {
+                // A cycle: its smallest path goes first.
+                while done[next_unplaced] {
+                    next_unplaced += 1;
+                }
+                next_unplaced
+            }
+        };
+        done[k] = true;
+        order.push(k);
+        for &t in &named[k] {
+            indegree[t] = indegree[t].saturating_sub(1);
+            if indegree[t] == 0 && !done[t] {
+                ready.push(Reverse(t));
+            }
+        }
+    }
+    order
 }
 
 /// The image's library files (and symlinks to files) by name, the first
@@ -392,32 +479,6 @@ fn identity(snap: &Snapshot, i: Idx) -> (u64, u64) {
     }
 }
 
-/// The objects a session loaded from the image, by identity.
-fn session_files(s: &Session, snap: &Snapshot) -> Vec<(u64, u64)> {
-    s.objs
-        .iter()
-        .filter_map(|o| o.node)
-        .map(|n| identity(snap, n))
-        .collect()
-}
-
-/// Files some session reached through `DT_NEEDED` (not as its root).
-fn covered_by(sessions: &[Session], snap: &Snapshot) -> HashSet<(u64, u64)> {
-    let mut out = HashSet::new();
-    for s in sessions {
-        for e in &s.edges[s.edges_before_root..] {
-            if let (LVia::Needed, Outcome::Found(n)) = (e.via, &e.outcome) {
-                if Some(*n) != s.root {
-                    if let Some(node) = s.objs[*n].node {
-                        out.insert(identity(snap, node));
-                    }
-                }
-            }
-        }
-    }
-    out
-}
-
 /// The objects to judge: loadable programs and libraries that are GPU
 /// libraries, need one, or open them (the dlopen table).
 fn gpu_roots(
@@ -425,10 +486,17 @@ fn gpu_roots(
     content: &dyn Content,
     plat: &Platform,
     scan: &mut LibraryScan,
-) -> Vec<Idx> {
+    budget: &Budget,
+) -> Vec<(Idx, Arc<DynInfo>)> {
     let mut roots = Vec::new();
     for i in candidates(snap) {
         let name = &*snap.node(i).name;
+        if !budget.spend(1) {
+            let why = budget.stopped().unwrap_or_default();
+            let path = snap.path_of(i);
+            not_judged(scan, format!("{}: {why}", path.trim_start_matches('/')));
+            continue;
+        }
         let info = match info_of(snap, content, i) {
             Ok(info) => info,
             Err(e) => {
@@ -451,13 +519,13 @@ fn gpu_roots(
                 .iter()
                 .any(|r| r.applies(name, info.soname.as_deref()));
         if gpu {
-            roots.push(i);
+            roots.push((i, info));
         }
     }
     roots
 }
 
-fn not_judged(scan: &mut LibraryScan, what: String) {
+pub(super) fn not_judged(scan: &mut LibraryScan, what: String) {
     scan.not_judged_total += 1;
     if scan.not_judged.len() < MAX_NOT_JUDGED {
         scan.not_judged.push(what);
@@ -478,7 +546,7 @@ fn run_root<'a>(env: &'a Env<'a>, snap: &Snapshot, root: Idx) -> Session<'a> {
     let Some(start) = s.root else { return s };
     let mut k = start;
     let mut asked: HashSet<(usize, String)> = HashSet::new();
-    while k < s.objs.len() && s.fatal.is_none() {
+    while k < s.objs.len() && s.fatal.is_none() && s.stopped.is_none() {
         let o = &s.objs[k];
         if o.faked || o.preloaded || o.injected {
             k += 1;
@@ -501,141 +569,6 @@ fn run_root<'a>(env: &'a Env<'a>, snap: &Snapshot, root: Idx) -> Session<'a> {
     s
 }
 
-/// The missing libraries of one judged session.
-fn collect_missing(
-    s: &Session,
-    snap: &Snapshot,
-    by_name: &HashMap<&str, Idx>,
-    inputs: &StartEnv,
-    caps: &BTreeSet<Capability>,
-    seen: &mut HashSet<(String, String)>,
-    scan: &mut LibraryScan,
-) {
-    let ctx = Ctx::new(s, snap);
-    for e in &s.edges[s.edges_before_root..] {
-        let (error, unjudged) = match &e.outcome {
-            Outcome::Found(_) => continue,
-            Outcome::NotFound { other_class: true } => (
-                Some("wrong ELF class (a library of another class or machine)".to_string()),
-                None,
-            ),
-            Outcome::NotFound { .. } => (None, None),
-            Outcome::Fatal(m) => (Some(m.clone()), None),
-            Outcome::Unjudged(m) => (None, Some(m.clone())),
-        };
-        let needed_by = rel(&s.objs[e.from].realname, snap, s.objs[e.from].node);
-        if let Some(m) = unjudged {
-            not_judged(scan, format!("{needed_by} → {}: {m}", e.name));
-            continue;
-        }
-        if !seen.insert((e.name.clone(), needed_by.clone())) || scan.missing.len() >= MAX_MISSING {
-            continue;
-        }
-        let capability = driver_libs::driver_lib_for(&e.name)
-            .filter(|l| inputs.gpu && !caps.contains(&l.capability))
-            .map(|l| l.capability.name().to_string());
-        let dlopen_rule = (e.via == LVia::Dlopen)
-            .then(|| ctx.rule_for(e.from))
-            .flatten();
-        let elsewhere = (error.is_none() && !e.name.contains('/'))
-            .then(|| by_name.get(e.name.as_str()))
-            .flatten()
-            .map(|&i| snap.path_of(i).trim_start_matches('/').to_string());
-        scan.missing.push(Missing {
-            name: file_name(&e.name).to_string(),
-            elsewhere,
-            needed_by,
-            via: if e.via == LVia::Dlopen {
-                Via::Dlopen
-            } else {
-                Via::Needed
-            },
-            chain: ctx.chain(e.from),
-            error,
-            optional: ctx.optional(e.from) || e.via == LVia::Dlopen && ctx.optional_name(&e.name),
-            when: dlopen_rule.map(|r| r.when.to_string()),
-            capability,
-        });
-    }
-}
-
-/// A path relative to the rootfs, for the report.
-fn rel(realname: &str, snap: &Snapshot, node: Option<Idx>) -> String {
-    if realname.starts_with('/') {
-        realname.trim_start_matches('/').to_string()
-    } else {
-        node.map(|n| snap.path_of(n).trim_start_matches('/').to_string())
-            .unwrap_or_else(|| realname.to_string())
-    }
-}
-
-/// Who loaded whom in one session.
-struct Ctx<'s> {
-    s: &'s Session<'s>,
-    snap: &'s Snapshot,
-    /// The request that first loaded each object.
-    parent: HashMap<usize, (usize, LVia, String)>,
-}
-
-impl<'s> Ctx<'s> {
-    fn new(s: &'s Session<'s>, snap: &'s Snapshot) -> Ctx<'s> {
-        let mut parent = HashMap::new();
-        for e in &s.edges[s.edges_before_root..] {
-            if let Outcome::Found(n) = e.outcome {
-                if Some(n) != s.root && n != e.from {
-                    parent.entry(n).or_insert((e.from, e.via, e.name.clone()));
-                }
-            }
-        }
-        Ctx { s, snap, parent }
-    }
-
-    /// The objects from the root to `o`, relative to the rootfs.
-    fn chain(&self, o: usize) -> Vec<String> {
-        let mut v = Vec::new();
-        let mut cur = Some(o);
-        while let Some(c) = cur {
-            if v.len() > 64 {
-                break;
-            }
-            let obj = &self.s.objs[c];
-            v.push(rel(&obj.realname, self.snap, obj.node));
-            cur = self.parent.get(&c).map(|p| p.0);
-        }
-        v.reverse();
-        v
-    }
-
-    /// Is `o`, or what opened it, an optional plugin?
-    fn optional(&self, o: usize) -> bool {
-        let mut cur = Some(o);
-        let mut hops = 0;
-        while let Some(c) = cur {
-            hops += 1;
-            if hops > 64 {
-                return false;
-            }
-            if self.optional_name(&self.s.objs[c].realname) {
-                return true;
-            }
-            cur = self.parent.get(&c).map(|p| p.0);
-        }
-        false
-    }
-
-    fn optional_name(&self, name: &str) -> bool {
-        RULES.iter().any(|r| r.optional.contains(&file_name(name)))
-    }
-
-    fn rule_for(&self, opener: usize) -> Option<&'static Rule> {
-        let o = &self.s.objs[opener];
-        let soname = o.info.as_ref().and_then(|i| i.soname.as_deref());
-        RULES
-            .iter()
-            .find(|r| r.applies(file_name(&o.realname), soname))
-    }
-}
-
 /// What `LD_TRACE_LOADED_OBJECTS=1 ld.so ROOT` would print for one object
 /// run as the program: each object in load order with the name it was
 /// first asked for and its path (None: not found), the loader and vDSO
@@ -649,7 +582,9 @@ pub struct Trace {
 /// Runs the model for one root as `ld.so ROOT` runs it, in a container
 /// started with `inputs` (the differential test's side of the comparison).
 pub fn trace(mut snap: Snapshot, content: &dyn Content, inputs: &StartEnv, root: &str) -> Trace {
-    let prep = prepare(&mut snap, content, inputs);
+    let budget = Budget::generous();
+    let mut scan = LibraryScan::default();
+    let prep = prepare(&mut snap, content, inputs, &budget, &mut scan);
     let env = Env {
         snap: &snap,
         content,
@@ -657,6 +592,7 @@ pub fn trace(mut snap: Snapshot, content: &dyn Content, inputs: &StartEnv, root:
         cache: &prep.cache,
         ld_library_path: inputs.ld_library_path.as_deref(),
         cwd: &inputs.cwd,
+        budget: &budget,
     };
     let s = Session::run(&env, root, None);
     let loaded = s

@@ -3,7 +3,7 @@
 //! the warm path is the rootfs walk (names, inode numbers, sizes and times,
 //! super::walk) plus one small file read.
 //!
-//! The key is a 128-bit fingerprint ([`Fingerprint`]) of the walk's and of
+//! The key is a SHA-256 fingerprint ([`Fingerprint`]) of the walk's and of
 //! every other input (the container's loader environment, the model's
 //! version and the budgets; the CPU's hwcaps levels are the host's,
 //! constant for its cache). One JSON file per key in `libraries.cache_dir`,
@@ -15,11 +15,11 @@
 
 use crate::core::libraries::LibraryScan;
 use serde::{Deserialize, Serialize};
-use std::hash::{DefaultHasher, Hasher};
+use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 
-/// Bumped whenever the model or the result format changes.
-pub const MODEL_VERSION: u32 = 1;
+/// Bumped whenever the model, the result format or the key changes.
+pub const MODEL_VERSION: u32 = 2;
 /// A real entry is a few KiB.
 const MAX_ENTRY_BYTES: u64 = 4 << 20;
 
@@ -35,41 +35,26 @@ pub struct ResultCache {
     dir: PathBuf,
 }
 
-/// A 128-bit fingerprint of a byte stream: two SipHash streams (std's
-/// `DefaultHasher`, fixed keys), the second told apart by a leading byte.
-/// Not SHA-256: its first use asks the CPU for its features, which in a
-/// virtual machine costs a fresh hook process more than the whole warm
-/// scan. What it fingerprints (names, inode numbers, nanosecond times of
-/// one host's files) cannot be chosen by an image to collide with
-/// another's; an accidental collision among n entries has odds about
-/// n²/2¹²⁹. Its values may change with the Rust release: then the cache
-/// only misses.
-pub struct Fingerprint {
-    a: DefaultHasher,
-    b: DefaultHasher,
-}
-
-impl Default for Fingerprint {
-    fn default() -> Fingerprint {
-        let mut b = DefaultHasher::new();
-        b.write_u8(0xa5);
-        Fingerprint {
-            a: DefaultHasher::new(),
-            b,
-        }
-    }
-}
+/// The fingerprint of a byte stream: its SHA-256 (FIPS 180-4), the digest
+/// the image reader already verifies blobs with. A key must mean the same
+/// inputs in every gpu-guard that reads the cache directory (a new release
+/// of the same cache format, a rollback): std's `DefaultHasher` says its
+/// algorithm may change between Rust releases, so a key it made could name
+/// other inputs after an upgrade. What it fingerprints (names, inode
+/// numbers, nanosecond times of one host's files) is not chosen to collide
+/// either.
+#[derive(Default)]
+pub struct Fingerprint(Sha256);
 
 impl Fingerprint {
     pub fn update(&mut self, bytes: impl AsRef<[u8]>) {
-        let bytes = bytes.as_ref();
-        self.a.write(bytes);
-        self.b.write(bytes);
+        self.0.update(bytes.as_ref());
     }
 
-    /// 32 hex digits.
+    /// 64 hex digits.
     pub fn hex(&self) -> String {
-        format!("{:016x}{:016x}", self.a.finish(), self.b.finish())
+        let d = self.0.clone().finalize();
+        d.iter().map(|b| format!("{b:02x}")).collect()
     }
 }
 
@@ -141,5 +126,19 @@ mod tests {
         std::fs::write(c.path_for(&k), b"{").unwrap();
         assert!(c.get(&k).is_none());
         std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn keys_are_sha256_and_stable() {
+        // FIPS 180-4's test vector: the key does not depend on the Rust
+        // release that built gpu-guard.
+        let mut f = Fingerprint::default();
+        f.update(b"abc");
+        assert_eq!(
+            f.hex(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert_eq!(key("d", &["x"]), key("d", &["x"]));
+        assert_eq!(key("d", &["x"]).len(), 64);
     }
 }

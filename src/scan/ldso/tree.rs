@@ -3,10 +3,29 @@
 //! the injected driver libraries marked (`scan --rootfs DIR --libraries`).
 
 use super::loader::{Outcome, Session, Via as LVia};
-use super::resolve::{Line, Tree};
 use super::snapshot::Snapshot;
 use crate::core::libraries::Via;
 use std::collections::HashSet;
+
+/// One line of the resolution tree (`scan --rootfs --libraries`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Line {
+    pub depth: usize,
+    pub name: String,
+    /// Where it was found (None: not found or refused).
+    pub path: Option<String>,
+    pub via: Via,
+    pub injected: bool,
+    /// "not found", the loader's error, "shown above".
+    pub note: Option<String>,
+}
+
+/// One judged object's tree.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Tree {
+    pub root: String,
+    pub lines: Vec<Line>,
+}
 
 /// Lines printed for one object before the rest is cut.
 const MAX_LINES: usize = 2000;

@@ -1,5 +1,5 @@
 //! Decision counters for Prometheus, in node_exporter's textfile format
-//! (`[metrics] textfile`; README, "Metrics").
+//! (`[metrics] textfile`; docs/decision-records.md, "Metrics").
 //!
 //! Many containers start at once, each in its own gpu-guard process, so
 //! the counts live in a state file beside the textfile and every update
@@ -22,14 +22,15 @@
 //!   nor appended (the pending file full or never the same twice); its
 //!   size is `gpu_guard_metrics_dropped_total`.
 //!
-//! Labels are few and bounded: the verdict, the check of the first error
-//! finding (or `none`), the entry point; the host's driver and CUDA
-//! versions. Never a container id, an image or anything a container
-//! chooses. Every file is opened without following a symlink, in a
+//! Labels are few and bounded: the verdict (`would_refuse` for what
+//! `mode = "audit"` or `"warn"` let start and enforce would refuse), the
+//! check of the first error finding (or `none`), the entry point, the mode;
+//! the host's driver and CUDA versions. Never a container id, an image or
+//! anything a container chooses. Every file is opened without following a symlink, in a
 //! directory that others cannot write (or the write is refused).
 
-use crate::core::decision::{Check, Decision, Verdict};
-use crate::core::policy::MetricsConfig;
+use crate::core::decision::{Check, Decision};
+use crate::core::policy::{MetricsConfig, Mode};
 use crate::sys::logging::{self, Fallback, Syslog};
 use nix::fcntl::{Flock, FlockArg, OFlag};
 use std::fs::{self, File, OpenOptions};
@@ -42,7 +43,7 @@ use std::time::{Duration, Instant};
 mod pending;
 mod state;
 
-pub use state::{escape, Histogram, State};
+pub use state::{check_label, escape, Histogram, State, MODES, VERDICTS};
 
 /// The longest a decision waits for the state lock.
 pub const LOCK_WAIT: Duration = Duration::from_millis(2);
@@ -95,10 +96,13 @@ impl Entry {
 /// One decision, as the metrics count it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Sample {
-    pub verdict: Verdict,
-    /// The check of the decision's first error finding.
-    pub check: Option<Check>,
+    /// The `verdict` label (core::decision `Decision::outcome`).
+    pub verdict: &'static str,
+    /// The check of the decision's first error finding, or `none`.
+    pub check: &'static str,
     pub entry: Entry,
+    /// The mode the decision was made under.
+    pub mode: Mode,
     pub seconds: f64,
     /// The driver and CUDA versions, when the decision had host facts.
     pub host: Option<(String, String)>,
@@ -212,11 +216,13 @@ fn lock(path: &Path, wait: Duration) -> Result<Option<Flock<File>>, MetricsError
     }
 }
 
-/// The state file's text; empty when there is none yet.
-fn read_state(path: &Path) -> Result<String, MetricsError> {
+/// The state file's bytes (empty when there is none yet), and what was
+/// left of it: a file larger than [`MAX_STATE_BYTES`] (ours never is) is
+/// read up to its last whole line within the bound, and said so.
+fn read_state(path: &Path) -> Result<(Vec<u8>, Option<String>), MetricsError> {
     let f = match open_nofollow(path, false, false) {
         Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(String::new()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Vec::new(), None)),
         Err(e) => return Err(io_err("state file", path)(e)),
     };
     let m = f.metadata().map_err(io_err("state file", path))?;
@@ -226,11 +232,23 @@ fn read_state(path: &Path) -> Result<String, MetricsError> {
             why: "the state file is not a regular file".into(),
         });
     }
-    let mut text = String::new();
-    f.take(MAX_STATE_BYTES)
-        .read_to_string(&mut text)
+    let mut bytes = Vec::new();
+    f.take(MAX_STATE_BYTES + 1)
+        .read_to_end(&mut bytes)
         .map_err(io_err("state file", path))?;
-    Ok(text)
+    if bytes.len() as u64 <= MAX_STATE_BYTES {
+        return Ok((bytes, None));
+    }
+    let keep = bytes[..MAX_STATE_BYTES as usize]
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |i| i + 1);
+    bytes.truncate(keep);
+    let why = format!(
+        "the state file {} is larger than {MAX_STATE_BYTES} bytes: the lines past them were dropped",
+        path.display()
+    );
+    Ok((bytes, Some(why)))
 }
 
 /// When this process's entry point started: the decision time runs from here.
@@ -243,25 +261,26 @@ pub fn mark_start() {
 }
 
 impl Sample {
-    /// `d`, decided by `entry`, timed from [`mark_start`].
-    pub fn of(d: &Decision, entry: Entry) -> Sample {
+    /// `d`, decided by `entry` under `mode`, timed from [`mark_start`].
+    pub fn of(d: &Decision, entry: Entry, mode: Mode) -> Sample {
         Sample {
-            verdict: d.verdict,
-            check: d.errors().next().map(|f| f.check),
+            verdict: d.outcome(mode),
+            check: d.errors().next().map_or("none", |f| Check::as_str(f.check)),
             entry,
+            mode,
             seconds: STARTED.get().map_or(0.0, |t| t.elapsed().as_secs_f64()),
             host: d.host_versions.clone(),
         }
     }
 }
 
-/// Counts decision `d` of `entry` as `[metrics]` says (`cfg`; None or an
-/// empty textfile: off). A failure is logged (syslog, else `fallback`),
-/// never returned: a metrics failure changes no decision.
+/// Counts decision `d` of `entry`, made under `mode`, as `[metrics]` says
+/// (`cfg`; None or an empty textfile: off). A failure is logged (syslog,
+/// else `fallback`), never returned: a metrics failure changes no decision.
 pub fn count(
     cfg: Option<&MetricsConfig>,
     d: &Decision,
-    entry: Entry,
+    (entry, mode): (Entry, Mode),
     syslog: &Syslog,
     fallback: Fallback,
 ) {
@@ -269,8 +288,15 @@ pub fn count(
         return;
     };
     let state_dir = Some(Path::new(&cfg.state_dir)).filter(|d| !d.as_os_str().is_empty());
-    if let Err(e) = record(Path::new(&cfg.textfile), state_dir, &Sample::of(d, entry)) {
-        logging::stood_aside(&format!("metrics not updated: {e}"), syslog, fallback);
+    let sample = Sample::of(d, entry, mode);
+    match record_noting(Path::new(&cfg.textfile), state_dir, &sample) {
+        Ok((_, damage)) => {
+            if let Some(why) = damage {
+                let msg = format!("metrics: {why}");
+                logging::stood_aside(&msg, syslog, fallback);
+            }
+        }
+        Err(e) => logging::stood_aside(&format!("metrics not updated: {e}"), syslog, fallback),
     }
 }
 
@@ -282,11 +308,22 @@ pub fn record(
     state_dir: Option<&Path>,
     sample: &Sample,
 ) -> Result<Recorded, MetricsError> {
+    record_noting(textfile, state_dir, sample).map(|(r, _)| r)
+}
+
+/// [`record`], and what was wrong with the state it read, if anything
+/// (lines dropped): counting goes on, and the caller says so.
+pub fn record_noting(
+    textfile: &Path,
+    state_dir: Option<&Path>,
+    sample: &Sample,
+) -> Result<(Recorded, Option<String>), MetricsError> {
     let files = Files::new(textfile, state_dir)?;
     let line = State::sample_line(sample);
+    let mut damage = None;
     let done = match lock(&files.lock, LOCK_WAIT)? {
         Some(held) => {
-            update(&files, Some(&line))?;
+            damage = update(&files, Some(&line))?;
             drop(held);
             Recorded::Written
         }
@@ -297,12 +334,12 @@ pub fn record(
                     .map_err(io_err("drop counter", &files.dropped))?;
                 f.write_all(b".")
                     .map_err(io_err("drop counter", &files.dropped))?;
-                return Ok(Recorded::Dropped);
+                return Ok((Recorded::Dropped, None));
             }
         },
     };
-    fold_left(&files, done == Recorded::Pending)?;
-    Ok(done)
+    let later = fold_left(&files, done == Recorded::Pending)?;
+    Ok((done, damage.or(later)))
 }
 
 /// Rounds of [`fold_left`]: each folds what an appender still writing
@@ -315,8 +352,9 @@ const FOLD_ROUNDS: usize = 3;
 /// to [`LOCK_WAIT`], so the last process to finish sees every line. With
 /// one round and no wait, 40 hooks 8 at a time on two loaded cores left
 /// lines for a later start (tests/decide/host_tuning.rs).
-fn fold_left(files: &Files, waited: bool) -> Result<(), MetricsError> {
+fn fold_left(files: &Files, waited: bool) -> Result<Option<String>, MetricsError> {
     let mut wait = if waited { LOCK_WAIT } else { Duration::ZERO };
+    let mut damage = None;
     for _ in 0..FOLD_ROUNDS {
         if !pending::waiting(&files.pending, &files.folding) {
             break;
@@ -325,18 +363,30 @@ fn fold_left(files: &Files, waited: bool) -> Result<(), MetricsError> {
         let Some(held) = lock(&files.lock, wait)? else {
             break;
         };
-        update(files, None)?;
+        damage = damage.or(update(files, None)?);
         drop(held);
         wait = Duration::ZERO;
     }
-    Ok(())
+    Ok(damage)
 }
 
 /// Under the lock: the state, with the pending lines and `line` counted,
-/// written back, then the textfile rendered from it.
-fn update(files: &Files, line: Option<&str>) -> Result<(), MetricsError> {
-    let mut state = State::from_text(&read_state(&files.state)?);
-    pending::fold(&files.pending, &files.folding, &mut state)
+/// written back, then the textfile rendered from it. The folding file of
+/// the pending lines is removed only once the state that counts them is
+/// written (a failed write keeps them for the next holder). Returns what
+/// was wrong with the state read (lines dropped), if anything.
+fn update(files: &Files, line: Option<&str>) -> Result<Option<String>, MetricsError> {
+    let (bytes, cut) = read_state(&files.state)?;
+    let mut state = State::from_bytes(&bytes);
+    let damage = match (cut, state.bad_lines) {
+        (Some(why), _) => Some(why),
+        (None, 0) => None,
+        (None, n) => Some(format!(
+            "{n} damaged lines of the state file {} were dropped",
+            files.state.display()
+        )),
+    };
+    let folded = pending::take(&files.pending, &files.folding, &mut state)
         .map_err(io_err("pending file", &files.pending))?;
     if let Some(l) = line {
         state.add_line(l.trim_end());
@@ -345,6 +395,9 @@ fn update(files: &Files, line: Option<&str>) -> Result<(), MetricsError> {
     // The state first: the textfile never shows counts the state lacks.
     crate::sys::fsutil::write_with_mode(&files.state, state.to_text().as_bytes(), 0o600, false)
         .map_err(io_err("state file", &files.state))?;
+    if let Some(id) = folded {
+        pending::done(&files.folding, id).map_err(io_err("pending file", &files.folding))?;
+    }
     crate::sys::fsutil::write_with_mode(
         &files.textfile,
         state.render(dropped).as_bytes(),
@@ -352,19 +405,25 @@ fn update(files: &Files, line: Option<&str>) -> Result<(), MetricsError> {
         false,
     )
     .map_err(io_err("textfile", &files.textfile))?;
-    Ok(())
+    Ok(damage)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::decision::Check;
+    use crate::core::decision::{Check, Verdict};
 
     fn sample(v: Verdict, check: Option<Check>, entry: Entry, secs: f64) -> Sample {
+        let verdict = match v {
+            Verdict::Allow => "allow",
+            Verdict::Refuse => "refuse",
+            Verdict::Skip => "skip",
+        };
         Sample {
-            verdict: v,
-            check,
+            verdict,
+            check: check.map_or("none", Check::as_str),
             entry,
+            mode: Mode::Enforce,
             seconds: secs,
             host: Some(("535.104.05".into(), "12.2".into())),
         }
@@ -425,7 +484,10 @@ mod tests {
         assert_eq!(record(&tf, None, &s).unwrap(), Recorded::Written);
         assert_eq!(record(&tf, None, &s).unwrap(), Recorded::Written);
         let text = fs::read_to_string(&tf).unwrap();
-        assert!(text.contains("entry=\"precreate\"} 2\n"), "{text}");
+        assert!(
+            text.contains("entry=\"precreate\",mode=\"enforce\"} 2\n"),
+            "{text}"
+        );
         assert_eq!(fs::metadata(&tf).unwrap().mode() & 0o777, 0o644);
         // Someone holds the lock: left pending within the wait, and
         // counted by the next update.
@@ -448,7 +510,10 @@ mod tests {
         drop(held);
         assert_eq!(record(&tf, None, &s).unwrap(), Recorded::Written);
         let text = fs::read_to_string(&tf).unwrap();
-        assert!(text.contains("entry=\"precreate\"} 4\n"), "{text}");
+        assert!(
+            text.contains("entry=\"precreate\",mode=\"enforce\"} 4\n"),
+            "{text}"
+        );
         assert!(
             text.contains("gpu_guard_metrics_dropped_total 0\n"),
             "{text}"
@@ -467,7 +532,10 @@ mod tests {
         fs::remove_file(d.join(".gpu-guard.prom.pending")).unwrap();
         record(&tf, None, &s).unwrap();
         let text = fs::read_to_string(&tf).unwrap();
-        assert!(text.contains("entry=\"precreate\"} 5\n"), "{text}");
+        assert!(
+            text.contains("entry=\"precreate\",mode=\"enforce\"} 5\n"),
+            "{text}"
+        );
         assert!(
             text.contains("gpu_guard_metrics_dropped_total 1\n"),
             "{text}"

@@ -12,6 +12,12 @@
 //!   another file (or none), and appends to that;
 //! - one that finds it locked exclusively knows it is being folded, and
 //!   opens the name again.
+//!
+//! The folding file is removed only after the state that counts its lines
+//! is written (mod.rs `update`), so a failed write loses no line; the state
+//! names the folding file it counted ([`Folded`]), so a holder that finds
+//! that file still there (the writer died before removing it) removes it
+//! without counting it twice.
 
 use super::state::State;
 use super::{LOCK_RETRY, LOCK_WAIT};
@@ -80,29 +86,77 @@ pub fn waiting(pending: &Path, folding: &Path) -> bool {
     fs::symlink_metadata(pending).is_ok() || fs::symlink_metadata(folding).is_ok()
 }
 
-/// Counts the pending lines into `state` (the caller holds the state
-/// lock): a folding file an earlier holder left, then the pending file.
-pub fn fold(pending: &Path, folding: &Path, state: &mut State) -> io::Result<()> {
+/// Which folding file a state counted: its device, inode, change time,
+/// size and the first 8 bytes of the SHA-256 of what was read of it. An
+/// inode number can be reused once the file is gone, and a change time has
+/// the kernel clock's coarse resolution; a file with the same lines (each
+/// with its own decision time) would be the same lines.
+pub type Folded = (u64, u64, i64, i64, u64, u64);
+
+fn identity(m: &fs::Metadata, bytes: &[u8]) -> Folded {
+    use sha2::{Digest, Sha256};
+    let d = Sha256::digest(bytes);
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&d[..8]);
+    let digest = u64::from_le_bytes(first);
+    (m.dev(), m.ino(), m.ctime(), m.ctime_nsec(), m.len(), digest)
+}
+
+/// Counts pending lines into `state` (the caller holds the state lock):
+/// a folding file an earlier holder left, else the pending file (renamed
+/// to the folding name first). Returns the folding file counted, which
+/// the caller removes with [`done`] once the state is written; the state
+/// records it (`state.folded`) so it is never counted twice.
+pub fn take(pending: &Path, folding: &Path, state: &mut State) -> io::Result<Option<Folded>> {
     for _ in 0..2 {
         match fs::symlink_metadata(folding) {
             Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => match fs::rename(pending, folding) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-                Err(e) => return Err(e),
-            },
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                // Whatever the state counted is gone: its record is stale.
+                state.folded = None;
+                match fs::rename(pending, folding) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+                    Err(e) => return Err(e),
+                }
+            }
             Err(e) => return Err(e),
         }
-        if !fold_one(folding, state)? {
-            return Ok(());
+        match fold_one(folding, state)? {
+            Fold::Counted(id) => return Ok(Some(id)),
+            Fold::Busy => return Ok(None),
+            // Counted by the state already: removed, then the pending file.
+            Fold::Stale => continue,
         }
     }
-    Ok(())
+    Ok(None)
 }
 
-/// Reads and removes the folding file once no appender holds it; false
-/// when one still does past [`LOCK_WAIT`] (it is left for the next holder).
-fn fold_one(folding: &Path, state: &mut State) -> io::Result<bool> {
+/// Removes the folding file `id` once the state that counts it is written
+/// (not another file that has the name by now: only a holder of the state
+/// lock, as the caller is, renames a file to it).
+pub fn done(folding: &Path, id: Folded) -> io::Result<()> {
+    match fs::symlink_metadata(folding) {
+        Ok(m) if (m.dev(), m.ino(), m.len()) == (id.0, id.1, id.4) => fs::remove_file(folding),
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+enum Fold {
+    /// Its lines were added to the state.
+    Counted(Folded),
+    /// An appender still holds it past [`LOCK_WAIT`]: left for the next holder.
+    Busy,
+    /// The state counted it already: removed.
+    Stale,
+}
+
+/// Reads the folding file once no appender holds it and adds its lines
+/// to `state` (a line that is not a sample, or not UTF-8, is dropped
+/// alone).
+fn fold_one(folding: &Path, state: &mut State) -> io::Result<Fold> {
     let mut f = open(folding, false)?;
     let deadline = Instant::now() + LOCK_WAIT;
     let held = loop {
@@ -112,15 +166,77 @@ fn fold_one(folding: &Path, state: &mut State) -> io::Result<bool> {
                 f = back;
                 std::thread::sleep(LOCK_RETRY);
             }
-            Err((_, Errno::EWOULDBLOCK)) => return Ok(false),
+            Err((_, Errno::EWOULDBLOCK)) => return Ok(Fold::Busy),
             Err((_, e)) => return Err(e.into()),
         }
     };
     let mut bytes = Vec::new();
     (&*held).take(MAX_PENDING_BYTES).read_to_end(&mut bytes)?;
-    fs::remove_file(folding)?;
-    for line in String::from_utf8_lossy(&bytes).lines() {
-        state.add_line(line);
+    let id = identity(&held.metadata()?, &bytes);
+    if state.folded == Some(id) {
+        fs::remove_file(folding)?;
+        return Ok(Fold::Stale);
     }
-    Ok(true)
+    for line in bytes.split(|&b| b == b'\n') {
+        if let Ok(line) = std::str::from_utf8(line) {
+            if !line.is_empty() {
+                state.add_line(line);
+            }
+        }
+    }
+    state.folded = Some(id);
+    Ok(Fold::Counted(id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counted(s: &State) -> u64 {
+        s.decisions.values().sum()
+    }
+
+    /// A holder whose state write fails leaves the lines for the next one;
+    /// one that wrote the state and died before removing the folding file
+    /// leaves a file the next holder removes without counting it again.
+    #[test]
+    fn lines_are_removed_only_once_counted_and_never_counted_twice() {
+        let d = std::env::temp_dir().join(format!("gg-pending-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(&d).unwrap();
+        let (pending, folding) = (d.join("p"), d.join("f"));
+        let line = "s2 refuse library runtime enforce 0.1 - -\n";
+        append(&pending, line).unwrap();
+        append(&pending, line).unwrap();
+        // The first holder counts them, then its state write fails: nothing
+        // of it was kept, and the lines are still there.
+        let mut lost = State::default();
+        let id = take(&pending, &folding, &mut lost).unwrap().unwrap();
+        assert_eq!(counted(&lost), 2);
+        assert!(folding.exists());
+        // The next holder counts them from its own (older) state, writes
+        // the state, and dies before removing the file.
+        let mut written = State::default();
+        assert_eq!(take(&pending, &folding, &mut written).unwrap(), Some(id));
+        assert_eq!(counted(&written), 2);
+        let kept = written.to_text();
+        // The one after: the file is the one its state counted.
+        let mut next = State::from_text(&kept);
+        append(&pending, line).unwrap();
+        let id2 = take(&pending, &folding, &mut next).unwrap().unwrap();
+        assert_ne!(id2, id);
+        assert_eq!(counted(&next), 3, "the old lines once, the new line once");
+        done(&folding, id2).unwrap();
+        assert!(!folding.exists() && !pending.exists());
+        // A damaged line in the pending file costs that line alone.
+        fs::write(
+            &pending,
+            b"s2 allow none runtime enforce 0.1 - -\n\xff\xfe\n",
+        )
+        .unwrap();
+        let mut s = State::default();
+        take(&pending, &folding, &mut s).unwrap();
+        assert_eq!(counted(&s), 1);
+        fs::remove_dir_all(&d).unwrap();
+    }
 }

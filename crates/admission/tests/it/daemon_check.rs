@@ -4,7 +4,7 @@
 //! the same decision as `check --image` of that tar as a file, and errors as
 //! one line. A real dockerd is exercised by integration/test-image-docker.sh.
 
-use crate::support;
+use crate::registry_support;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixListener;
@@ -36,11 +36,14 @@ fn docker_save(env: &[String]) -> Vec<u8> {
     let lib = std::fs::read(repo_root().join("tests/data/fatbin/multi-arch.so")).unwrap();
     let l1 = tar_layer(&[("usr/local/cuda-12.4/lib64/libcublas.so.12.4.5", &lib)]);
     let l2 = tar_layer(&[("etc/hello", b"hi")]);
-    let ids: Vec<String> = [&l1, &l2].iter().map(|l| support::sha256(l)).collect();
+    let ids: Vec<String> = [&l1, &l2]
+        .iter()
+        .map(|l| registry_support::sha256(l))
+        .collect();
     let cfg = serde_json::to_vec(&serde_json::json!({"architecture": "amd64", "os": "linux",
         "config": {"Env": env}, "rootfs": {"type": "layers", "diff_ids": ids}}))
     .unwrap();
-    let chex = support::sha256(&cfg)[7..].to_string();
+    let chex = registry_support::sha256(&cfg)[7..].to_string();
     let mut out = tar::Builder::new(Vec::new());
     let mut add = |p: &str, b: &[u8]| {
         let mut h = tar::Header::new_ustar();
@@ -103,7 +106,7 @@ fn fake_docker(sock: &Path, body: Vec<u8>) -> Arc<AtomicUsize> {
 
 #[test]
 fn same_decision_as_the_saved_tar() {
-    let dir = support::tempdir("daemon");
+    let dir = crate::support::TempDir::new("daemon");
     let env: Vec<String> = std::fs::read_to_string(
         repo_root().join("tests/data/images/cuda-12.4.1-base-ubuntu2204.env"),
     )

@@ -135,3 +135,35 @@ pub fn validate(terms: &serde_json::Value) -> Vec<String> {
     }
     errs
 }
+
+/// The labels GPU Feature Discovery and `gpu-guard host --node-labels`
+/// give an 8 x H100 node with this driver and CUDA.
+pub fn gfd_labels(driver: &str, cuda: &str) -> Labels {
+    let d: Vec<&str> = driver.split('.').collect();
+    let c: Vec<&str> = cuda.split('.').collect();
+    [
+        ("kubernetes.io/os", "linux"),
+        ("kubernetes.io/arch", "amd64"),
+        ("nvidia.com/cuda.driver-version.major", d[0]),
+        ("nvidia.com/cuda.driver-version.minor", d[1]),
+        ("nvidia.com/cuda.driver-version.revision", d[2]),
+        ("nvidia.com/cuda.driver-version.full", driver),
+        ("nvidia.com/cuda.runtime-version.major", c[0]),
+        ("nvidia.com/cuda.runtime-version.minor", c[1]),
+        ("nvidia.com/cuda.runtime-version.full", cuda),
+        ("nvidia.com/gpu.compute.major", "9"),
+        ("nvidia.com/gpu.compute.minor", "0"),
+        ("nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3"),
+        ("nvidia.com/gpu.count", "8"),
+        ("nvidia.com/gpu.present", "true"),
+        ("gpu-guard.io/brand", "tesla"),
+        ("gpu-guard.io/brand.tesla", "true"),
+        ("gpu-guard.io/driver.branch", d[0]),
+        ("gpu-guard.io/compute.min", "9.0"),
+        ("gpu-guard.io/compute.min.major", "9"),
+        ("gpu-guard.io/compute.min.minor", "0"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}

@@ -6,11 +6,12 @@
 //! registry's access log counts them); the webhook's judge on the same image.
 
 use crate::k8s_rules;
-use crate::support;
+use crate::registry_support;
+use gpu_guard_admission::judge::ReadCtl;
 
+use crate::registry_support::Registry;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use support::Registry;
 
 const NET: &str = env!("CARGO_BIN_EXE_gpu-guard-admission");
 
@@ -34,15 +35,15 @@ fn env_of(name: &str) -> Vec<String> {
 /// An image with GPU code in a default-glob library and its requirement env.
 fn gpu_image(dir: &Path) -> (String, Vec<Vec<u8>>) {
     let lib = std::fs::read(data("fatbin/multi-arch.so")).unwrap();
-    let l1 = support::layer(&[
+    let l1 = registry_support::layer(&[
         ("usr/local/cuda-12.4/lib64/libcublas.so.12.4.5", &lib),
         ("etc/os-release", b"ID=test"),
     ]);
-    let l2 = support::layer(&[("usr/share/doc/x", b"doc")]);
+    let l2 = registry_support::layer(&[("usr/share/doc/x", b"doc")]);
     let env = env_of("cuda-12.4.1-base-ubuntu2204");
     let env: Vec<&str> = env.iter().map(String::as_str).collect();
     let layers = vec![l1, l2];
-    (support::oci_layout(dir, &env, &layers), layers)
+    (registry_support::oci_layout(dir, &env, &layers), layers)
 }
 
 fn config(dir: &Path) -> PathBuf {
@@ -98,7 +99,7 @@ fn same_decision_as_the_layout_by_tag_and_digest_then_attested() {
     let Some(reg) = Registry::start(false, false) else {
         return;
     };
-    let dir = support::tempdir("chk");
+    let dir = crate::support::TempDir::new("chk");
     let layout = dir.join("layout");
     let (digest, layers) = gpu_image(&layout);
     reg.push(&layout, "team/cuda", "12.4");
@@ -215,7 +216,12 @@ fn same_decision_as_the_layout_by_tag_and_digest_then_attested() {
     let layer_gets = |reg: &Registry| {
         layers
             .iter()
-            .map(|l| reg.log_lines(&format!("GET /v2/team/cuda/blobs/{}", support::sha256(l))))
+            .map(|l| {
+                reg.log_lines(&format!(
+                    "GET /v2/team/cuda/blobs/{}",
+                    registry_support::sha256(l)
+                ))
+            })
             .sum::<usize>()
     };
     let before = layer_gets(&reg);
@@ -289,10 +295,13 @@ fn same_decision_as_the_layout_by_tag_and_digest_then_attested() {
     use gpu_guard_admission::judge::ImageJudge;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let (d, res) = j
-        .resolve(&format!("{}/team/cuda:12.4", reg.host), deadline)
+        .resolve(
+            &format!("{}/team/cuda:12.4", reg.host),
+            &ReadCtl::new(deadline),
+        )
         .unwrap();
-    assert_eq!(d, digest);
-    let p = j.judge(res, deadline).unwrap();
+    assert_eq!(d.digest, digest);
+    let p = j.place(&j.read(res, &ReadCtl::new(deadline)).unwrap(), &[]);
     assert_eq!(layer_gets(&reg), after_attest);
     match p {
         gpu_guard_admission::judge::Placement::Terms { terms, summary, .. } => {
@@ -314,7 +323,7 @@ fn unreadable_images_are_one_line_exit_2() {
     let Some(reg) = Registry::start(true, true) else {
         return;
     };
-    let dir = support::tempdir("bad");
+    let dir = crate::support::TempDir::new("bad");
     let layout = dir.join("layout");
     let (digest, layers) = gpu_image(&layout);
     reg.push(&layout, "sec/cuda", "v1");
@@ -329,7 +338,11 @@ fn unreadable_images_are_one_line_exit_2() {
         format!(
             r#"{{"auths":{{"{}":{{"auth":"{}"}}}}}}"#,
             reg.host,
-            b64(&format!("{}:{}", support::USER, support::PASS))
+            b64(&format!(
+                "{}:{}",
+                registry_support::USER,
+                registry_support::PASS
+            ))
         ),
     )
     .unwrap();
@@ -424,7 +437,7 @@ fn unreadable_images_are_one_line_exit_2() {
     let l = &layers[0];
     let mut bad = l.clone();
     bad[4] ^= 0x55;
-    std::fs::write(reg.blob_data(&support::sha256(l)), &bad).unwrap();
+    std::fs::write(reg.blob_data(&registry_support::sha256(l)), &bad).unwrap();
     let o = check(
         &cfg,
         &[
@@ -461,13 +474,13 @@ fn base64_encode(b: &[u8]) -> String {
 /// The webhook's terms, on every labelled node of `--nodes`, admit exactly
 /// the nodes `check --nodes` allows (nodes without GFD driver labels cannot
 /// be placed by labels and are left out), for the official CUDA images'
-/// requirements (the label-only affinity of issue 21 A4, `fleet::affinity::label_terms`).
+/// requirements (the label-only affinity, `fleet::affinity::label_terms`).
 #[test]
 fn webhook_terms_admit_exactly_what_check_nodes_allows() {
     let Some(reg) = Registry::start(false, false) else {
         return;
     };
-    let dir = support::tempdir("exact");
+    let dir = crate::support::TempDir::new("exact");
     let cfg = config(&dir);
     let nodes_file = data("nodes/fleet.json");
     let nodes: serde_json::Value =
@@ -488,7 +501,11 @@ fn webhook_terms_admit_exactly_what_check_nodes_allows() {
         let layout = dir.join(name);
         let env = env_of(name);
         let env: Vec<&str> = env.iter().map(String::as_str).collect();
-        support::oci_layout(&layout, &env, &[support::layer(&[("etc/x", b"y")])]);
+        registry_support::oci_layout(
+            &layout,
+            &env,
+            &[registry_support::layer(&[("etc/x", b"y")])],
+        );
         reg.push(&layout, "official/cuda", &format!("t{i}"));
         let o = check(
             &cfg,
@@ -504,9 +521,12 @@ fn webhook_terms_admit_exactly_what_check_nodes_allows() {
         let v = decision(&o);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         let (_, res) = j
-            .resolve(&format!("{}/official/cuda:t{i}", reg.host), deadline)
+            .resolve(
+                &format!("{}/official/cuda:t{i}", reg.host),
+                &ReadCtl::new(deadline),
+            )
             .unwrap();
-        let terms = match j.judge(res, deadline).unwrap() {
+        let terms = match j.place(&j.read(res, &ReadCtl::new(deadline)).unwrap(), &[]) {
             gpu_guard_admission::judge::Placement::Terms { terms, .. } => {
                 serde_json::to_value(terms).unwrap()
             }
@@ -542,23 +562,46 @@ fn webhook_terms_admit_exactly_what_check_nodes_allows() {
             );
         }
     }
-    // A CUDA newer than any driver: no node could run it, denied with the diagnosis.
-    let layout = dir.join("future");
-    support::oci_layout(
-        &layout,
-        &["NVIDIA_REQUIRE_CUDA=cuda>=99.0"],
-        &[support::layer(&[("etc/x", b"y")])],
-    );
-    reg.push(&layout, "official/cuda", "future");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let (_, res) = j
-        .resolve(&format!("{}/official/cuda:future", reg.host), deadline)
-        .unwrap();
-    match j.judge(res, deadline).unwrap() {
-        gpu_guard_admission::judge::Placement::Nowhere { diagnosis } => {
-            assert!(diagnosis.contains("99.0"), "{diagnosis}")
+    // A CUDA newer than gpu-guard's tables know: not a denial (an older
+    // gpu-guard must not deny newer images cluster-wide), but terms a node
+    // labelled with such a driver meets.
+    let judge_env = |tag: &str, env: &[&str]| {
+        let layout = dir.join(tag);
+        registry_support::oci_layout(&layout, env, &[registry_support::layer(&[("etc/x", b"y")])]);
+        reg.push(&layout, "official/cuda", tag);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let (_, res) = j
+            .resolve(
+                &format!("{}/official/cuda:{tag}", reg.host),
+                &ReadCtl::new(deadline),
+            )
+            .unwrap();
+        j.place(&j.read(res, &ReadCtl::new(deadline)).unwrap(), &[])
+    };
+    let future: k8s_rules::Labels = [
+        ("gpu-guard.io/driver.int", "990001000"),
+        ("gpu-guard.io/driver.branch", "990"),
+        ("gpu-guard.io/cuda.int", "9900"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    match judge_env("future", &["NVIDIA_REQUIRE_CUDA=cuda>=99.0"]) {
+        gpu_guard_admission::judge::Placement::Terms { terms, .. } => {
+            let terms = serde_json::to_value(terms).unwrap();
+            assert!(k8s_rules::admits(&terms, "future", &future), "{terms}");
+            let mut today = future.clone();
+            today.insert("gpu-guard.io/cuda.int".into(), "1305".into());
+            assert!(!k8s_rules::admits(&terms, "today", &today), "{terms}");
         }
         other => panic!("cuda>=99.0: {other:?}"),
+    }
+    // A requirement no node can hold: denied with the diagnosis.
+    match judge_env("impossible", &["NVIDIA_REQUIRE_CUDA=cuda>=12.0,cuda<11.0"]) {
+        gpu_guard_admission::judge::Placement::Nowhere { diagnosis } => {
+            assert!(diagnosis.contains("cuda<11.0"), "{diagnosis}")
+        }
+        other => panic!("cuda>=12.0,cuda<11.0: {other:?}"),
     }
 }
 
@@ -575,38 +618,7 @@ fn libraries_severity(shipped: &str, severity: &str) -> String {
     format!("{head}{tail}")
 }
 
-/// GFD labels of an H100 node on this driver and CUDA.
-fn gfd_labels(driver: &str, cuda: &str) -> k8s_rules::Labels {
-    let d: Vec<&str> = driver.split('.').collect();
-    let c: Vec<&str> = cuda.split('.').collect();
-    [
-        ("kubernetes.io/os", "linux"),
-        ("kubernetes.io/arch", "amd64"),
-        ("nvidia.com/cuda.driver-version.major", d[0]),
-        ("nvidia.com/cuda.driver-version.minor", d[1]),
-        ("nvidia.com/cuda.driver-version.revision", d[2]),
-        ("nvidia.com/cuda.driver-version.full", driver),
-        ("nvidia.com/cuda.runtime-version.major", c[0]),
-        ("nvidia.com/cuda.runtime-version.minor", c[1]),
-        ("nvidia.com/cuda.runtime-version.full", cuda),
-        ("nvidia.com/gpu.compute.major", "9"),
-        ("nvidia.com/gpu.compute.minor", "0"),
-        ("nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3"),
-        ("nvidia.com/gpu.count", "8"),
-        ("nvidia.com/gpu.present", "true"),
-        ("gpu-guard.io/brand", "tesla"),
-        ("gpu-guard.io/brand.tesla", "true"),
-        ("gpu-guard.io/driver.branch", d[0]),
-        ("gpu-guard.io/compute.min", "9.0"),
-        ("gpu-guard.io/compute.min.major", "9"),
-        ("gpu-guard.io/compute.min.minor", "0"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect()
-}
-
-/// Issue 18 through the registry: an image whose base declares CUDA 12.4
+/// The libraries check through the registry: an image whose base declares CUDA 12.4
 /// while its pip wheel ships CUDA 13's runtime is refused on a CUDA 12.4
 /// host under `[libraries] severity = "enforce"`, read from its layers, from
 /// its attestation (which carries the libraries scan), and placed by the
@@ -617,12 +629,12 @@ fn a_shipped_cuda_13_runtime_is_judged_from_the_registry_and_its_attestation() {
     let Some(reg) = Registry::start(false, false) else {
         return;
     };
-    let dir = support::tempdir("rt13");
+    let dir = crate::support::TempDir::new("rt13");
     let layout = dir.join("layout");
     let sp = "usr/local/lib/python3.11/site-packages";
     let lib = format!("{sp}/nvidia/cu13/lib/libcudart.so.13");
     let meta = format!("{sp}/nvidia_cuda_runtime-13.0.96.dist-info/METADATA");
-    let l1 = support::layer(&[
+    let l1 = registry_support::layer(&[
         (lib.as_str(), b"\x7fELF not parsed".as_slice()),
         (
             meta.as_str(),
@@ -632,7 +644,7 @@ fn a_shipped_cuda_13_runtime_is_judged_from_the_registry_and_its_attestation() {
     let env = env_of("cuda-12.4.1-base-ubuntu2204");
     let env: Vec<&str> = env.iter().map(String::as_str).collect();
     let layers = vec![l1];
-    support::oci_layout(&layout, &env, &layers);
+    registry_support::oci_layout(&layout, &env, &layers);
     reg.push(&layout, "team/wheels", "cu13");
     let enforce = dir.join("enforce.toml");
     let shipped = std::fs::read_to_string(config(&dir)).unwrap();
@@ -656,18 +668,21 @@ fn a_shipped_cuda_13_runtime_is_judged_from_the_registry_and_its_attestation() {
         use gpu_guard_admission::judge::ImageJudge;
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         let (_, res) = j
-            .resolve(&format!("{}/team/wheels:cu13", reg.host), deadline)
+            .resolve(
+                &format!("{}/team/wheels:cu13", reg.host),
+                &ReadCtl::new(deadline),
+            )
             .unwrap();
-        match j.judge(res, deadline).unwrap() {
+        match j.place(&j.read(res, &ReadCtl::new(deadline)).unwrap(), &[]) {
             gpu_guard_admission::judge::Placement::Terms { terms, .. } => {
                 let t = serde_json::to_value(&terms).unwrap();
                 assert!(k8s_rules::validate(&t).is_empty(), "{t}");
                 assert!(
-                    k8s_rules::admits(&t, "n13", &gfd_labels("580.65.06", "13.0")),
+                    k8s_rules::admits(&t, "n13", &k8s_rules::gfd_labels("580.65.06", "13.0")),
                     "{t}"
                 );
                 assert!(
-                    !k8s_rules::admits(&t, "n124", &gfd_labels("550.54.15", "12.4")),
+                    !k8s_rules::admits(&t, "n124", &k8s_rules::gfd_labels("550.54.15", "12.4")),
                     "{t}"
                 );
             }
@@ -713,7 +728,7 @@ fn a_shipped_cuda_13_runtime_is_judged_from_the_registry_and_its_attestation() {
     let gets = || {
         reg.log_lines(&format!(
             "GET /v2/team/wheels/blobs/{}",
-            support::sha256(&layers[0])
+            registry_support::sha256(&layers[0])
         ))
     };
     let before = gets();

@@ -3,15 +3,19 @@
 //! affinity, an unreadable image, an image no GPU can run, and malformed
 //! bodies. Every patch is applied with the json-patch crate and the
 //! resulting affinity is evaluated with Kubernetes' node-affinity rules
-//! and validated with the API server's (tests/k8s_rules.rs).
+//! and validated with the API server's (tests/it/k8s_rules.rs).
 
 use crate::k8s_rules;
 
 use crate::k8s_rules::Labels;
 use gpu_guard::core::admission::OnUnreadable;
 use gpu_guard_admission::affinity::{expr, term};
-use gpu_guard_admission::judge::{Cache, ImageJudge, Placement};
+use gpu_guard_admission::cache::{Cache, CacheSettings};
+use gpu_guard_admission::judge::{ImageJudge, ImageKey, Placement, ReadCtl, ReadInfo};
+use gpu_guard_admission::metrics::Metrics;
+use gpu_guard_admission::reads::{ReadSettings, Reads};
 use gpu_guard_admission::review::Reviewer;
+use gpu_guard_admission::server::Shared;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -27,23 +31,42 @@ struct FakeJudge {
 
 impl ImageJudge for FakeJudge {
     type Resolved = String;
-    fn resolve(&self, image: &str, _: Instant) -> Result<(String, String), String> {
+    type Read = String;
+    fn resolve(&self, image: &str, _: &ReadCtl) -> Result<(ImageKey, String), String> {
         self.resolves.fetch_add(1, Ordering::SeqCst);
         match self.answers.get(image) {
             Some(Err(e)) => Err(e.clone()),
-            Some(Ok(_)) => Ok((format!("digest-of-{image}"), image.to_string())),
+            Some(Ok(_)) => Ok((
+                ImageKey {
+                    registry: "reg.example".into(),
+                    repository: image.to_string(),
+                    digest: format!("digest-of-{image}"),
+                },
+                image.to_string(),
+            )),
             None => Err(format!("no such image {image}")),
         }
     }
-    fn judge(&self, image: String, _: Instant) -> Result<Placement, String> {
+    fn read(&self, image: String, ctl: &ReadCtl) -> Result<String, String> {
         self.judges.fetch_add(1, Ordering::SeqCst);
         if image == "slow:1" {
-            std::thread::sleep(Duration::from_secs(3));
+            let end = Instant::now() + Duration::from_secs(3);
+            while Instant::now() < end && !ctl.stopped() {
+                std::thread::sleep(Duration::from_millis(10));
+            }
         }
-        self.answers
-            .get(&image)
-            .cloned()
-            .unwrap_or(Err("gone".into()))
+        Ok(image)
+    }
+    fn place(&self, image: &String, _: &[(String, String)]) -> Placement {
+        match self.answers.get(image) {
+            Some(Ok(p)) => p.clone(),
+            _ => Placement::Unplaceable {
+                reason: "gone".into(),
+            },
+        }
+    }
+    fn info(&self, _: &String) -> ReadInfo {
+        ReadInfo::default()
     }
 }
 
@@ -61,7 +84,7 @@ fn openssl(args: &[&str], dir: &Path) {
 }
 
 /// A CA and a server certificate for 127.0.0.1.
-fn certs(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+pub(crate) fn certs(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
     openssl(
         &[
             "req",
@@ -139,16 +162,28 @@ fn start(judge: FakeJudge, on_unreadable: OnUnreadable, read_timeout: Duration) 
         eprintln!("SKIP: openssl is not installed");
         return None;
     }
-    let dir = crate::support::tempdir("hook");
+    let dir = crate::support::TempDir::new("hook");
     let (ca, cert, key) = certs(&dir);
-    let tls = gpu_guard_admission::server::tls_config(&cert, &key).unwrap();
+    let tls = gpu_guard_admission::certs::Reloading::new(&cert, &key)
+        .unwrap()
+        .server_config()
+        .unwrap();
     let judge = Arc::new(judge);
-    let rv = Arc::new(Reviewer {
-        judge: judge.clone(),
-        cache: Arc::new(Cache::new(16, Duration::from_secs(60))),
+    let adm = gpu_guard::core::admission::AdmissionConfig {
         on_unreadable,
-        read_timeout,
-    });
+        read_timeout_ms: read_timeout.as_millis() as u64,
+        cache_entries: 16,
+        ..Default::default()
+    };
+    let metrics = Arc::new(Metrics::default());
+    let reads = Arc::new(Reads::new(
+        judge.clone(),
+        Arc::new(Cache::new(CacheSettings::from_config(&adm))),
+        ReadSettings::from_config(&adm),
+        metrics.clone(),
+    ));
+    let rv = Arc::new(Reviewer::new(reads, &adm, metrics.clone()));
+    let shared = Shared::new(rv, metrics, 3 << 20);
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -161,7 +196,7 @@ fn start(judge: FakeJudge, on_unreadable: OnUnreadable, read_timeout: Duration) 
                 .await
                 .unwrap();
             tx.send(l.local_addr().unwrap()).unwrap();
-            gpu_guard_admission::server::serve(l, tls, rv, 3 << 20).await;
+            gpu_guard_admission::server::serve(l, tls, shared).await;
         });
     });
     let addr = rx.recv().unwrap();
@@ -252,7 +287,7 @@ impl Hook {
     }
 }
 
-fn base64_decode(s: &str) -> Vec<u8> {
+pub(crate) fn base64_decode(s: &str) -> Vec<u8> {
     let table = |c: u8| -> u32 {
         match c {
             b'A'..=b'Z' => (c - b'A') as u32,
@@ -276,7 +311,7 @@ fn base64_decode(s: &str) -> Vec<u8> {
     out
 }
 
-fn review(pod: &serde_json::Value) -> serde_json::Value {
+pub(crate) fn review(pod: &serde_json::Value) -> serde_json::Value {
     serde_json::json!({
         "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
         "request": {

@@ -1,0 +1,194 @@
+//! The real webhook over TLS against a real registry: pods with several
+//! GPU containers whose needs leave no node, containers whose own env
+//! changes what the node decides, the RuntimeClass set on GPU pods, and
+//! the needs annotation cut between tokens.
+
+use crate::hook_bin::{admits, pod, push_image, Hook};
+use crate::k8s_rules::gfd_labels;
+use crate::registry_support::Registry;
+use serde_json::json;
+
+fn plain(reg: &Registry) -> (&'static str, String) {
+    ("plain_http_registries", format!("[\"{}\"]", reg.host))
+}
+
+/// Three GPU containers: A needs a GeForce, B a Tesla, C a CUDA 12.4
+/// driver: A and B leave no node, so the pod is denied, whatever comes
+/// after them; B and C admit the Tesla nodes with new drivers only.
+#[test]
+fn no_node_left_is_a_denial_for_any_number_of_containers() {
+    let Some(reg) = Registry::start(false, false) else {
+        return;
+    };
+    push_image(&reg, "c1/a", "1", &["NVIDIA_REQUIRE_BRAND=brand=geforce"]);
+    push_image(&reg, "c1/b", "1", &["NVIDIA_REQUIRE_BRAND=brand=tesla"]);
+    push_image(&reg, "c1/c", "1", &["NVIDIA_REQUIRE_CUDA=cuda>=12.4"]);
+    let Some(h) = Hook::start(&[plain(&reg)]) else {
+        return;
+    };
+    let img = |n: &str| format!("{}/c1/{n}:1", reg.host);
+    let (a, b, c) = (img("a"), img("b"), img("c"));
+    let null = serde_json::Value::Null;
+    for order in [
+        vec![&a, &b],
+        vec![&a, &b, &c],
+        vec![&c, &a, &b],
+        vec![&a, &b, &c, &c],
+    ] {
+        let cs: Vec<(String, &str, serde_json::Value)> = order
+            .iter()
+            .enumerate()
+            .map(|(i, im)| (format!("g{i}"), im.as_str(), null.clone()))
+            .collect();
+        let cs: Vec<(&str, &str, serde_json::Value)> = cs
+            .iter()
+            .map(|(n, i, e)| (n.as_str(), *i, e.clone()))
+            .collect();
+        let (resp, _, _) = h.review(&pod("p", &cs));
+        assert_eq!(resp["allowed"], false, "{order:?}: {resp}");
+        let msg = resp["status"]["message"].as_str().unwrap_or("");
+        assert!(msg.contains("no node"), "{msg}");
+    }
+    let (resp, patched, _) = h.review(&pod("p", &[("b", &b, null.clone()), ("c", &c, null)]));
+    assert_eq!(resp["allowed"], true, "{resp}");
+    assert!(admits(&patched, &gfd_labels("550.54.15", "12.4")));
+    assert!(!admits(&patched, &gfd_labels("470.82.01", "11.4")));
+}
+
+/// The container's own env over the image's, as the runtime merges them:
+/// a requirement it sets, or NVIDIA_DISABLE_REQUIRE, changes the terms;
+/// each is cached apart; what the webhook cannot read is said.
+#[test]
+fn containers_are_judged_with_their_own_env_over_the_image() {
+    let Some(reg) = Registry::start(false, false) else {
+        return;
+    };
+    push_image(&reg, "c2/app", "1", &["NVIDIA_REQUIRE_CUDA=cuda>=12.4"]);
+    let Some(h) = Hook::start(&[plain(&reg)]) else {
+        return;
+    };
+    let img = format!("{}/c2/app:1", reg.host);
+    let (new, mid, old) = (
+        gfd_labels("570.86.15", "12.8"),
+        gfd_labels("550.54.15", "12.4"),
+        gfd_labels("470.82.01", "11.4"),
+    );
+    // The image's own requirement first (it is cached).
+    let (_, p, _) = h.review(&pod("plain", &[("c", &img, serde_json::Value::Null)]));
+    assert!(
+        admits(&p, &new) && admits(&p, &mid) && !admits(&p, &old),
+        "{p}"
+    );
+    // A stricter requirement in the pod: 12.4 nodes are out.
+    let env = json!([{"name": "V", "value": "12.8"},
+        {"name": "NVIDIA_REQUIRE_CUDA", "value": "cuda>=$(V)"}]);
+    let (resp, p, _) = h.review(&pod("stricter", &[("c", &img, env)]));
+    assert_eq!(resp["allowed"], true, "{resp}");
+    assert!(admits(&p, &new) && !admits(&p, &mid), "{p}");
+    let ann = p["metadata"]["annotations"]["gpu-guard.io/needs"]
+        .as_str()
+        .unwrap();
+    assert!(ann.contains("cuda>=12.8"), "{ann}");
+    // The pod turns the requirement off: the old driver is fine for it.
+    let env = json!([{"name": "NVIDIA_DISABLE_REQUIRE", "value": "true"}]);
+    let (_, p, _) = h.review(&pod("off", &[("c", &img, env)]));
+    assert!(admits(&p, &old) && admits(&p, &mid), "{p}");
+    // And the image's own again: its cache entry was not replaced.
+    let (_, p, _) = h.review(&pod("plain2", &[("c", &img, serde_json::Value::Null)]));
+    assert!(admits(&p, &mid) && !admits(&p, &old), "{p}");
+    // Values it cannot read: judged without them, and said.
+    let mut q = pod(
+        "secret",
+        &[(
+            "c",
+            &img,
+            json!([
+        {"name": "NVIDIA_DISABLE_REQUIRE", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]),
+        )],
+    );
+    q["spec"]["containers"][0]["envFrom"] = json!([{"configMapRef": {"name": "gpu-env"}}]);
+    let (resp, p, _) = h.review(&q);
+    let w = resp["warnings"].to_string();
+    assert!(
+        w.contains("NVIDIA_DISABLE_REQUIRE") && w.contains("ConfigMap gpu-env"),
+        "{w}"
+    );
+    assert!(!admits(&p, &old), "{p}");
+}
+
+/// `[admission] runtime_class`: set on GPU pods naming none (also when the
+/// image cannot be read), never on others; the needs annotation is cut
+/// between tokens.
+#[test]
+fn runtime_class_for_gpu_pods_and_the_annotation_cut_between_tokens() {
+    let Some(reg) = Registry::start(false, false) else {
+        return;
+    };
+    push_image(&reg, "b3/app", "1", &["NVIDIA_REQUIRE_CUDA=cuda>=12.4"]);
+    let Some(h) = Hook::start(&[plain(&reg), ("runtime_class", "\"gpu-guard\"".into())]) else {
+        return;
+    };
+    let img = format!("{}/b3/app:1", reg.host);
+    let null = serde_json::Value::Null;
+    let (_, p, _) = h.review(&pod("p", &[("c", &img, null.clone())]));
+    assert_eq!(p["spec"]["runtimeClassName"], "gpu-guard", "{p}");
+    let mut own = pod("own", &[("c", &img, null.clone())]);
+    own["spec"]["runtimeClassName"] = "kata".into();
+    let (_, p, _) = h.review(&own);
+    assert_eq!(p["spec"]["runtimeClassName"], "kata");
+    let cpu =
+        json!({"metadata": {"name": "cpu"}, "spec": {"containers": [{"name": "x", "image": img}]}});
+    let (resp, _, _) = h.review(&cpu);
+    assert!(resp["patch"].is_null(), "{resp}");
+    // An image that cannot be read: admitted without affinity, with the class.
+    let gone = format!("{}/b3/missing:1", reg.host);
+    let (resp, p, _) = h.review(&pod("gone", &[("c", &gone, null.clone())]));
+    assert_eq!(resp["allowed"], true);
+    assert_eq!(p["spec"]["runtimeClassName"], "gpu-guard", "{resp}");
+    assert!(p["spec"]["affinity"].is_null());
+    // Many containers: the one-line summary is longer than the annotation's 2048.
+    let names: Vec<String> = (0..60)
+        .map(|i| format!("worker-container-number-{i:03}"))
+        .collect();
+    let (_, p, _) = h.review(&pod(
+        "one",
+        &[(names[0].as_str(), img.as_str(), null.clone())],
+    ));
+    let one = p["metadata"]["annotations"]["gpu-guard.io/needs"]
+        .as_str()
+        .unwrap();
+    let rest = one
+        .strip_prefix(&format!("{}: ", names[0]))
+        .unwrap()
+        .to_string();
+    let full = names
+        .iter()
+        .map(|n| format!("{n}: {rest}"))
+        .collect::<Vec<_>>()
+        .join("; ");
+    assert!(full.len() > 2048);
+    let cs: Vec<(&str, &str, serde_json::Value)> = names
+        .iter()
+        .map(|n| (n.as_str(), img.as_str(), null.clone()))
+        .collect();
+    let (_, p, _) = h.review(&pod("many", &cs));
+    let ann = p["metadata"]["annotations"]["gpu-guard.io/needs"]
+        .as_str()
+        .unwrap();
+    assert!(ann.chars().count() <= 2048, "{}", ann.len());
+    let body = ann.strip_suffix(" …").unwrap_or_else(|| {
+        panic!(
+            "not marked as cut: ...{}",
+            &ann[ann.len().saturating_sub(80)..]
+        )
+    });
+    // Whole tokens only: the text kept ends where a token of the full text ends.
+    assert!(full.starts_with(body), "{body}");
+    let next = full[body.len()..].chars().next();
+    assert!(
+        matches!(next, Some(' ' | ';' | ',')),
+        "cut inside a token: ...{} | {}",
+        &body[body.len().saturating_sub(40)..],
+        &full[body.len()..body.len() + 20]
+    );
+}

@@ -1,0 +1,253 @@
+//! AMD decisions through the binary: `check --bundle` of a rootfs holding a
+//! real HIP library (tests/data/hip/hipcc-multi.so: gfx1030,
+//! gfx906:sramecc+:xnack-, gfx90a:xnack+) against AMD host facts that
+//! `gpu-guard host --json --host-root` reads from the KFD trees
+//! (tests/data/hosts/amd/): LLVM's code-object rule per visible GPU with the
+//! container's HSA_XNACK and HSA_OVERRIDE_GFX_VERSION, AMD_VISIBLE_DEVICES,
+//! and an image built for one vendor given the other's GPUs, both ways.
+
+use crate::support::TempDir;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_gpu-guard");
+
+fn data(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(rel)
+}
+
+fn config(dir: &TempDir) -> PathBuf {
+    let p = dir.join("config.toml");
+    std::fs::write(
+        &p,
+        "[host]\ncache_file = \"\"\nnvml_library = \"/nonexistent/libnvidia-ml.so.1\"\n\
+         [kernel_image]\ncache_dir = \"\"\nseverity = \"enforce\"\n[libraries]\ncache_dir = \"\"\n\
+         [log]\nsyslog = false\n",
+    )
+    .unwrap();
+    p
+}
+
+/// The host facts of a KFD tree, as `gpu-guard host --json` writes them.
+fn facts(dir: &TempDir, tree: &str) -> PathBuf {
+    let o = Command::new(BIN)
+        .arg("--config")
+        .arg(config(dir))
+        .args(["host", "--json", "--host-root"])
+        .arg(data("hosts/amd").join(tree))
+        .output()
+        .unwrap();
+    assert!(
+        !o.stdout.is_empty(),
+        "{tree}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let p = dir.join(format!("{tree}.json"));
+    std::fs::write(&p, &o.stdout).unwrap();
+    p
+}
+
+/// A bundle whose rootfs has `lib` (a fixture, or none) as ROCm's
+/// librocsparse; `devices` in the spec, `env` in its process.
+fn bundle(dir: &TempDir, lib: Option<&str>, devices: &[(&str, u32, u32)], env: &[&str]) -> PathBuf {
+    let b = dir.join("bundle");
+    let rootfs = b.join("rootfs");
+    let libdir = rootfs.join("opt/rocm/lib");
+    std::fs::create_dir_all(&libdir).unwrap();
+    if let Some(lib) = lib {
+        std::fs::copy(data("hip").join(lib), libdir.join("librocsparse.so.1")).unwrap();
+    }
+    let devs: Vec<Value> = devices
+        .iter()
+        .map(|(p, major, minor)| json!({ "path": p, "type": "c", "major": major, "minor": minor }))
+        .collect();
+    let spec = json!({
+        "ociVersion": "1.0.2",
+        "process": { "args": ["true"], "cwd": "/", "env": env },
+        "root": { "path": rootfs },
+        "linux": { "devices": devs }
+    });
+    std::fs::write(b.join("config.json"), spec.to_string()).unwrap();
+    b
+}
+
+const KFD: [(&str, u32, u32); 2] = [("/dev/kfd", 235, 0), ("/dev/dri/renderD128", 226, 128)];
+
+fn check(dir: &TempDir, b: &Path, host: &Path, extra: &[&str]) -> (i32, Value) {
+    let o = Command::new(BIN)
+        .arg("--config")
+        .arg(config(dir))
+        .args(["check", "--json", "--bundle"])
+        .arg(b)
+        .arg("--host")
+        .arg(host)
+        .args(extra)
+        .env_remove("GPU_GUARD_CONFIG")
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stderr)));
+    (o.status.code().unwrap_or(-1), v)
+}
+
+fn of_check<'a>(d: &'a Value, check: &str) -> Vec<&'a Value> {
+    d["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["check"] == check)
+        .collect()
+}
+
+#[test]
+fn code_objects_are_judged_per_visible_gpu_with_the_container_env() {
+    let dir = TempDir::new("amd-decide");
+    let mi300x = facts(&dir, "mi300x");
+    let b = bundle(&dir, Some("hipcc-multi.so"), &KFD, &[]);
+    let (_, d) = check(&dir, &b, &mi300x, &[]);
+    assert_eq!(d["verdict"], "refuse", "{d}");
+    let f = of_check(&d, "kernel-image");
+    assert_eq!(f.len(), 1, "one finding for GPUs of one target: {d}");
+    let m = f[0]["message"].as_str().unwrap();
+    for want in [
+        "AMD GPU 0",
+        "gfx942:sramecc+:xnack-",
+        "librocsparse.so.1",
+        "gfx1030, gfx906:sramecc+:xnack-, gfx90a:xnack+",
+        "AMD GPUs 1",
+    ] {
+        assert!(m.contains(want), "{want}: {m}");
+    }
+    assert!(
+        f[0]["fix"]
+            .as_str()
+            .unwrap()
+            .contains("--offload-arch=gfx942"),
+        "{d}"
+    );
+
+    // MI210: gfx90a, XNACK per process. The library's gfx90a is xnack+ only:
+    // refused with the default (off), loadable with HSA_XNACK=1.
+    let mi210 = facts(&dir, "mi210");
+    let (_, d) = check(&dir, &b, &mi210, &[]);
+    assert_eq!(d["verdict"], "refuse", "{d}");
+    assert!(
+        of_check(&d, "kernel-image")[0]["fix"]
+            .as_str()
+            .unwrap()
+            .contains("HSA_XNACK=1"),
+        "{d}"
+    );
+    let (code, d) = check(&dir, &b, &mi210, &["--env", "HSA_XNACK=1"]);
+    assert_eq!((code, d["verdict"].as_str()), (0, Some("allow")), "{d}");
+    assert!(of_check(&d, "kernel-image").is_empty(), "{d}");
+
+    // Radeon gfx1100: no code; HSA_OVERRIDE_GFX_VERSION=10.3.0 makes the
+    // runtime load gfx1030, and a failing override is named.
+    let radeon = facts(&dir, "radeon-gfx1100");
+    let (_, d) = check(&dir, &b, &radeon, &[]);
+    assert_eq!(d["verdict"], "refuse", "{d}");
+    let (_, d) = check(
+        &dir,
+        &b,
+        &radeon,
+        &["--env", "HSA_OVERRIDE_GFX_VERSION=10.3.0"],
+    );
+    assert_eq!(d["verdict"], "allow", "{d}");
+    let (_, d) = check(
+        &dir,
+        &b,
+        &radeon,
+        &["--env", "HSA_OVERRIDE_GFX_VERSION=11.0.1"],
+    );
+    let m = of_check(&d, "kernel-image")[0]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        m.contains("gfx1101") && m.contains("HSA_OVERRIDE_GFX_VERSION") && m.contains("gfx1100"),
+        "{m}"
+    );
+}
+
+#[test]
+fn amd_visible_devices_selects_gpus_and_unknown_ones_are_named() {
+    let dir = TempDir::new("amd-visible");
+    let mi300x = facts(&dir, "mi300x");
+    let b = bundle(
+        &dir,
+        Some("hipcc-multi.so"),
+        &KFD,
+        &["AMD_VISIBLE_DEVICES=1"],
+    );
+    let (_, d) = check(&dir, &b, &mi300x, &[]);
+    assert_eq!(d["visible_gpus"], json!([1]), "{d}");
+    let m = of_check(&d, "kernel-image")[0]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(m.starts_with("AMD GPU 1 "), "{m}");
+    let b = bundle(&dir, None, &KFD, &["AMD_VISIBLE_DEVICES=5"]);
+    let (_, d) = check(&dir, &b, &mi300x, &[]);
+    let dev = of_check(&d, "device");
+    assert!(
+        dev.iter()
+            .any(|f| f["message"].as_str().unwrap().contains("AMD GPU 5")),
+        "{d}"
+    );
+    assert_eq!(d["verdict"], "refuse", "{d}");
+}
+
+#[test]
+fn an_image_for_the_other_vendor_is_a_vendor_error_both_ways() {
+    let dir = TempDir::new("amd-vendor");
+    // A CUDA image given AMD GPUs.
+    let mi210 = facts(&dir, "mi210");
+    let b = bundle(
+        &dir,
+        None,
+        &KFD,
+        &["CUDA_VERSION=12.4.1", "NVIDIA_REQUIRE_CUDA=cuda>=12.4"],
+    );
+    let (code, d) = check(&dir, &b, &mi210, &[]);
+    assert_eq!(code, 1, "{d}");
+    let v = of_check(&d, "vendor");
+    assert_eq!(v.len(), 1, "{d}");
+    assert_eq!(v[0]["severity"], "error");
+    let m = v[0]["message"].as_str().unwrap();
+    assert!(
+        m.contains("CUDA") && m.contains("AMD GPU 0") && m.contains("gfx90a"),
+        "{m}"
+    );
+    // No "no NVIDIA driver" on an AMD host for an AMD container.
+    assert!(of_check(&d, "host").is_empty(), "{d}");
+    // A ROCm image (AMD code only) given NVIDIA GPUs.
+    let b = bundle(
+        &dir,
+        Some("hipcc-multi.so"),
+        &[("/dev/nvidiactl", 195, 255), ("/dev/nvidia0", 195, 0)],
+        &["NVIDIA_VISIBLE_DEVICES=all"],
+    );
+    let (code, d) = check(&dir, &b, &data("hosts/a100.json"), &[]);
+    assert_eq!(code, 1, "{d}");
+    let v = of_check(&d, "vendor");
+    assert_eq!(v.len(), 1, "{d}");
+    let m = v[0]["message"].as_str().unwrap();
+    assert!(
+        m.contains("AMD GPUs only") && m.contains("librocsparse.so.1") && m.contains("A100"),
+        "{m}"
+    );
+    // A container asking for AMD GPUs on an NVIDIA-only host.
+    let b = bundle(&dir, None, &KFD, &[]);
+    let (_, d) = check(&dir, &b, &data("hosts/a100.json"), &[]);
+    assert!(
+        of_check(&d, "device")
+            .iter()
+            .any(|f| f["message"].as_str().unwrap().contains("asks for AMD GPUs")),
+        "{d}"
+    );
+    assert_eq!(d["verdict"], "refuse");
+}
