@@ -60,12 +60,8 @@ const MAX_TRIES: u64 = 1 << 20;
 /// object may name the same library thousands of times.
 pub const MAX_EDGES: usize = 1 << 16;
 
-/// How a library was asked for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Via {
-    Needed,
-    Dlopen,
-}
+/// How a library was asked for: the Decision JSON's own type.
+pub use crate::core::library_scan::RequestKind;
 
 /// What became of one request.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -107,7 +103,7 @@ pub struct Obj {
 pub struct Edge {
     pub from: usize,
     pub name: String,
-    pub via: Via,
+    pub via: RequestKind,
     pub outcome: Outcome,
 }
 
@@ -302,7 +298,7 @@ impl<'a> Session<'a> {
                 let name = match self.expand_needed(o, &raw) {
                     Ok(n) => n,
                     Err(m) => {
-                        self.stop(o, &raw, Via::Needed, m);
+                        self.stop(o, &raw, RequestKind::Needed, m);
                         return;
                     }
                 };
@@ -311,7 +307,7 @@ impl<'a> Session<'a> {
                 self.edges.push(Edge {
                     from: o,
                     name: name.clone(),
-                    via: Via::Needed,
+                    via: RequestKind::Needed,
                     outcome: outcome.clone(),
                 });
                 if let Outcome::Fatal(m) = &outcome {
@@ -329,7 +325,7 @@ impl<'a> Session<'a> {
         }
     }
 
-    fn stop(&mut self, from: usize, name: &str, via: Via, m: String) {
+    fn stop(&mut self, from: usize, name: &str, via: RequestKind, m: String) {
         self.edges.push(Edge {
             from,
             name: name.to_string(),
@@ -367,7 +363,7 @@ impl<'a> Session<'a> {
         self.edges.push(Edge {
             from: caller,
             name: name.to_string(),
-            via: Via::Dlopen,
+            via: RequestKind::Dlopen,
             outcome: outcome.clone(),
         });
         outcome
