@@ -199,12 +199,9 @@ pub fn image_scans(
 
 /// How `container` starts from `img` for the libraries scan: with GPUs,
 /// its env and working directory, on the image's machine.
-pub fn start_env(img: &Image, container: &Container) -> crate::scan::ldso::resolve::StartEnv {
-    let mut start = crate::scan::ldso::resolve::StartEnv::from_env(
-        &container.env,
-        container.cwd.as_deref(),
-        true,
-    );
+pub fn start_env(img: &Image, container: &Container) -> crate::scan::ldso::StartEnv {
+    let mut start =
+        crate::scan::ldso::StartEnv::from_env(&container.env, container.cwd.as_deref(), true);
     start.machine = img_machine(img);
     start
 }

@@ -11,8 +11,9 @@ use crate::core::decision::{Finding, Severity};
 use crate::core::facts::HostFacts;
 use crate::core::policy::{Enforcement, LibrariesConfig};
 use crate::core::sanitize::esc;
-use crate::scan::ldso::resolve::{Resolved, StartEnv};
+use crate::scan::ldso::resolve::Resolved;
 use crate::scan::ldso::tree::Tree;
+use crate::scan::ldso::StartEnv;
 use std::io::Write;
 use std::path::Path;
 

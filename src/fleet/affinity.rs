@@ -16,7 +16,7 @@
 //! that can never hold ([`selector::admits_none`]).
 
 pub use super::label_affinity::{label_terms, LabelAffinity};
-use super::nodes::NodeLabels;
+use super::node_labels::NodeLabels;
 use super::selector::{self, Expr, Term};
 use super::FleetContainer;
 use std::collections::BTreeMap;

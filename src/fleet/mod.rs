@@ -27,6 +27,7 @@ mod label_grid;
 mod label_judge;
 pub mod labels;
 pub mod node_facts;
+pub mod node_labels;
 pub mod nodes;
 pub mod placement;
 pub mod selector;

@@ -32,7 +32,7 @@
 //! the node: a guess would be a silent answer.
 
 use super::labels;
-use super::nodes::{NodeLabels, NodesError};
+use super::node_labels::{NodeLabels, NodesError};
 use crate::core::facts::BRANDS;
 use std::collections::BTreeMap;
 

@@ -11,30 +11,9 @@ use super::{labels, Host, HostFacts as Facts, LabelInfo};
 use crate::core::facts::{Gpu, HostFacts, HostReport};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-#[derive(Debug, thiserror::Error)]
-pub enum NodesError {
-    #[error("cannot read nodes file {path}: {source}")]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{path} is not `kubectl get nodes -o json` or `-o yaml` output: {reason}")]
-    Parse { path: PathBuf, reason: String },
-    #[error("node {node}: label {key}={value:?} {why}")]
-    Label {
-        node: String,
-        key: String,
-        value: String,
-        why: String,
-    },
-    #[error("node {node}: {why}")]
-    Node { node: String, why: String },
-    #[error("node {0} is listed twice; give each node once")]
-    Duplicate(String),
-}
+pub use super::node_labels::{NodeLabels, NodesError};
 
 /// A node list is a few MiB even for thousands of nodes.
 const MAX_NODES_FILE: u64 = 256 << 20;
@@ -94,13 +73,6 @@ struct Metadata {
     name: Option<String>,
     #[serde(default, deserialize_with = "label_map")]
     labels: BTreeMap<String, String>,
-}
-
-/// A node: its name and labels.
-#[derive(Clone, Debug)]
-pub struct NodeLabels {
-    pub name: String,
-    pub labels: BTreeMap<String, String>,
 }
 
 /// Reads a node list (or one `kubectl get node X -o json|yaml`) from a

@@ -21,7 +21,7 @@
 //! qualified names, values label values; a field requirement is
 //! `metadata.name` `In`/`NotIn` with exactly one value, a node name.
 
-use super::nodes::NodeLabels;
+use super::node_labels::NodeLabels;
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
 pub struct Expr {

@@ -263,15 +263,7 @@ mod tests {
     use crate::core::facts::Gpu;
     use std::os::unix::fs::PermissionsExt;
 
-    fn tempdir(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!(
-            "gg-cache-{tag}-{}-{}",
-            std::process::id(),
-            now_unix_ms()
-        ));
-        std::fs::create_dir_all(&d).unwrap();
-        d
-    }
+    use crate::sys::test_dirs::tempdir;
 
     fn key() -> CacheKey {
         CacheKey {
@@ -305,7 +297,7 @@ mod tests {
     /// probe) survive the cache as they are.
     #[test]
     fn amd_facts_round_trip() {
-        let d = tempdir("amd");
+        let d = tempdir("cache-amd");
         let p = d.join("host-facts.json");
         let mut f = facts();
         f.amdgpu_driver_version = Some("6.16.6".into());
@@ -326,7 +318,7 @@ mod tests {
 
     #[test]
     fn round_trip_then_expiry_and_key_changes() {
-        let d = tempdir("rt");
+        let d = tempdir("cache-rt");
         let p = d.join("sub/dir/host-facts.json");
         store(&p, &key(), &facts(), "NVML (x)", 1_000_000).unwrap();
         let mode = std::fs::metadata(d.join("sub/dir"))
@@ -363,7 +355,7 @@ mod tests {
 
     #[test]
     fn damaged_foreign_and_untrusted_files_are_misses() {
-        let d = tempdir("bad");
+        let d = tempdir("cache-bad");
         let p = d.join("c.json");
         assert!(matches!(load(&p, &key(), 300, 0), Err(Miss::Absent(_))));
         store(&p, &key(), &facts(), "NVML", 1000).unwrap();
@@ -418,7 +410,7 @@ mod tests {
 
     #[test]
     fn overwrite_replaces_whole_file() {
-        let d = tempdir("ow");
+        let d = tempdir("cache-ow");
         let p = d.join("c.json");
         std::fs::write(&p, b"garbage").unwrap();
         store(&p, &key(), &facts(), "NVML", 1000).unwrap();

@@ -280,22 +280,15 @@ impl HostPaths for RealPaths {
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
-    use std::path::PathBuf;
     use std::time::{Duration, Instant};
 
-    fn tempdir(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("gg-cdi-{tag}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        fs::create_dir_all(&d).unwrap();
-        fs::set_permissions(&d, fs::Permissions::from_mode(0o755)).unwrap();
-        d
-    }
+    use crate::sys::test_dirs::tempdir;
 
     const SPEC: &str = "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: all\n  containerEdits:\n    deviceNodes:\n    - path: /dev/null\n";
 
     #[test]
     fn directories_are_read_in_cdi_order() {
-        let d = tempdir("order");
+        let d = tempdir("cdi-order");
         let (a, b) = (d.join("a"), d.join("b"));
         for x in [&a, &b] {
             fs::create_dir(x).unwrap();
@@ -335,7 +328,7 @@ mod tests {
 
     #[test]
     fn hostile_files_take_bounded_time_and_say_why() {
-        let d = tempdir("hostile");
+        let d = tempdir("cdi-hostile");
         fs::write(d.join("bad.yaml"), "cdiVersion: [unclosed\n").unwrap();
         nix::unistd::mkfifo(
             &d.join("fifo.yaml"),
@@ -418,7 +411,7 @@ mod tests {
 
     #[test]
     fn a_directory_others_can_write_makes_its_specs_untrusted() {
-        let d = tempdir("opendir");
+        let d = tempdir("cdi-opendir");
         fs::write(d.join("nvidia.yaml"), SPEC).unwrap();
         fs::set_permissions(&d, fs::Permissions::from_mode(0o777)).unwrap();
         let s = load(&[d.to_string_lossy().into_owned()]);
@@ -429,7 +422,7 @@ mod tests {
 
     #[test]
     fn a_listing_past_its_bound_is_recorded_never_cut_silently() {
-        let d = tempdir("listing");
+        let d = tempdir("cdi-listing");
         let (a, b) = (d.join("a"), d.join("b"));
         for x in [&a, &b] {
             fs::create_dir(x).unwrap();

@@ -25,6 +25,7 @@ pub mod kernel;
 pub mod kfd;
 pub mod nvidia_config;
 pub mod nvml;
+pub mod nvml_error;
 pub mod nvml_health;
 pub mod procfs;
 pub mod topology;

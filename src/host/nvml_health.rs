@@ -33,7 +33,7 @@ pub struct Lost(pub String);
 fn lost(what: &str) -> Lost {
     Lost(format!(
         "{what}: {}",
-        super::nvml::describe(&NvmlError::GpuLost)
+        super::nvml_error::describe(&NvmlError::GpuLost)
     ))
 }
 

@@ -10,6 +10,7 @@ pub mod marker;
 pub mod mount_patch;
 pub mod runtime_args;
 pub mod spec;
+mod spec_decode;
 mod spec_devices;
 pub mod spec_file;
 pub mod state;

@@ -28,83 +28,12 @@
 
 use crate::core::container::{Capabilities, Container, Env, Hook, Mount};
 use crate::oci::gojson::{self, fold, Node, Value as GoValue};
+use crate::oci::spec_decode::{members, pointer, slice, Decode, R};
+pub use crate::oci::spec_decode::{GoSlice, SpecError};
 use crate::oci::spec_devices::LinuxView;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-
-#[derive(Debug, thiserror::Error)]
-pub enum SpecError {
-    #[error("config.json is not a JSON object")]
-    NotAnObject,
-    #[error("config.json field `{0}` has the wrong type")]
-    WrongType(&'static str),
-}
-
-pub(crate) type R = Result<(), SpecError>;
-
-/// A Go slice as repeated decodes leave it: `len` visible elements over a
-/// backing array whose later elements a shorter decode left behind.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct GoSlice<T> {
-    pub(super) backing: Vec<T>,
-    pub(super) len: usize,
-}
-
-impl<T> GoSlice<T> {
-    pub fn items(&self) -> &[T] {
-        &self.backing[..self.len]
-    }
-}
-
-/// Decoding one JSON value into an existing Go value.
-pub(crate) trait Decode: Default {
-    fn decode(&mut self, n: &Node, path: &'static str) -> R;
-}
-
-impl Decode for String {
-    fn decode(&mut self, n: &Node, path: &'static str) -> R {
-        match &n.value {
-            GoValue::String(s) => *self = s.clone(),
-            GoValue::Null => {}
-            _ => return Err(SpecError::WrongType(path)),
-        }
-        Ok(())
-    }
-}
-
-impl Decode for bool {
-    fn decode(&mut self, n: &Node, path: &'static str) -> R {
-        match &n.value {
-            GoValue::Bool(b) => *self = *b,
-            GoValue::Null => {}
-            _ => return Err(SpecError::WrongType(path)),
-        }
-        Ok(())
-    }
-}
-
-impl Decode for u64 {
-    fn decode(&mut self, n: &Node, path: &'static str) -> R {
-        match &n.value {
-            // Go decodes into uint64 only an integer literal that fits;
-            // anything else (a fraction, an exponent, a sign) is an error.
-            GoValue::Number(s) => *self = s.parse().map_err(|_| SpecError::WrongType(path))?,
-            GoValue::Null => {}
-            _ => return Err(SpecError::WrongType(path)),
-        }
-        Ok(())
-    }
-}
-
-impl Decode for u32 {
-    fn decode(&mut self, n: &Node, path: &'static str) -> R {
-        let mut wide = u64::from(*self);
-        wide.decode(n, path)?;
-        *self = u32::try_from(wide).map_err(|_| SpecError::WrongType(path))?;
-        Ok(())
-    }
-}
 
 /// `process.rlimits[]` (specs-go POSIXRlimit).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -123,66 +52,6 @@ impl Decode for RlimitView {
             _ => Ok(()),
         })
     }
-}
-
-/// A slice field (`[]T`): null clears it, `[]` makes a fresh empty one, a
-/// list decodes into the elements already there (decode.go array).
-pub(crate) fn slice<T: Decode + Clone>(
-    slot: &mut Option<GoSlice<T>>,
-    n: &Node,
-    path: &'static str,
-) -> R {
-    match &n.value {
-        GoValue::Null => *slot = None,
-        GoValue::Array(items) if items.is_empty() => *slot = Some(GoSlice::default()),
-        GoValue::Array(items) => {
-            let s = slot.get_or_insert_with(GoSlice::default);
-            for (i, item) in items.iter().enumerate() {
-                if i >= s.backing.len() {
-                    s.backing.push(T::default());
-                }
-                s.backing[i].decode(item, path)?;
-            }
-            s.len = items.len();
-        }
-        _ => return Err(SpecError::WrongType(path)),
-    }
-    Ok(())
-}
-
-/// A struct's members, each with its key folded as Go matches field names;
-/// null is ignored (a struct, not a pointer).
-pub(crate) fn members(n: &Node, path: &'static str, mut f: impl FnMut(&str, &Node) -> R) -> R {
-    match &n.value {
-        GoValue::Null => Ok(()),
-        GoValue::Object(ms) => {
-            for m in ms {
-                f(&fold(&m.key), &m.node)?;
-            }
-            Ok(())
-        }
-        _ => Err(SpecError::WrongType(path)),
-    }
-}
-
-/// A pointer-to-struct field: null clears it, an object decodes into the
-/// struct already there (or a new one).
-pub(crate) fn pointer<T: Default>(
-    slot: &mut Option<T>,
-    n: &Node,
-    path: &'static str,
-    f: impl FnMut(&mut T, &str, &Node) -> R,
-) -> R {
-    if n.is_null() {
-        *slot = None;
-        return Ok(());
-    }
-    if n.as_object().is_none() {
-        return Err(SpecError::WrongType(path));
-    }
-    let mut f = f;
-    let s = slot.get_or_insert_with(T::default);
-    members(n, path, |k, v| f(s, k, v))
 }
 
 /// `process.capabilities` (specs-go LinuxCapabilities).

@@ -8,7 +8,7 @@
 
 use crate::core::container::{DeviceNode, DeviceRule};
 use crate::oci::gojson::{Node, Value as GoValue};
-use crate::oci::spec::{members, pointer, slice, Decode, GoSlice, SpecError, R};
+use crate::oci::spec_decode::{members, pointer, slice, Decode, GoSlice, SpecError, R};
 
 impl Decode for i64 {
     fn decode(&mut self, n: &Node, path: &'static str) -> R {

@@ -108,7 +108,7 @@ impl Default for Scans {
 /// containers are judged). Host-independent, so one scan serves every
 /// host of a fleet.
 fn read_libraries(rootfs: &Path, c: &Container, cfg: &Config) -> LibraryScan {
-    let inputs = crate::scan::ldso::resolve::StartEnv::from_env(&c.env, c.cwd.as_deref(), true);
+    let inputs = crate::scan::ldso::StartEnv::from_env(&c.env, c.cwd.as_deref(), true);
     crate::scan::ldso::scan_rootfs(rootfs, &inputs, &cfg.libraries, false).scan
 }
 

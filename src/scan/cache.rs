@@ -154,14 +154,7 @@ mod tests {
     use super::*;
     use crate::core::arch::{Arch, Kind, Variant};
 
-    fn tempdir(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!(
-            "gg-scan-cache-{tag}-{}-{:?}",
-            std::process::id(),
-            std::time::SystemTime::now()
-        ));
-        d
-    }
+    use crate::sys::test_dirs::tempdir;
 
     fn st(ino: u64) -> FileStat {
         FileStat {
@@ -176,7 +169,7 @@ mod tests {
 
     #[test]
     fn roundtrip_corruption_and_key_mismatch() {
-        let d = tempdir("rt");
+        let d = tempdir("scan-cache-rt").join("d");
         let c = Cache::open(d.to_str().unwrap()).expect("cache dir");
         let imgs = vec![Image {
             kind: Kind::Ptx,
@@ -213,7 +206,7 @@ mod tests {
     #[test]
     fn uncreatable_dir_means_no_cache() {
         assert!(Cache::open("").is_none());
-        let d = tempdir("file");
+        let d = tempdir("scan-cache-file").join("d");
         std::fs::write(&d, b"a file, not a dir").unwrap();
         assert!(Cache::open(d.join("sub").to_str().unwrap()).is_none());
         assert!(Cache::open(d.to_str().unwrap()).is_none());
@@ -222,7 +215,7 @@ mod tests {
 
     #[test]
     fn concurrent_writers_leave_a_valid_entry() {
-        let d = tempdir("conc");
+        let d = tempdir("scan-cache-conc").join("d");
         let c = std::sync::Arc::new(Cache::open(d.to_str().unwrap()).unwrap());
         let threads: Vec<_> = (0..8)
             .map(|i| {

@@ -495,18 +495,7 @@ pub fn join(dir: &str, name: &OsStr) -> Option<String> {
 mod tests {
     use super::*;
 
-    fn tempdir(tag: &str) -> PathBuf {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static N: AtomicU32 = AtomicU32::new(0);
-        let d = std::env::temp_dir().join(format!(
-            "gg-rootfs-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
-    }
+    use crate::sys::test_dirs::tempdir;
 
     fn raw(name: &str, file_type: Option<Type>) -> nix::Result<RawEntry> {
         Ok(RawEntry {
@@ -568,7 +557,7 @@ mod tests {
 
     #[test]
     fn read_dir_reports_a_failure_part_way_through_a_real_directory() {
-        let d = tempdir("readdir");
+        let d = tempdir("rootfs-readdir");
         std::fs::create_dir_all(d.join("usr/lib")).unwrap();
         for n in ["liba.so", "libb.so", "libc.so", "libd.so"] {
             std::fs::write(d.join("usr/lib").join(n), b"x").unwrap();

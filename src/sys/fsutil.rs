@@ -369,15 +369,11 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
-    fn tempdir() -> PathBuf {
-        let d = std::env::temp_dir().join(format!("gg-fsutil-{}-{}", std::process::id(), unique()));
-        fs::create_dir_all(&d).unwrap();
-        d
-    }
+    use crate::sys::test_dirs::tempdir;
 
     #[test]
     fn atomic_write_replaces_and_keeps_mode() {
-        let d = tempdir();
+        let d = tempdir("fsutil");
         let p = d.join("config.json");
         fs::write(&p, b"old").unwrap();
         fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
@@ -394,7 +390,7 @@ mod tests {
 
     #[test]
     fn private_dir_check_refuses_writable_dirs() {
-        let d = tempdir();
+        let d = tempdir("fsutil");
         set_mode(&d, 0o755);
         check_private_dir(&d).unwrap();
         set_mode(&d, 0o777);
@@ -414,7 +410,7 @@ mod tests {
 
     #[test]
     fn exact_modes_and_no_mode_from_a_fifo() {
-        let d = tempdir();
+        let d = tempdir("fsutil");
         let p = d.join("c.json");
         // A mode of 0600 comes from the caller, not the umask or the old file.
         fs::write(&p, b"old").unwrap();
@@ -442,7 +438,7 @@ mod tests {
 
     #[test]
     fn read_limited_refuses_fifo_and_large_files() {
-        let d = tempdir();
+        let d = tempdir("fsutil");
         let fifo = d.join("fifo");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
         assert!(read_limited(&fifo, 100).is_err());

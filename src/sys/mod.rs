@@ -10,4 +10,6 @@ pub mod limits;
 pub mod logging;
 pub mod metrics;
 pub mod policy_file;
+#[cfg(test)]
+pub(crate) mod test_dirs;
 pub mod time;

@@ -348,16 +348,7 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
-    fn tempdir() -> PathBuf {
-        let d = std::env::temp_dir().join(format!(
-            "gg-policy-file-{}-{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
-        let _ = fs::remove_dir_all(&d);
-        fs::create_dir_all(&d).unwrap();
-        d
-    }
+    use crate::sys::test_dirs::tempdir;
 
     fn set_mode(p: &Path, mode: u32) {
         fs::set_permissions(p, fs::Permissions::from_mode(mode)).unwrap();
@@ -366,7 +357,7 @@ mod tests {
     #[test]
     fn policy_paths_resolve_like_the_kernel() {
         use std::os::unix::fs::symlink;
-        let d = tempdir();
+        let d = tempdir("policy-file");
         set_mode(&d, 0o755);
         fs::create_dir_all(d.join("a/b")).unwrap();
         fs::write(d.join("a/b/f.toml"), b"x = 1").unwrap();

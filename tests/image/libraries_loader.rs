@@ -22,8 +22,9 @@
 //! fails under GPU_GUARD_CI=1 (support::skip_or_fail).
 
 use gpu_guard::core::driver_libs::{self, DRIVER_LIBS};
-use gpu_guard::scan::ldso::resolve::{StartEnv, Trace};
+use gpu_guard::scan::ldso::resolve::Trace;
 use gpu_guard::scan::ldso::trace_rootfs;
+use gpu_guard::scan::ldso::StartEnv;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -1,8 +1,8 @@
 //! The layout is the architecture (src/lib.rs): dependencies between the
 //! top-level modules point one way, from the entry points down to the pure
 //! core. This test reads every `crate::<module>` path in src/ and fails on
-//! a cycle between top-level modules, on a cycle between the files of the
-//! core, on the core reaching outside itself, on clap used outside
+//! a cycle between top-level modules, on a cycle between the files of any
+//! directory module, on the core reaching outside itself, on clap used outside
 //! `commands` and `main`, and, in src/ and every crates/NAME/src, on a
 //! source file over 700 lines before its unit tests ([`counted_lines`] says
 //! how lines are counted) and on a function over 80 lines.
@@ -44,10 +44,15 @@ pub(super) fn code_only(text: &str) -> String {
 
 /// Every `crate::name` (also inside `use crate::{a, b}` groups).
 pub(super) fn referenced(code: &str) -> BTreeSet<String> {
+    referenced_after(code, "crate::")
+}
+
+/// Every name after `prefix` (also inside `prefix{a, b}` groups).
+fn referenced_after(code: &str, prefix: &str) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     let mut rest = code;
-    while let Some(i) = rest.find("crate::") {
-        let after = &rest[i + "crate::".len()..];
+    while let Some(i) = rest.find(prefix) {
+        let after = &rest[i + prefix.len()..];
         if let Some(group) = after.strip_prefix('{') {
             let end = group.find('}').unwrap_or(group.len());
             for part in group[..end].split(',') {
@@ -302,24 +307,41 @@ fn the_line_counter_counts_code_not_tests() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
-/// The core's files as a graph: a node per file of src/core (a directory
-/// module such as kernel_image/ is one node), an edge per
-/// `crate::core::<file>` path its code (before its unit tests) names.
-fn core_file_graph() -> BTreeMap<String, BTreeSet<String>> {
-    let core = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/core");
+/// The files of one directory module as a graph: a node per file or
+/// subdirectory of `dir` (a subdirectory is one node), an edge per path to
+/// a sibling its code (before its unit tests; `tests.rs` files are unit
+/// tests) names: `crate::<module>::<sibling>`, or `super::<sibling>` from a
+/// file of `dir` (`super::super::` one level down).
+fn dir_file_graph(src: &Path, dir: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let rel = dir.strip_prefix(src).unwrap();
+    let module: Vec<&str> = rel.iter().map(|c| c.to_str().unwrap()).collect();
+    let prefix = format!("crate::{}::", module.join("::"));
     let mut files = Vec::new();
-    rust_files(&core, &mut files);
-    let node = |f: &Path| module_of(&core, f).filter(|n| n != "mod");
+    rust_files(dir, &mut files);
+    let node = |f: &Path| module_of(dir, f).filter(|n| n != "mod");
     let nodes: BTreeSet<String> = files.iter().filter_map(|f| node(f)).collect();
     let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for f in &files {
         let Some(n) = node(f) else { continue };
-        // Unit tests may use any file of the core; only code counts.
+        if f.file_name().is_some_and(|x| x == "tests.rs") {
+            continue;
+        }
         let text = std::fs::read_to_string(f).unwrap();
         let body: Vec<&str> = text.lines().take(counted_lines(&text)).collect();
-        let code = code_only(&body.join("\n")).replace("crate::core::", "crate::");
+        let up = match f.strip_prefix(dir).unwrap().components().count() {
+            1 => "super::",
+            2 if f.ends_with("mod.rs") => "super::",
+            2 => "super::super::",
+            _ => "\u{0}",
+        };
+        let mut code = code_only(&body.join("\n"));
+        if up == "super::" {
+            // `super::super::x` is not a sibling.
+            code = code.replace("super::super::", "\u{0}");
+        }
+        let names = referenced_after(&code, &prefix);
         let deps = g.entry(n.clone()).or_default();
-        for d in referenced(&code) {
+        for d in names.into_iter().chain(referenced_after(&code, up)) {
             if d != n && nodes.contains(&d) {
                 deps.insert(d);
             }
@@ -328,17 +350,45 @@ fn core_file_graph() -> BTreeMap<String, BTreeSet<String>> {
     g
 }
 
-#[test]
-fn no_cycle_between_the_files_of_the_core() {
-    let g = core_file_graph();
-    assert!(
-        g.contains_key("policy") && g.contains_key("profiles"),
-        "{g:?}"
-    );
-    assert!(g["profiles"].contains("policy"), "{g:?}");
-    if let Some(c) = find_cycle(&g) {
-        panic!("import cycle between files of src/core: {}", c.join(" -> "));
+/// Every directory module under src/ (src/ itself is the module graph).
+fn module_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.push(p.clone());
+            module_dirs(&p, out);
+        }
     }
+}
+
+#[test]
+fn no_cycle_between_the_files_of_a_module() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let core = dir_file_graph(&src, &src.join("core"));
+    // The graph finds edges: `crate::core::policy` from profiles.rs, and
+    // `super::` paths one level down.
+    assert!(core["profiles"].contains("policy"), "{core:?}");
+    let ldso = dir_file_graph(&src, &src.join("scan/ldso"));
+    assert!(ldso["resolve"].contains("missing"), "{ldso:?}");
+    let mut dirs = Vec::new();
+    module_dirs(&src, &mut dirs);
+    dirs.sort();
+    let cycles: Vec<String> = dirs
+        .iter()
+        .filter_map(|d| {
+            let c = find_cycle(&dir_file_graph(&src, d))?;
+            Some(format!(
+                "{}: {}",
+                d.strip_prefix(&src).unwrap().display(),
+                c.join(" -> ")
+            ))
+        })
+        .collect();
+    assert!(
+        cycles.is_empty(),
+        "import cycles between the files of a module (move the shared type to a file both can use):\n{}",
+        cycles.join("\n")
+    );
 }
 
 /// True when `code` builds a `core::decide::Inputs` value: a struct

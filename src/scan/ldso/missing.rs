@@ -4,8 +4,8 @@
 //! where the image has the file instead (super::resolve).
 
 use super::loader::{Outcome, Session};
-use super::resolve::{file_name, not_judged, StartEnv, MAX_MISSING};
 use super::snapshot::{Idx, Snapshot};
+use super::start_env::StartEnv;
 use crate::core::dlopen_libs::{Rule, RULES};
 use crate::core::driver_libs::{self, Capability};
 use crate::core::libraries::{LibraryScan, Missing, RequestKind};
@@ -146,5 +146,26 @@ impl<'s> Ctx<'s> {
         RULES
             .iter()
             .find(|r| r.applies(file_name(&o.realname), soname))
+    }
+}
+
+/// Missing libraries listed in the result.
+const MAX_MISSING: usize = 256;
+/// Files named as not judged.
+const MAX_NOT_JUDGED: usize = 64;
+
+/// The last component of a path.
+pub(super) fn file_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+/// Counts a file the scan could not read or judge, naming the first few.
+pub(super) fn not_judged(scan: &mut LibraryScan, what: String) {
+    scan.not_judged_total += 1;
+    if scan.not_judged.len() < MAX_NOT_JUDGED {
+        scan.not_judged.push(what);
+    }
+    if scan.incomplete.is_none() {
+        scan.incomplete = Some("some files could not be read or judged".into());
     }
 }

@@ -21,6 +21,7 @@ pub mod platform;
 pub mod resolve;
 pub mod result_cache;
 pub mod snapshot;
+mod start_env;
 pub mod tree;
 pub mod walk;
 
@@ -28,7 +29,8 @@ use crate::core::libraries::LibraryScan;
 use crate::core::policy::LibrariesConfig;
 use crate::scan::rootfs::Root;
 use content::{ReadLimits, RootContent};
-use resolve::{Resolved, StartEnv};
+use resolve::Resolved;
+pub use start_env::StartEnv;
 use std::path::Path;
 use std::time::{Duration, Instant};
 

@@ -27,9 +27,10 @@ use super::budget::Budget;
 use super::content::{info_of, Content};
 use super::ldconfig::{self, LdCache};
 use super::loader::{Env, Outcome, RequestKind, Session};
-use super::missing::collect_missing;
+use super::missing::{collect_missing, file_name, not_judged};
 use super::platform::{cpu_hwcaps, Platform};
 use super::snapshot::{components, FileMeta, Idx, Kind, Snapshot};
+use super::start_env::StartEnv;
 use super::tree::Tree;
 use super::{conf, cudart};
 use crate::core::dlopen_libs::{self, Opens, Rule, RULES};
@@ -39,45 +40,6 @@ use crate::scan::elf_dynamic::{DynInfo, Fit, EM_AARCH64, EM_X86_64};
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap, HashSet};
 use std::sync::Arc;
-
-/// Missing libraries listed in the result.
-pub(super) const MAX_MISSING: usize = 256;
-/// Files named as not judged.
-const MAX_NOT_JUDGED: usize = 64;
-
-/// What the container's spec says that the loader depends on.
-#[derive(Clone, Debug, Default)]
-pub struct StartEnv {
-    pub ld_library_path: Option<String>,
-    /// `process.cwd` (absolute; `/` when unset).
-    pub cwd: String,
-    /// The container is given GPUs: NVIDIA's runtime injects its libraries.
-    pub gpu: bool,
-    /// `NVIDIA_DRIVER_CAPABILITIES`, as set.
-    pub capabilities: Option<String>,
-    /// The host driver's version, for the injected files' names.
-    pub driver_version: Option<String>,
-    /// The image's machine (`EM_*`); None: from its loader, else this host's.
-    pub machine: Option<u16>,
-}
-
-impl StartEnv {
-    /// What a container's env and working directory give the loader; `gpu`:
-    /// the container is given GPUs (NVIDIA's runtime injects its libraries).
-    pub fn from_env(env: &crate::core::container::Env, cwd: Option<&str>, gpu: bool) -> StartEnv {
-        StartEnv {
-            ld_library_path: env.get("LD_LIBRARY_PATH").map(String::from),
-            cwd: cwd
-                .filter(|c| c.starts_with('/'))
-                .unwrap_or("/")
-                .to_string(),
-            gpu,
-            capabilities: env.get("NVIDIA_DRIVER_CAPABILITIES").map(String::from),
-            driver_version: None,
-            machine: None,
-        }
-    }
-}
 
 /// The scan's result, with the trees when asked for.
 #[derive(Debug, Default)]
@@ -206,10 +168,6 @@ fn python_main(snap: &Snapshot, path: &str) -> Option<String> {
         snap.lookup(p, true)
             .is_ok_and(|i| snap.node(i).kind == Kind::File)
     })
-}
-
-pub(super) fn file_name(path: &str) -> &str {
-    path.rsplit('/').next().unwrap_or(path)
 }
 
 /// The version of TensorFlow in the site-packages an object lies in, from
@@ -523,16 +481,6 @@ fn gpu_roots(
         }
     }
     roots
-}
-
-pub(super) fn not_judged(scan: &mut LibraryScan, what: String) {
-    scan.not_judged_total += 1;
-    if scan.not_judged.len() < MAX_NOT_JUDGED {
-        scan.not_judged.push(what);
-    }
-    if scan.incomplete.is_none() {
-        scan.incomplete = Some("some files could not be read or judged".into());
-    }
 }
 
 /// Loads one root as its program would, then the well-known dlopen calls.

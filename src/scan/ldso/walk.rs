@@ -311,12 +311,7 @@ mod tests {
     use std::os::unix::fs::symlink;
     use std::time::Duration;
 
-    fn tempdir(tag: &str) -> std::path::PathBuf {
-        let d = std::env::temp_dir().join(format!("gg-walk-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
-    }
+    use crate::sys::test_dirs::tempdir;
 
     fn limits() -> WalkLimits {
         WalkLimits {
@@ -328,7 +323,7 @@ mod tests {
 
     #[test]
     fn walks_without_following_links_and_digests() {
-        let d = tempdir("basic");
+        let d = tempdir("walk-basic");
         std::fs::create_dir_all(d.join("usr/lib")).unwrap();
         std::fs::write(d.join("usr/lib/libx.so.1"), b"x").unwrap();
         std::fs::write(d.join("usr/lib/readme"), b"x").unwrap();
@@ -359,7 +354,7 @@ mod tests {
 
     #[test]
     fn budgets_stop_and_name_what_was_not_walked() {
-        let d = tempdir("budget");
+        let d = tempdir("walk-budget");
         for i in 0..10 {
             std::fs::create_dir_all(d.join(format!("d{i}/sub"))).unwrap();
         }

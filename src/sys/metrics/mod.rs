@@ -432,7 +432,7 @@ mod tests {
     #[test]
     fn threads_racing_for_the_lock_lose_no_decision() {
         use std::os::unix::fs::PermissionsExt;
-        let d = tempdir("race");
+        let d = tempdir("metrics-race");
         fs::set_permissions(&d, fs::Permissions::from_mode(0o755)).unwrap();
         let tf = d.join("gpu-guard.prom");
         // flock(2) locks belong to the open file, so threads that each
@@ -467,17 +467,12 @@ mod tests {
         fs::remove_dir_all(d).unwrap();
     }
 
-    fn tempdir(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("gg-metrics-{tag}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        fs::create_dir_all(&d).unwrap();
-        d
-    }
+    use crate::sys::test_dirs::tempdir;
 
     #[test]
     fn record_updates_the_textfile_and_waits_never_long() {
         use std::os::unix::fs::PermissionsExt;
-        let d = tempdir("record");
+        let d = tempdir("metrics-record");
         fs::set_permissions(&d, fs::Permissions::from_mode(0o755)).unwrap();
         let tf = d.join("gpu-guard.prom");
         let s = sample(Verdict::Skip, None, Entry::Precreate, 0.001);

@@ -19,7 +19,7 @@
 //! that file still there (the writer died before removing it) removes it
 //! without counting it twice.
 
-use super::state::State;
+use super::state::{Folded, State};
 use super::{LOCK_RETRY, LOCK_WAIT};
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg, OFlag};
@@ -85,13 +85,6 @@ pub fn append(path: &Path, line: &str) -> io::Result<()> {
 pub fn waiting(pending: &Path, folding: &Path) -> bool {
     fs::symlink_metadata(pending).is_ok() || fs::symlink_metadata(folding).is_ok()
 }
-
-/// Which folding file a state counted: its device, inode, change time,
-/// size and the first 8 bytes of the SHA-256 of what was read of it. An
-/// inode number can be reused once the file is gone, and a change time has
-/// the kernel clock's coarse resolution; a file with the same lines (each
-/// with its own decision time) would be the same lines.
-pub type Folded = (u64, u64, i64, i64, u64, u64);
 
 fn identity(m: &fs::Metadata, bytes: &[u8]) -> Folded {
     use sha2::{Digest, Sha256};

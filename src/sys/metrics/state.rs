@@ -16,6 +16,13 @@ use std::fmt::Write as _;
 /// (verdict, check, entry, mode): one series of `gpu_guard_decisions_total`.
 pub type Key = (String, String, String, String);
 
+/// Which folding file a state counted: its device, inode, change time,
+/// size and the first 8 bytes of the SHA-256 of what was read of it. An
+/// inode number can be reused once the file is gone, and a change time has
+/// the kernel clock's coarse resolution; a file with the same lines (each
+/// with its own decision time) would be the same lines.
+pub type Folded = (u64, u64, i64, i64, u64, u64);
+
 /// The counts kept between decisions.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct State {
@@ -26,7 +33,7 @@ pub struct State {
     /// (driver, cuda), the last seen.
     pub host: Option<(String, String)>,
     /// The pending lines' folding file these counts include (pending.rs).
-    pub folded: Option<super::pending::Folded>,
+    pub folded: Option<Folded>,
     /// Lines of the file read that were dropped (damaged); not kept.
     pub bad_lines: u64,
 }
@@ -322,7 +329,7 @@ impl State {
 }
 
 /// A `folded DEV INO CTIME CTIME_NSEC SIZE DIGEST` line's numbers.
-fn parse_folded(f: &[&str]) -> Option<super::pending::Folded> {
+fn parse_folded(f: &[&str]) -> Option<Folded> {
     let [dev, ino, cs, cns, len, digest] = f else {
         return None;
     };
