@@ -12,6 +12,7 @@ mod support;
 mod install_support;
 
 mod doctor;
+mod doctor_amd;
 
 mod install_chain;
 mod install_containerd;
