@@ -359,7 +359,7 @@ pub fn classify_with(c: &Container, cfg: &DetectConfig) -> Detection {
     }
     d.amd_signals = std::mem::take(&mut attached.amd_signals);
     d.amd_cdi = std::mem::take(&mut attached.amd_cdi);
-    if c.assume_attached || !d.amd_signals.is_empty() {
+    if c.assume_attached || !d.amd_signals.is_empty() || chains_amd_runtime(c) {
         if let Some(v) = amd_env_request(c) {
             d.amd_signals.push(Signal::AmdVisibleDevices(v.to_string()));
         }
@@ -372,6 +372,20 @@ pub fn classify_with(c: &Container, cfg: &DetectConfig) -> Detection {
     }
     d
 }
+
+/// AMD's runtime behind the wrapper (`install --chain-runtime amd`):
+/// `amd-container-runtime` adds the GPUs `AMD_VISIBLE_DEVICES` names to the
+/// spec before it execs runc (ROCm/container-toolkit internal/oci
+/// `AddGPUDevices`), so the env attaches GPUs there as NVIDIA's runtime
+/// makes `NVIDIA_VISIBLE_DEVICES` do.
+fn chains_amd_runtime(c: &Container) -> bool {
+    c.chained_runtime
+        .as_deref()
+        .is_some_and(|rt| basename(rt) == AMD_RUNTIME)
+}
+
+/// AMD's runtime binary (ROCm/container-toolkit cmd/container-runtime).
+pub const AMD_RUNTIME: &str = "amd-container-runtime";
 
 /// `AMD_VISIBLE_DEVICES` when it asks for GPUs (set, not empty, not
 /// `none`/`void`), as AMD's container runtime reads it
@@ -766,6 +780,19 @@ mod tests {
         let d = classify(&c);
         assert!(!d.gpu);
         assert_eq!(d.signals.len(), 1);
+    }
+
+    #[test]
+    fn amd_visible_devices_attach_under_amds_runtime() {
+        let mut c = env(&["AMD_VISIBLE_DEVICES=0"]);
+        c.assume_attached = false;
+        assert!(!classify(&c).gpu, "nothing attaches it");
+        c.chained_runtime = Some("/usr/bin/amd-container-runtime".into());
+        let d = classify(&c);
+        assert!(d.gpu && d.amd_only, "{d:?}");
+        assert_eq!(d.amd_signals, [Signal::AmdVisibleDevices("0".into())]);
+        c.chained_runtime = Some("/usr/bin/runc".into());
+        assert!(!classify(&c).gpu);
     }
 
     #[test]

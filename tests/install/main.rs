@@ -15,6 +15,7 @@ mod doctor;
 mod doctor_amd;
 
 mod install_chain;
+mod install_chain_amd;
 mod install_containerd;
 mod install_containerd_merge;
 mod install_conventions;
