@@ -23,6 +23,7 @@ pub mod affinity;
 pub mod amd_nodes;
 pub mod attached;
 pub mod label_affinity;
+mod label_amd;
 mod label_cover;
 pub mod label_exprs;
 mod label_grid;
