@@ -10,8 +10,8 @@ use gpu_guard::core::container::{Container, Env};
 use gpu_guard::core::facts::{HostFacts, HostReport};
 use gpu_guard::core::policy::Config;
 use gpu_guard::core::report;
-use gpu_guard::core::security::Stage;
-use gpu_guard::pipeline::{Case, Judge};
+use gpu_guard::core::security::SpecAccess;
+use gpu_guard::pipeline::{ContainerInput, Classified};
 use libfuzzer_sys::fuzz_target;
 
 const HOSTS: [&str; 4] = [
@@ -52,10 +52,10 @@ fuzz_target!(|data: &[u8]| {
     if selector & 0x40 != 0 {
         cfg.detect.env_requests = gpu_guard::core::policy::EnvRequests::Always;
     }
-    let stage = if selector & 4 != 0 { Stage::Verify } else { Stage::Edit };
+    let stage = if selector & 4 != 0 { SpecAccess::Verify } else { SpecAccess::Edit };
     // Through the decision pipeline, as every entry point decides (no
     // rootfs: nothing is scanned).
-    let d = Judge::new(&cfg, Case::new(c, stage)).on_host(Some(&host));
+    let d = Classified::new(&cfg, ContainerInput::new(c, stage)).on_host(Some(&host));
     for out in [report::human(&d), report::refusal(&d), report::refusal_line(&d)] {
         assert!(
             !out.chars().any(|ch| ch.is_control() && ch != '\n'),

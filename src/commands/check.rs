@@ -10,9 +10,9 @@ use crate::core::container::Container;
 use crate::core::cri_facts::CriRuntime;
 use crate::core::decision::{Check, Decision, Finding, Verdict};
 use crate::core::runtime_engines::Engine;
-use crate::core::security::Stage;
+use crate::core::security::SpecAccess;
 use crate::oci::spec_file;
-use crate::pipeline::{self, Case, HostChoice, Policy};
+use crate::pipeline::{self, ContainerInput, HostChoice, Policy};
 use std::path::{Path, PathBuf};
 
 pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
@@ -54,9 +54,9 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
     // The prestart hook believes no CRI fact, whatever engine runs it.
     let cri = engine
         .and_then(cri_runtime_of)
-        .filter(|_| stage == Stage::Edit);
+        .filter(|_| stage == SpecAccess::Edit);
     let cri_keys = cri.is_none() && has_cri_keys(&container);
-    let case = Case::new(container, stage)
+    let case = ContainerInput::new(container, stage)
         .with_runtime(wrapper_runtime(stage, &policy, engine))
         .with_cri(cri);
     if fleet_report::wanted(args) {
@@ -69,7 +69,7 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
         Some(p) => HostChoice::File(p),
         None => HostChoice::FromConfig,
     };
-    let mut decision = pipeline::decide(&policy, case, host);
+    let mut decision = pipeline::decide_container(&policy, case, host);
     if let Ok(l) = &loaded {
         chained_runtime_note(&mut decision, l, stage, engine);
         if let Some(line) = config::drop_ins_line(l) {
@@ -153,8 +153,8 @@ fn described(args: &CheckArgs) -> Result<Container, i32> {
 /// global chain): `--stage runtime` decides as the wrapper, and NVIDIA's
 /// runtime chained there makes a GPU request in the env count. The
 /// prestart hook knows no runtime.
-fn wrapper_runtime(stage: Stage, policy: &Policy, engine: Option<Engine>) -> Option<PathBuf> {
-    if stage != Stage::Edit {
+fn wrapper_runtime(stage: SpecAccess, policy: &Policy, engine: Option<Engine>) -> Option<PathBuf> {
+    if stage != SpecAccess::Edit {
         return None;
     }
     pipeline::runtime::find_real_runtime(policy.chained_runtime(engine)).ok()
@@ -167,7 +167,7 @@ fn wrapper_runtime(stage: Stage, policy: &Policy, engine: Option<Engine>) -> Opt
 fn chained_runtime_note(
     decision: &mut Decision,
     l: &config::Loaded,
-    stage: Stage,
+    stage: SpecAccess,
     engine: Option<Engine>,
 ) {
     let cfg = &l.config;
@@ -189,13 +189,13 @@ fn chained_runtime_note(
     let problem = pipeline::runtime::chained_runtime_problem(cfg, engine);
     let configured = !cfg.chained_runtime(engine).is_empty();
     match problem {
-        Some(p) if stage == Stage::Edit && configured => {
+        Some(p) if stage == SpecAccess::Edit && configured => {
             decision
                 .findings
                 .push(Finding::error(Check::Config, p.message).with_fix(p.fix));
             decision.verdict = Verdict::Refuse;
         }
-        Some(p) if stage == Stage::Edit => decision
+        Some(p) if stage == SpecAccess::Edit => decision
             .findings
             .push(Finding::warning(Check::Config, p.message).with_fix(p.fix)),
         _ => {

@@ -203,10 +203,10 @@ pub enum CheckStage {
 
 impl CheckStage {
     /// The stage the core decides at.
-    pub fn stage(self) -> crate::core::security::Stage {
+    pub fn stage(self) -> crate::core::security::SpecAccess {
         match self {
-            CheckStage::Runtime => crate::core::security::Stage::Edit,
-            CheckStage::Prestart => crate::core::security::Stage::Verify,
+            CheckStage::Runtime => crate::core::security::SpecAccess::Edit,
+            CheckStage::Prestart => crate::core::security::SpecAccess::Verify,
         }
     }
 }

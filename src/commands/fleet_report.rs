@@ -1,6 +1,6 @@
 //! `gpu-guard check` on many hosts (`--host` repeated, `--hosts DIR`,
 //! `--nodes FILE`) and `--affinity`: gathers the hosts, judges the container
-//! once per host through [`crate::fleet::Subject`], prints a table and a
+//! once per host through [`crate::fleet::FleetContainer`], prints a table and a
 //! summary (or the fleet JSON, or the affinity). Exit status per
 //! [`crate::fleet::summary`].
 
@@ -10,8 +10,8 @@ use crate::core::decision::Verdict;
 use crate::core::facts::{HostFacts as Facts, HostReport};
 use crate::core::policy::Config;
 use crate::fleet::nodes::{self, NodeLabels};
-use crate::fleet::{affinity, summary, Host, HostFacts, HostResult, ImageInfo, Subject};
-use crate::pipeline::Case;
+use crate::fleet::{affinity, summary, Host, HostFacts, HostResult, ImageInfo, FleetContainer};
+use crate::pipeline::ContainerInput;
 use std::collections::BTreeMap;
 
 /// True when `check` is asked about more than one host, or for an affinity.
@@ -67,12 +67,12 @@ pub struct ImageReport {
 /// Runs the multi-host check of the container of `case` (its scans made
 /// already by `check --image`, or read once from its rootfs). `cfg` is the
 /// loaded, valid config.
-pub fn main(cfg: &Config, case: Case, args: &CheckArgs) -> i32 {
+pub fn main(cfg: &Config, case: ContainerInput, args: &CheckArgs) -> i32 {
     main_with(cfg, case, args, None)
 }
 
 /// [`main`], with what was read of the image.
-pub fn main_with(cfg: &Config, case: Case, args: &CheckArgs, image: Option<&ImageReport>) -> i32 {
+pub fn main_with(cfg: &Config, case: ContainerInput, args: &CheckArgs, image: Option<&ImageReport>) -> i32 {
     let (hosts, node_list) = match gather(args) {
         Ok(h) => h,
         Err(e) => return usage(e),
@@ -81,7 +81,7 @@ pub fn main_with(cfg: &Config, case: Case, args: &CheckArgs, image: Option<&Imag
         return usage("no hosts: --hosts DIR holds no *.json file and --nodes lists no node");
     }
     let cfg = &other_hosts(cfg, args);
-    let subject = Subject::new(cfg, case).with_gpus_wanted(args.gpu_count.unwrap_or(1));
+    let subject = FleetContainer::new(cfg, case).with_gpus_wanted(args.gpu_count.unwrap_or(1));
     let results = subject.judge_all(&hosts);
     if args.affinity {
         return print_affinity(&subject, args, &node_list, &results);
@@ -114,7 +114,7 @@ fn other_hosts(cfg: &Config, args: &CheckArgs) -> Config {
 }
 
 fn print_fleet(
-    subject: &Subject,
+    subject: &FleetContainer,
     args: &CheckArgs,
     hosts: &[Host],
     results: &[HostResult],
@@ -172,7 +172,7 @@ fn print_fleet(
 }
 
 fn print_affinity(
-    subject: &Subject,
+    subject: &FleetContainer,
     args: &CheckArgs,
     node_list: &[NodeLabels],
     results: &[HostResult],

@@ -15,11 +15,11 @@ use crate::core::decide::unreadable_spec;
 use crate::core::decision::{Decision, Verdict};
 use crate::core::policy::Mode;
 use crate::core::report;
-use crate::core::security::Stage;
+use crate::core::security::SpecAccess;
 use crate::oci::spec::SpecView;
 use crate::oci::spec_file::{self, LoadedSpec};
 use crate::oci::state::{parse_state, MAX_STATE_BYTES};
-use crate::pipeline::{self, Case, HostChoice, Policy};
+use crate::pipeline::{self, ContainerInput, HostChoice, Policy};
 use crate::sys::logging;
 use crate::sys::metrics::{self, Entry};
 use std::io::{Read, Write};
@@ -90,7 +90,7 @@ fn prestart(config_flag: Option<&Path>) -> i32 {
     };
     container.id = state.id;
     let policy = Policy::load(config_flag);
-    let decision = decide(&policy, container, Stage::Verify);
+    let decision = hook_decision(&policy, container, SpecAccess::Verify);
     if refuses(&policy, &decision) {
         eprint!("{}", report::refusal(&decision));
         return EXIT_REFUSE;
@@ -132,11 +132,11 @@ fn unreadable(
 /// Decides through the pipeline and logs. No runtime is chained to a
 /// hook, and a hook has no evidence of which engine runs the container
 /// (podman writes CRI-O's keys itself): its CRI facts are never believed.
-fn decide(policy: &Policy, container: Container, stage: Stage) -> Decision {
-    let decision = pipeline::decide(policy, Case::new(container, stage), HostChoice::FromConfig);
+fn hook_decision(policy: &Policy, container: Container, stage: SpecAccess) -> Decision {
+    let decision = pipeline::decide_container(policy, ContainerInput::new(container, stage), HostChoice::FromConfig);
     let entry = match stage {
-        Stage::Verify => Entry::Prestart,
-        Stage::Edit => Entry::Precreate,
+        SpecAccess::Verify => Entry::Prestart,
+        SpecAccess::Edit => Entry::Precreate,
     };
     logged(policy, &decision, entry);
     decision
@@ -168,7 +168,7 @@ fn precreate(config_flag: Option<&Path>) -> i32 {
         Err(e) => return precreate_unreadable(config_flag, e),
     };
     let policy = Policy::load(config_flag);
-    let decision = decide(&policy, spec.container.clone(), Stage::Edit);
+    let decision = hook_decision(&policy, spec.container.clone(), SpecAccess::Edit);
     if policy.mode() == Mode::Audit {
         // Decided and logged; the config goes back byte for byte.
         return write_stdout(&spec.bytes);

@@ -30,7 +30,7 @@ use crate::core::policy::{Config, Enforcement};
 use crate::core::sanitize::esc_bounded;
 use crate::image::scan::ImageScan;
 use crate::image::{Image, Limits, Options, Platform};
-use crate::pipeline::{self, Case, HostChoice, Policy, Scans};
+use crate::pipeline::{self, ContainerInput, HostChoice, Policy, Scans};
 use std::path::Path;
 
 /// The container `docker run --gpus all IMAGE` with `env` (`KEY=VALUE`,
@@ -311,7 +311,7 @@ pub fn judge(
     .with_libraries(libraries);
     // Judged as `docker run --gpus all` starts it: GPUs attached whatever
     // runtime is chained, so no chained runtime is asked for.
-    let case = Case::new(container, args.stage.stage()).with_scans(scans);
+    let case = ContainerInput::new(container, args.stage.stage()).with_scans(scans);
     if fleet_report::wanted(args) {
         return fleet_report::main_with(&cfg, case, args, Some(image));
     }
@@ -319,7 +319,7 @@ pub fn judge(
         Some(p) => HostChoice::File(p),
         None => HostChoice::FromConfig,
     };
-    let mut d = pipeline::decide(&Policy::valid(cfg), case, host);
+    let mut d = pipeline::decide_container(&Policy::valid(cfg), case, host);
     // The scan's notes become info findings.
     if d.gpu_container {
         for n in notes {

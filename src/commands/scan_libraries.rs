@@ -121,8 +121,8 @@ fn print_tree(out: &mut impl Write, t: &Tree) {
     for l in &t.lines {
         let pad = "    ".repeat(l.depth);
         let via = match l.via {
-            crate::core::libraries::Via::Dlopen => " [dlopen]",
-            crate::core::libraries::Via::Needed => "",
+            crate::core::libraries::RequestKind::Dlopen => " [dlopen]",
+            crate::core::libraries::RequestKind::Needed => "",
         };
         let at = match (&l.path, &l.note) {
             (Some(p), None) => esc(p),

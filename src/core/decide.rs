@@ -14,7 +14,7 @@ use crate::core::kernel_image::Scanned;
 use crate::core::policy::{ApplyTo, Config, Mode, OnFailure};
 use crate::core::requirement_check::{check_requirements, forward_compat_findings};
 use crate::core::sanitize::esc;
-use crate::core::security::{self, Stage};
+use crate::core::security::{self, SpecAccess};
 use crate::core::tuning;
 use crate::core::tuning::shm::ShmHost;
 use std::collections::BTreeMap;
@@ -29,7 +29,7 @@ pub struct Inputs<'a> {
     /// None when the host was not probed (not a GPU container).
     pub host: Option<&'a HostReport>,
     pub config: &'a Config,
-    pub stage: Stage,
+    pub stage: SpecAccess,
     /// The container's requirements, parsed once ([`Declared::of`]).
     pub declared: &'a Declared,
     pub kernel_image: Vec<Finding>,
@@ -322,7 +322,7 @@ pub fn decide(inp: &Inputs) -> Decision {
     findings.extend(inp.local.cdi.iter().cloned());
     findings.extend(inp.local.device_nodes.iter().cloned());
 
-    if inp.stage == Stage::Edit {
+    if inp.stage == SpecAccess::Edit {
         let (env, mut tf) = tuning::plan(c, &visible, &cfg.tuning);
         d.edits.env = env;
         d.edits.rlimits = tuning::rlimits_over(c, &cfg.tuning, &inp.local.rlimits);
@@ -360,7 +360,7 @@ fn unattached_finding(what: &str) -> Finding {
 /// The decision when only the security policy applies: a non-GPU container
 /// under `security.apply_to = "all"` (verdict skip unless refused), or a
 /// process exec'd into an admitted container (verdict allow or refuse).
-pub fn security_only(c: &Container, gpu: bool, cfg: &Config, stage: Stage) -> Decision {
+pub fn security_only(c: &Container, gpu: bool, cfg: &Config, stage: SpecAccess) -> Decision {
     let sp = security::plan(c, &cfg.security, &cfg.capability_allowlist(), stage);
     let mut d = Decision::skip();
     d.container_id = c.id.clone();

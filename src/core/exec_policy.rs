@@ -21,7 +21,7 @@ use crate::core::container::{Container, Env};
 use crate::core::decision::{Check, Decision, Finding, Verdict};
 use crate::core::policy::{ApplyTo, Config, Mode};
 use crate::core::sanitize::esc;
-use crate::core::security::{self, Stage};
+use crate::core::security::{self, SpecAccess};
 
 /// What `runc exec` without a process file changes of the bundle's process.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -239,7 +239,7 @@ pub fn process_decision(process: &Container, target: &Target, cfg: &Config) -> O
         c.annotations = own.annotations.clone();
         c.cri_runtime = own.cri_runtime;
     }
-    let mut d = crate::core::decide::security_only(&c, gpu, cfg, Stage::Edit);
+    let mut d = crate::core::decide::security_only(&c, gpu, cfg, SpecAccess::Edit);
     if gpu && d.verdict != Verdict::Refuse {
         if let Some(own) = target.container {
             d.edits.env = tuning_from_bundle(&own.env, &c.env, cfg);

@@ -15,7 +15,7 @@ use crate::core::sanitize::esc;
 use crate::core::version::Version;
 use std::collections::BTreeMap;
 
-pub use crate::core::library_scan::{CudaRuntime, LibraryScan, Missing, Via};
+pub use crate::core::library_scan::{CudaRuntime, LibraryScan, Missing, RequestKind};
 
 /// Missing libraries named in one finding's details before "and N more".
 const MAX_NEEDERS: usize = 3;
@@ -95,7 +95,7 @@ fn unfinished_fix(refuse: bool, what: &str) -> String {
 }
 
 fn severity(enforce: bool, m: &Missing) -> Severity {
-    if enforce && m.via == Via::Needed && !m.optional {
+    if enforce && m.via == RequestKind::Needed && !m.optional {
         Severity::Error
     } else {
         Severity::Warning
@@ -182,7 +182,7 @@ fn missing_finding(sev: Severity, ms: &[&Missing], cuda: Option<u64>) -> Finding
         (None, None, _) => ": not in the image and not injected by NVIDIA's runtime".to_string(),
     };
     let when = match (&m.when, m.via) {
-        (Some(w), Via::Dlopen) => format!(" (opened with dlopen {})", esc(w)),
+        (Some(w), RequestKind::Dlopen) => format!(" (opened with dlopen {})", esc(w)),
         (_, _) if m.optional => " (needed only by an optional plugin)".to_string(),
         _ => String::new(),
     };
@@ -210,7 +210,7 @@ fn missing_finding(sev: Severity, ms: &[&Missing], cuda: Option<u64>) -> Finding
     // rest of the image's libraries are its build's business, and an
     // image read as a fragment (a layer of libraries alone) misses them
     // all.
-    if m.via == Via::Needed && !m.optional && is_gpu_name(&m.name) {
+    if m.via == RequestKind::Needed && !m.optional && is_gpu_name(&m.name) {
         f = f.predicting_failure();
     }
     match fix_text(m, cuda) {

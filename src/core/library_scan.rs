@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 /// How a missing library was asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum Via {
+pub enum RequestKind {
     #[serde(rename = "DT_NEEDED")]
     Needed,
     #[serde(rename = "dlopen")]
@@ -23,7 +23,7 @@ pub struct Missing {
     pub name: String,
     /// The object that needs it, relative to the rootfs.
     pub needed_by: String,
-    pub via: Via,
+    pub via: RequestKind,
     /// The objects from the one the program loads to `needed_by`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub chain: Vec<String>,

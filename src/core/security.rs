@@ -14,7 +14,7 @@ use crate::core::sanitize::esc;
 
 /// Whether the entry point can change the spec or only check it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Stage {
+pub enum SpecAccess {
     /// Runtime wrapper, podman precreate, `check` by default.
     Edit,
     /// Prestart/createRuntime hook: the container's process is already set up.
@@ -61,7 +61,7 @@ type Extra = Vec<(&'static str, Vec<String>)>;
 /// ([`crate::core::policy::Config::capability_allowlist`]). A matching
 /// `[[security.exceptions]]` entry replaces the profile (and may let the
 /// container be privileged); the plan then says which entry applied.
-pub fn plan(c: &Container, cfg: &SecurityConfig, allow: &[String], stage: Stage) -> Plan {
+pub fn plan(c: &Container, cfg: &SecurityConfig, allow: &[String], stage: SpecAccess) -> Plan {
     let mut p = Plan::default();
     if let Some(why) = c.cri_conflict() {
         p.findings.push(conflict_finding(c, &why));
@@ -106,7 +106,7 @@ pub fn plan(c: &Container, cfg: &SecurityConfig, allow: &[String], stage: Stage)
     let no_new_privileges = cfg.no_new_privileges || profile.force_no_new_privileges;
     let extra = outside(&c.capabilities, &profile.capabilities);
     match stage {
-        Stage::Edit => {
+        SpecAccess::Edit => {
             let mut dropped: Vec<String> =
                 extra.iter().flat_map(|(_, e)| e.iter().cloned()).collect();
             dropped.sort();
@@ -114,7 +114,7 @@ pub fn plan(c: &Container, cfg: &SecurityConfig, allow: &[String], stage: Stage)
             p.dropped = dropped;
             p.no_new_privileges = no_new_privileges;
         }
-        Stage::Verify => {
+        SpecAccess::Verify => {
             if no_new_privileges && !c.no_new_privileges {
                 p.findings.push(
                     Finding::error(
@@ -305,7 +305,7 @@ mod tests {
         let cfg = Config::default();
         let allow = cfg.capability_allowlist();
         let c = container(&["CAP_CHOWN", "CAP_NET_RAW", "CAP_MKNOD", "CAP_FOO"], false);
-        let p = plan(&c, &cfg.security, &allow, Stage::Edit);
+        let p = plan(&c, &cfg.security, &allow, SpecAccess::Edit);
         assert_eq!(p.dropped, vec!["CAP_FOO", "CAP_MKNOD", "CAP_NET_RAW"]);
         assert!(p.no_new_privileges);
         assert!(p.findings.is_empty());
@@ -316,7 +316,7 @@ mod tests {
         let cfg = Config::default();
         let allow = cfg.capability_allowlist();
         let c = container(&["CAP_CHOWN", "CAP_NET_RAW"], false);
-        let p = plan(&c, &cfg.security, &allow, Stage::Verify);
+        let p = plan(&c, &cfg.security, &allow, SpecAccess::Verify);
         assert_eq!(p.findings.len(), 2);
         assert!(p.findings[0].message.contains("noNewPrivileges"));
         assert!(p.findings[1]
@@ -328,7 +328,7 @@ mod tests {
             .unwrap()
             .contains("gpu-guard install"));
         let ok = container(&["CAP_CHOWN"], true);
-        assert!(plan(&ok, &cfg.security, &allow, Stage::Verify)
+        assert!(plan(&ok, &cfg.security, &allow, SpecAccess::Verify)
             .findings
             .is_empty());
     }
@@ -340,13 +340,13 @@ mod tests {
         let all = capability::all_names();
         let all: Vec<&str> = all.iter().map(String::as_str).collect();
         let c = container(&all, false);
-        let p = plan(&c, &cfg.security, &allow, Stage::Edit);
+        let p = plan(&c, &cfg.security, &allow, SpecAccess::Edit);
         assert_eq!(
             p.findings[0].severity,
             crate::core::decision::Severity::Error
         );
         cfg.security.privileged = OnFailure::Allow;
-        let p = plan(&c, &cfg.security, &allow, Stage::Edit);
+        let p = plan(&c, &cfg.security, &allow, SpecAccess::Edit);
         assert_eq!(
             p.findings[0].severity,
             crate::core::decision::Severity::Warning

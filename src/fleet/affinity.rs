@@ -18,7 +18,7 @@
 pub use super::label_affinity::{label_terms, LabelAffinity};
 use super::nodes::NodeLabels;
 use super::selector::{self, Expr, Term};
-use super::Subject;
+use super::FleetContainer;
 use std::collections::BTreeMap;
 
 /// The affinity, what it says about itself, and whether it is exact.
@@ -44,7 +44,7 @@ pub fn admits(terms: &[Term], node: &NodeLabels) -> bool {
 }
 
 /// The label-only affinity (no `--nodes`).
-pub fn for_labels(subject: &Subject) -> Affinity {
+pub fn for_labels(subject: &FleetContainer) -> Affinity {
     label_terms(subject).into()
 }
 
@@ -56,7 +56,7 @@ fn name_field(op: &'static str, name: &str) -> Expr {
 /// that it admits exactly the nodes in `allowed` (name -> None when
 /// allowed, Some(reason) when refused).
 pub fn for_nodes(
-    subject: &Subject,
+    subject: &FleetContainer,
     nodes: &[NodeLabels],
     allowed: &BTreeMap<String, Option<String>>,
 ) -> Affinity {
@@ -172,7 +172,7 @@ mod tests {
     use super::*;
     use crate::core::container::{Container, Env};
     use crate::core::policy::Config;
-    use crate::core::security::Stage;
+    use crate::core::security::SpecAccess;
 
     fn node(name: &str, major: &str) -> NodeLabels {
         let l = [
@@ -198,7 +198,7 @@ mod tests {
         let mut c = Container::from_env(Env::from_entries(["NVIDIA_REQUIRE_CUDA=driver>=550"]));
         crate::fleet::attached::as_run_with_all_gpus(&mut c);
         let cfg = Config::default();
-        let s = Subject::new(&cfg, crate::pipeline::Case::new(c, Stage::Edit));
+        let s = FleetContainer::new(&cfg, crate::pipeline::ContainerInput::new(c, SpecAccess::Edit));
         let nodes = [
             node("a", "550"),
             node("b", "550"),

@@ -35,7 +35,7 @@ use super::label_judge::{judge, Judged};
 use super::labels;
 use super::node_facts::Source;
 use super::selector::{self, Term};
-use super::Subject;
+use super::FleetContainer;
 use crate::core::facts::{Gpu, HostFacts, HostReport};
 
 /// The label affinity and how far it can be trusted.
@@ -89,7 +89,7 @@ fn labels_note() -> String {
 }
 
 /// The judged grids of every source, or None when one is too large.
-fn judge_all(subject: &Subject) -> Option<Vec<Judged>> {
+fn judge_all(subject: &FleetContainer) -> Option<Vec<Judged>> {
     let fine = cuts(subject, true);
     let coarse = cuts(subject, false);
     Source::ALL
@@ -99,7 +99,7 @@ fn judge_all(subject: &Subject) -> Option<Vec<Judged>> {
 }
 
 /// The label affinity for `subject`.
-pub fn label_terms(subject: &Subject) -> LabelAffinity {
+pub fn label_terms(subject: &FleetContainer) -> LabelAffinity {
     match place(subject) {
         LabelPlacement::Terms(a) => a,
         LabelPlacement::Nowhere { diagnosis } => LabelAffinity {
@@ -119,7 +119,7 @@ pub fn label_terms(subject: &Subject) -> LabelAffinity {
 }
 
 /// Where `subject` can go, from labels alone.
-pub fn place(subject: &Subject) -> LabelPlacement {
+pub fn place(subject: &FleetContainer) -> LabelPlacement {
     let Some(grids) = judge_all(subject) else {
         return LabelPlacement::Unwritable {
             reason: "the requirements compare with too many versions to judge; this affinity admits no node (not exact)".into(),
@@ -190,7 +190,7 @@ pub fn place(subject: &Subject) -> LabelPlacement {
 /// the newest driver gpu-guard knows and each GPU generation, taken from
 /// the node where the fewest findings predict a failure (no node of any
 /// driver runs it; this is only what to tell).
-fn nowhere_diagnosis(subject: &Subject) -> String {
+fn nowhere_diagnosis(subject: &FleetContainer) -> String {
     if subject.detection().amd_only {
         return super::label_amd::nowhere_diagnosis(subject);
     }
@@ -215,7 +215,7 @@ fn nowhere_diagnosis(subject: &Subject) -> String {
                 },
                 String::from("gpu-guard's best case"),
             );
-            let d = subject.decide(&report);
+            let d = subject.decision_on(&report);
             let mut failing: Vec<String> =
                 d.failure_predictions().map(|f| f.message.clone()).collect();
             if failing.is_empty() {

@@ -30,7 +30,7 @@ use super::labels;
 use super::node_facts::{DRIVER_NEW, DRIVER_OLD};
 use super::nodes::{host_from_node, NodeLabels};
 use super::selector::Expr;
-use super::Subject;
+use super::FleetContainer;
 use crate::core::amd::rocm::DKMS_RELEASE;
 use crate::core::amd::target::{generic_of, parse_gfx_override, supported_features, GfxOverride};
 use crate::core::decision::Verdict;
@@ -54,7 +54,7 @@ enum Class {
 }
 
 /// The processors the decision may tell apart for `subject`.
-fn processors(subject: &Subject) -> BTreeSet<String> {
+fn processors(subject: &FleetContainer) -> BTreeSet<String> {
     let mut out: BTreeSet<String> = KNOWN.iter().map(|p| p.to_string()).collect();
     for lib in subject.scanned().iter().flat_map(|s| &s.amd) {
         for c in &lib.code {
@@ -86,7 +86,7 @@ fn other_processor(named: &BTreeSet<String>) -> Option<String> {
 }
 
 /// Whether a node labelled `gfx`, `driver` runs `subject`.
-fn allowed(subject: &Subject, gfx: &Class, driver: &Class, other: &str) -> bool {
+fn allowed(subject: &FleetContainer, gfx: &Class, driver: &Class, other: &str) -> bool {
     let mut l = BTreeMap::new();
     l.insert(labels::VENDOR.to_string(), "amd".to_string());
     let value = |c: &Class, other: &str| match c {
@@ -173,7 +173,7 @@ fn amd_guards() -> Dnf {
 }
 
 /// The AMD terms for `subject`: empty when no AMD node runs it.
-pub(super) fn amd_terms(subject: &Subject) -> Dnf {
+pub(super) fn amd_terms(subject: &FleetContainer) -> Dnf {
     let named = processors(subject);
     let Some(other) = other_processor(&named) else {
         return Vec::new();
@@ -217,7 +217,7 @@ pub(super) fn amd_terms(subject: &Subject) -> Dnf {
 
 /// Why no AMD node runs an AMD-only `subject`: the failing findings on the
 /// processor node where they are fewest (mapped drivers first).
-pub(super) fn nowhere_diagnosis(subject: &Subject) -> String {
+pub(super) fn nowhere_diagnosis(subject: &FleetContainer) -> String {
     let mut best: Option<Vec<String>> = None;
     for p in KNOWN {
         for driver in DKMS_RELEASE.iter().map(|(v, _)| *v) {

@@ -9,7 +9,7 @@
 use super::label_exprs::{AxisRange, Point};
 use super::labels::{self, SM_HIGHEST, SM_LOWEST};
 use super::node_facts::Source;
-use super::Subject;
+use super::FleetContainer;
 use crate::core::policy::MinorVersionCompat;
 use crate::core::requirement::{Key, Op, Operand};
 use crate::core::version::Version;
@@ -217,7 +217,7 @@ pub(super) struct Cuts {
 /// The cuts of `subject`; `images`: with those of its scanned GPU code
 /// ([`image_cuts`]). Without them every cut is still one of the cuts with
 /// them, so each cell of the finer grid lies in one cell of the coarser.
-pub(super) fn cuts(subject: &Subject, images: bool) -> Cuts {
+pub(super) fn cuts(subject: &FleetContainer, images: bool) -> Cuts {
     let mut c = Cuts {
         count: count_cuts(subject),
         ..Cuts::default()
@@ -242,20 +242,20 @@ pub(super) fn cuts(subject: &Subject, images: bool) -> Cuts {
     c
 }
 
-fn minor_allow(subject: &Subject) -> bool {
+fn minor_allow(subject: &FleetContainer) -> bool {
     subject.config().requirements.minor_version_compatibility == MinorVersionCompat::Allow
 }
 
 /// The decision compares CUDA majors too: minor-version compatibility
 /// (any mode but "off" words a finding from it), a scanned image (its
 /// compat and runtime rules).
-fn reads_majors(subject: &Subject) -> bool {
+fn reads_majors(subject: &FleetContainer) -> bool {
     subject.scanned().is_some()
         || subject.libraries().is_some()
         || subject.config().requirements.minor_version_compatibility != MinorVersionCompat::Off
 }
 
-fn requirement_cuts(subject: &Subject, c: &mut Cuts) {
+fn requirement_cuts(subject: &FleetContainer, c: &mut Cuts) {
     let every = reads_majors(subject);
     let image_cuda = subject
         .container()
@@ -359,7 +359,7 @@ fn family_minimums(c: &mut Cuts) {
 
 /// The image's compat libraries: their versions, the branches and the
 /// CUDA version their notes name (crate::core::compat `judge_gpu`).
-fn compat_cuts(subject: &Subject, c: &mut Cuts) {
+fn compat_cuts(subject: &FleetContainer, c: &mut Cuts) {
     let Some(scan) = subject.compat() else {
         return;
     };
@@ -388,7 +388,7 @@ fn compat_cuts(subject: &Subject, c: &mut Cuts) {
 /// The CUDA runtimes the image ships (crate::core::libraries
 /// `runtime_finding`): the host's CUDA against each runtime's major and
 /// minor, the driver against its family minimum.
-fn runtime_cuts(subject: &Subject, c: &mut Cuts) {
+fn runtime_cuts(subject: &FleetContainer, c: &mut Cuts) {
     let Some(scan) = subject.libraries() else {
         return;
     };
@@ -410,7 +410,7 @@ fn runtime_cuts(subject: &Subject, c: &mut Cuts) {
 }
 
 /// A request naming GPUs by index needs that many: the count matters.
-fn count_cuts(subject: &Subject) -> Option<Vec<Point>> {
+fn count_cuts(subject: &FleetContainer) -> Option<Vec<Point>> {
     let req = &subject.detection().request;
     if req.all || req.devices.is_empty() {
         return None;

@@ -2,11 +2,11 @@
 //! (driver, CUDA, count) and every brand value, the compute capabilities
 //! ([`super::label_grid::Axes::cc`] slots) on which a node with one GPU
 //! model is allowed, by the per-node judgement `check --nodes` makes
-//! ([`super::Subject::judge_host`]) on labels written for that point and
+//! ([`super::FleetContainer::judge_host`]) on labels written for that point and
 //! read back by the node reader.
 //!
 //! Two parts, judged apart, on grids of their own: the judgement of the
-//! GPU code ([`super::Subject::kernel_judgement`]: the kernel-image findings
+//! GPU code ([`super::FleetContainer::kernel_judgement`]: the kernel-image findings
 //! and the refusal of code labels cannot judge) reads only the visible
 //! GPUs (their count and compute capability) and the driver's CUDA
 //! version (crate::core::kernel_image `assess_on_host`), never the driver
@@ -31,7 +31,7 @@ use super::label_grid::{axes, cc_labels, Axes, Axis, Cuts};
 use super::labels;
 use super::node_facts::{Source, CUDA_NEW, CUDA_OLD, DRIVER_NEW, DRIVER_OLD, GFD_COUNT};
 use super::nodes::{self, NodeLabels};
-use super::{Host, Subject};
+use super::{Host, FleetContainer};
 use crate::core::decision::Verdict;
 use crate::core::facts::BRANDS;
 use crate::core::requirement::Operand;
@@ -195,7 +195,7 @@ impl Ends {
 /// label and `mixed` give the same facts (brand unknown), and brands no
 /// requirement names compare alike; with compat libraries (whose notes
 /// list brands) every brand is its own.
-fn brand_classes(subject: &Subject) -> Vec<u32> {
+fn brand_classes(subject: &FleetContainer) -> Vec<u32> {
     let named: Vec<String> = subject
         .requirements
         .iter()
@@ -230,7 +230,7 @@ type Kernel = Option<(bool, bool)>;
 
 /// The grid of `source` judged, or None when it has too many cells.
 pub(super) fn judge(
-    subject: &Subject,
+    subject: &FleetContainer,
     source: Source,
     fine: &Cuts,
     coarse: &Cuts,
@@ -269,7 +269,7 @@ pub(super) fn judge(
 
 /// The rest of the decision on every cell of the coarse grid (node axes x
 /// compute capability), at both ends, for each brand class.
-fn judge_rest(subject: &Subject, source: Source, c: &Axes, classes: &[u32]) -> Vec<Rest> {
+fn judge_rest(subject: &FleetContainer, source: Source, c: &Axes, classes: &[u32]) -> Vec<Rest> {
     let allows = |p: &[Option<Point>], v: usize| {
         let (node, sm) = p.split_at(p.len() - 1);
         let sm = sm[0].as_ref().map(|x| x[0]);
@@ -297,7 +297,7 @@ fn judge_rest(subject: &Subject, source: Source, c: &Axes, classes: &[u32]) -> V
 /// The code's judgement on every cell of the fine grid's CUDA (and count)
 /// x compute capability, at both ends: on a node with the lowest driver
 /// and no brand label, which it does not read.
-fn judge_kernel(subject: &Subject, source: Source, f: &Axes) -> Vec<Kernel> {
+fn judge_kernel(subject: &FleetContainer, source: Source, f: &Axes) -> Vec<Kernel> {
     let driver = f.node[0].samples(0).first().cloned().flatten();
     let axes: Vec<&Axis> = f.node[1..].iter().chain([&f.cc]).collect();
     let sizes: Vec<usize> = axes.iter().map(|a| a.slots()).collect();

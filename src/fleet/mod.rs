@@ -2,8 +2,8 @@
 //! `--hosts DIR`, `--nodes FILE`; docs/interfaces.md, "`gpu-guard check`").
 //!
 //! The container is classified, its requirements parsed and its image
-//! scanned once, by the decision pipeline ([`Subject`] holds a
-//! [`crate::pipeline::Judge`]); each host then costs one pure
+//! scanned once, by the decision pipeline ([`FleetContainer`] holds a
+//! [`crate::pipeline::Classified`]); each host then costs one pure
 //! [`crate::core::decide`] call on facts already in memory. That keeps a
 //! 1,000-host run under 1 ms a host (integration/bench-fleet.sh measures it).
 //!
@@ -45,14 +45,14 @@ use crate::core::kernel_image::Scanned;
 use crate::core::libraries::LibraryScan;
 use crate::core::policy::Config;
 use crate::core::requirement::Requirement;
-use crate::pipeline::{Case, Judge};
+use crate::pipeline::{ContainerInput, Classified};
 use std::collections::BTreeMap;
 
 /// What is judged: the container, classified and scanned once by the
-/// decision pipeline ([`crate::pipeline::Judge`]), and the requirements its
+/// decision pipeline ([`crate::pipeline::Classified`]), and the requirements its
 /// affinity and short reasons are written from.
-pub struct Subject<'a> {
-    judge: Judge<'a>,
+pub struct FleetContainer<'a> {
+    judge: Classified<'a>,
     /// The requirements that are checked (for short reasons and the affinity).
     pub requirements: Vec<Requirement>,
     /// How many GPUs the pod asks for (its `nvidia.com/gpu` limit; 1 when
@@ -97,16 +97,16 @@ pub struct HostResult {
     pub decision: Decision,
 }
 
-impl<'a> Subject<'a> {
+impl<'a> FleetContainer<'a> {
     /// The container of `case` judged under `config`. Its scans are read
     /// now, once, from its rootfs (unless the image reader made them): every
     /// host is judged with them, and the label affinity is written from them.
-    pub fn new(config: &'a Config, mut case: Case) -> Subject<'a> {
+    pub fn new(config: &'a Config, mut case: ContainerInput) -> FleetContainer<'a> {
         let rootfs = case.container.rootfs.clone();
         let scans = std::mem::take(&mut case.scans);
         case.scans = scans.read_now(rootfs.as_deref(), &case.container, config);
-        let judge = Judge::new(config, case);
-        Subject {
+        let judge = Classified::new(config, case);
+        FleetContainer {
             requirements: judge.requirements(),
             judge,
             gpus_wanted: 1,
@@ -114,7 +114,7 @@ impl<'a> Subject<'a> {
     }
 
     /// The pod asks for `n` GPUs (its `nvidia.com/gpu` limit; at least 1).
-    pub fn with_gpus_wanted(mut self, n: u32) -> Subject<'a> {
+    pub fn with_gpus_wanted(mut self, n: u32) -> FleetContainer<'a> {
         self.gpus_wanted = n.max(1);
         self
     }
@@ -152,7 +152,7 @@ impl<'a> Subject<'a> {
     }
 
     /// Decides on one host from facts in hand.
-    pub fn decide(&self, host: &HostReport) -> Decision {
+    pub fn decision_on(&self, host: &HostReport) -> Decision {
         self.judge.on_host(Some(host))
     }
 
@@ -182,13 +182,13 @@ impl<'a> Subject<'a> {
         placement::kernel_findings(self, h)
     }
 
-    /// [`Subject::judge_host`] without [`Subject::kernel_judgement`]: the
+    /// [`FleetContainer::judge_host`] without [`FleetContainer::kernel_judgement`]: the
     /// label affinity judges those apart ([`label_judge`]).
     pub(crate) fn judge_host_without_kernel_image(&self, h: &Host) -> Decision {
         placement::judge(self, h, false)
     }
 
-    pub(crate) fn judge(&self) -> &Judge<'a> {
+    pub(crate) fn judge(&self) -> &Classified<'a> {
         &self.judge
     }
 }

@@ -15,7 +15,7 @@
 //! with fewer healthy GPUs (`gpu-guard.io/gpu.healthy`) than the pod asks
 //! for is not chosen; a node without that label is not refused for it.
 
-use super::{unknown, Host, HostFacts, LabelInfo, Subject};
+use super::{unknown, Host, HostFacts, LabelInfo, FleetContainer};
 use crate::core::decision::{Check, Decision, Finding, Verdict};
 use crate::core::facts::HostReport;
 use crate::core::kernel_image::Scanned;
@@ -24,7 +24,7 @@ use std::borrow::Cow;
 /// One host's decision for placement; `with_kernel`: with the judgement
 /// of the GPU code ([`kernel_findings`]), else without it (the label
 /// affinity judges the two apart: super::label_judge).
-pub(super) fn judge(subject: &Subject, h: &Host, with_kernel: bool) -> Decision {
+pub(super) fn judge(subject: &FleetContainer, h: &Host, with_kernel: bool) -> Decision {
     let (report, labels) = match &h.facts {
         HostFacts::NoGpuFacts { why } => {
             return unknown::no_gpu_facts(subject.detection().gpu, why)
@@ -60,7 +60,7 @@ pub(super) fn judge(subject: &Subject, h: &Host, with_kernel: bool) -> Decision 
 
 /// The judgement of the GPU code on one host: the kernel-image findings,
 /// and on facts from labels the refusal of code no label lets be judged.
-pub(super) fn kernel_findings(subject: &Subject, h: &Host) -> Vec<Finding> {
+pub(super) fn kernel_findings(subject: &FleetContainer, h: &Host) -> Vec<Finding> {
     let HostFacts::Known { report, labels } = &h.facts else {
         return Vec::new();
     };
@@ -76,7 +76,7 @@ pub(super) fn kernel_findings(subject: &Subject, h: &Host) -> Vec<Finding> {
 /// with two GPU models, which index has which is not labelled, so a
 /// request by index or UUID sees GPUs of unknown compute capability.
 fn as_judged<'r>(
-    subject: &Subject,
+    subject: &FleetContainer,
     report: &'r HostReport,
     labels: Option<&LabelInfo>,
 ) -> Cow<'r, HostReport> {
@@ -103,13 +103,13 @@ fn has_gpu_code(s: &Scanned) -> bool {
 /// GPU code on a visible GPU whose compute capability (or, AMD's, target)
 /// the labels do not give: the code cannot be judged, so the node is not
 /// chosen (the core only warns: on the node itself NVML or KFD answers).
-fn label_kernel_refusal(subject: &Subject, report: &HostReport) -> Option<Finding> {
+fn label_kernel_refusal(subject: &FleetContainer, report: &HostReport) -> Option<Finding> {
     nvidia_unknown(subject, report).or_else(|| amd_unknown(subject, report))
 }
 
 /// AMD code objects or Tensile files for a visible AMD GPU whose
 /// processor no label gives (`gpu-guard.io/amd.gfx`).
-fn amd_unknown(subject: &Subject, report: &HostReport) -> Option<Finding> {
+fn amd_unknown(subject: &FleetContainer, report: &HostReport) -> Option<Finding> {
     let scanned = subject.scanned().filter(|s| !s.amd.is_empty())?;
     let facts = report.facts.as_ref()?;
     let v = crate::core::amd::visible::amd_gpus(subject.container(), subject.detection(), facts);
@@ -129,7 +129,7 @@ fn amd_unknown(subject: &Subject, report: &HostReport) -> Option<Finding> {
 }
 
 /// NVIDIA GPU code on a visible GPU whose compute capability no label gives.
-fn nvidia_unknown(subject: &Subject, report: &HostReport) -> Option<Finding> {
+fn nvidia_unknown(subject: &FleetContainer, report: &HostReport) -> Option<Finding> {
     let scanned = subject.scanned().filter(|s| has_gpu_code(s))?;
     let facts = report.facts.as_ref()?;
     let (visible, _) = crate::core::detect::resolve(&subject.detection().request, facts);
@@ -154,7 +154,7 @@ fn nvidia_unknown(subject: &Subject, report: &HostReport) -> Option<Finding> {
 }
 
 /// A node labelled with fewer healthy GPUs than the pod asks for.
-fn too_few_healthy(subject: &Subject, info: &LabelInfo) -> Option<Finding> {
+fn too_few_healthy(subject: &FleetContainer, info: &LabelInfo) -> Option<Finding> {
     let healthy = info.healthy?;
     let want = subject.gpus_wanted;
     (healthy < want).then(|| {

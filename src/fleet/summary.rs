@@ -10,7 +10,7 @@
 //! A skip is never counted as runnable: a fleet answer built on it would
 //! pass every host, even one without a driver.
 
-use super::{HostResult, ImageInfo, Subject};
+use super::{HostResult, ImageInfo, FleetContainer};
 use crate::core::decision::{Check, Decision, Severity, Verdict};
 use crate::core::facts::HostFacts;
 use crate::core::requirement::{Context, Key, Outcome, RequirementOutcome};
@@ -105,7 +105,7 @@ pub const NOTE_MAX: usize = 110;
 /// One line per host: name, verdict, first error (else first warning),
 /// the note cut to `note_max` characters when one is given.
 pub fn table(
-    subject: &Subject,
+    subject: &FleetContainer,
     results: &[HostResult],
     facts: &[Option<&HostFacts>],
     note_max: Option<usize>,
@@ -160,7 +160,7 @@ fn first_note(d: &Decision) -> String {
 /// "runs on 14 of 20 hosts; refused on 6: driver 535 too old for CUDA 12.4
 /// on 4, no sm_75 code for Tesla T4 on 2".
 pub fn summary_line(
-    subject: &Subject,
+    subject: &FleetContainer,
     results: &[HostResult],
     facts: &[Option<&HostFacts>],
 ) -> String {
@@ -200,7 +200,7 @@ pub fn summary_line(
 
 /// A few words for why `d` refused on a host: derived from the first error
 /// finding's check, and for requirements from re-judging on the facts.
-pub fn short_reason(subject: &Subject, d: &Decision, facts: &HostFacts) -> String {
+pub fn short_reason(subject: &FleetContainer, d: &Decision, facts: &HostFacts) -> String {
     // A placement refusal may rest on a warning that predicts a failure.
     let Some(f) = d.errors().next().or_else(|| d.failure_predictions().next()) else {
         return "refused".into();
@@ -221,7 +221,7 @@ pub fn short_reason(subject: &Subject, d: &Decision, facts: &HostFacts) -> Strin
 /// The first failing requirement, by the key that failed: CUDA first (the
 /// usual story: forward-compat alternatives do not match either), then
 /// compute capability, driver, brand.
-fn requirement_reason(subject: &Subject, facts: &HostFacts, from_labels: bool) -> Option<String> {
+fn requirement_reason(subject: &FleetContainer, facts: &HostFacts, from_labels: bool) -> Option<String> {
     let driver = facts
         .driver_version
         .as_deref()

@@ -25,7 +25,7 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use super::hooks::{self, Stage};
+use super::hooks::{self, HookStage};
 use super::state::{merge_state, note_created, EngineState};
 use super::{change, edit, require_binary, InstallError, Options, Plan, CRIO_DROP_IN};
 
@@ -361,7 +361,7 @@ pub(super) fn plan_install(opts: &Options, old: Option<EngineState>) -> Result<P
         ),
         Some(dir) => {
             let hook_host = Path::new(dir).join(hooks::PRESTART_FILE);
-            if let Some(c) = hooks::activate(opts, &mut state, &hook_host, Stage::Prestart)? {
+            if let Some(c) = hooks::activate(opts, &mut state, &hook_host, HookStage::Prestart)? {
                 changes.push(c);
             }
         }

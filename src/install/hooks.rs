@@ -26,7 +26,7 @@ pub const PRECREATE_FILE: &str = "gpu-guard-precreate.json";
 const TIMEOUT_S: u32 = 30;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stage {
+pub enum HookStage {
     /// OCI prestart: verifies (podman, CRI-O).
     Prestart,
     /// podman's precreate extension: edits the config (podman only; CRI-O
@@ -34,18 +34,18 @@ pub enum Stage {
     Precreate,
 }
 
-impl Stage {
+impl HookStage {
     fn name(self) -> &'static str {
         match self {
-            Stage::Prestart => "prestart",
-            Stage::Precreate => "precreate",
+            HookStage::Prestart => "prestart",
+            HookStage::Precreate => "precreate",
         }
     }
 }
 
 /// The hooks.d JSON for `stage`, calling `gpu_guard` (the host path of the
 /// gpu-guard binary).
-pub fn hook_json(stage: Stage, gpu_guard: &Path) -> String {
+pub fn hook_json(stage: HookStage, gpu_guard: &Path) -> String {
     let v = serde_json::json!({
         "version": "1.0.0",
         "hook": {
@@ -68,7 +68,7 @@ pub(super) fn activate(
     opts: &Options,
     state: &mut EngineState,
     host: &Path,
-    stage: Stage,
+    stage: HookStage,
 ) -> Result<Option<FileChange>, InstallError> {
     let path = opts.fs_path(host);
     let before = edit::read_optional(&path)?;

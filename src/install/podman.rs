@@ -23,7 +23,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use super::edit::FileChange;
-use super::hooks::{self, Stage};
+use super::hooks::{self, HookStage};
 use super::state::{merge_state, note_created, EngineState};
 use super::{
     change, crio, edit, require_binary, InstallError, Options, Plan, CRIO_BINARIES, CRIO_DROP_IN,
@@ -115,13 +115,13 @@ pub(super) fn plan_install(opts: &Options, old: Option<EngineState>) -> Result<P
     for c in &created {
         note_created(opts, &mut state, c);
     }
-    let ours = hooks::hook_json(Stage::Precreate, &opts.gpu_guard_path());
+    let ours = hooks::hook_json(HookStage::Precreate, &opts.gpu_guard_path());
     changes.push(change(path, before, Some(ours)));
     // The prestart hook beside it: the package ships it inactive, and
     // podman shows a prestart hook's refusal (it discards a precreate
     // hook's stderr: commands/hook.rs), so install activates it here.
     let pre_host = dir_host.join(hooks::PRESTART_FILE);
-    if let Some(c) = hooks::activate(opts, &mut state, &pre_host, Stage::Prestart)? {
+    if let Some(c) = hooks::activate(opts, &mut state, &pre_host, HookStage::Prestart)? {
         changes.push(c);
     }
     state.binary = Some(opts.gpu_guard_path());

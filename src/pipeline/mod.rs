@@ -5,8 +5,8 @@
 //! builds [`core::decide::Inputs`](crate::core::decide::Inputs).
 //!
 //! ```text
-//! entry point ─> Case: container view, stage, chained runtime, scans made
-//!             ─> Judge: classified once (detect, the chained runtime)
+//! entry point ─> ContainerInput: container view, stage, chained runtime, scans made
+//!             ─> Classified: classified once (detect, the chained runtime)
 //!             ─> per host (probe | facts file | a host in hand):
 //!                  the scans it needs (read once) ─> core::decide ─> Decision
 //! ```
@@ -33,15 +33,15 @@ use crate::core::detect::{self, Detection};
 use crate::core::facts::{HostFacts, HostReport, HostSource};
 use crate::core::policy::{Config, DetectConfig, Mode};
 use crate::core::requirement::Requirement;
-use crate::core::security::Stage;
+use crate::core::security::SpecAccess;
 use crate::host::facts_file::FactsFile;
 use std::path::{Path, PathBuf};
 
 /// What an entry point knows about the container it decides for.
-pub struct Case {
+pub struct ContainerInput {
     /// The container as its spec (or env, or image) describes it.
     pub container: Container,
-    pub stage: Stage,
+    pub stage: SpecAccess,
     /// The OCI runtime the wrapper execs for it: the one it found, or for
     /// `check --stage runtime` the one it would find. None under a hook.
     pub runtime: Option<PathBuf>,
@@ -54,10 +54,10 @@ pub struct Case {
     pub cri: Option<CriRuntime>,
 }
 
-impl Case {
+impl ContainerInput {
     /// A container at `stage`, with no chained runtime and nothing scanned.
-    pub fn new(container: Container, stage: Stage) -> Case {
-        Case {
+    pub fn new(container: Container, stage: SpecAccess) -> ContainerInput {
+        ContainerInput {
             container,
             stage,
             runtime: None,
@@ -66,17 +66,17 @@ impl Case {
         }
     }
 
-    pub fn with_cri(mut self, cri: Option<CriRuntime>) -> Case {
+    pub fn with_cri(mut self, cri: Option<CriRuntime>) -> ContainerInput {
         self.cri = cri;
         self
     }
 
-    pub fn with_runtime(mut self, runtime: Option<PathBuf>) -> Case {
+    pub fn with_runtime(mut self, runtime: Option<PathBuf>) -> ContainerInput {
         self.runtime = runtime;
         self
     }
 
-    pub fn with_scans(mut self, scans: Scans) -> Case {
+    pub fn with_scans(mut self, scans: Scans) -> ContainerInput {
         self.scans = scans;
         self
     }
@@ -122,12 +122,12 @@ pub fn classify(
 /// Decides for one container on one host: the hooks, the wrapper, `check`.
 /// Host facts are gathered only for a GPU container under a mode that
 /// judges, so a non-GPU container never waits for NVML.
-pub fn decide(policy: &Policy, case: Case, host: HostChoice) -> Decision {
+pub fn decide_container(policy: &Policy, case: ContainerInput, host: HostChoice) -> Decision {
     let cfg = match policy.config() {
         Ok(c) => c,
         Err(e) => return refused_for_config(e, policy, case),
     };
-    let judge = Judge::new(cfg, case);
+    let judge = Classified::new(cfg, case);
     let report = judge.needs_host().then(|| host.report(cfg));
     match host {
         HostChoice::FromConfig => judge.on_this_host(report.as_ref()),
@@ -138,7 +138,7 @@ pub fn decide(policy: &Policy, case: Case, host: HostChoice) -> Decision {
 /// The decision under a config that cannot be used: the container
 /// classified as the config would classify it (what of it could be read,
 /// pipeline::policy), a GPU container refused naming the file and key.
-fn refused_for_config(e: &ConfigError, policy: &Policy, case: Case) -> Decision {
+fn refused_for_config(e: &ConfigError, policy: &Policy, case: ContainerInput) -> Decision {
     let runtime = case.runtime.as_deref();
     let (mut container, detection) = classify(case.container, runtime, policy.detect());
     container.cri_runtime = case.cri;
@@ -153,22 +153,22 @@ fn refused_for_config(e: &ConfigError, policy: &Policy, case: Case) -> Decision 
 /// One container, judged on as many hosts as asked: classified and its
 /// scans read once, then one pure `core::decide` call per host (fleets:
 /// integration/bench-fleet.sh holds a host under 1 ms).
-pub struct Judge<'c> {
+pub struct Classified<'c> {
     config: &'c Config,
     container: Container,
-    stage: Stage,
+    stage: SpecAccess,
     detection: Detection,
     /// The container's requirements, parsed once for every host.
     declared: Declared,
     scans: Scans,
 }
 
-impl<'c> Judge<'c> {
-    pub fn new(config: &'c Config, case: Case) -> Judge<'c> {
+impl<'c> Classified<'c> {
+    pub fn new(config: &'c Config, case: ContainerInput) -> Classified<'c> {
         let runtime = case.runtime.as_deref();
         let (mut container, detection) = classify(case.container, runtime, &config.detect);
         container.cri_runtime = case.cri;
-        Judge {
+        Classified {
             config,
             declared: Declared::of(&container),
             container,
@@ -217,7 +217,7 @@ impl<'c> Judge<'c> {
         self.decide_on(host, HostLocal::default(), true)
     }
 
-    /// [`Judge::on_host`] for the host this process runs on, where the
+    /// [`Classified::on_host`] for the host this process runs on, where the
     /// container starts: what only this host can say is read too
     /// (`local.rs`).
     pub fn on_this_host(&self, host: Option<&HostReport>) -> Decision {
@@ -233,10 +233,10 @@ impl<'c> Judge<'c> {
         self.decide_on(host, local, true)
     }
 
-    /// [`Judge::on_host`] without the kernel-image findings: the scans
+    /// [`Classified::on_host`] without the kernel-image findings: the scans
     /// still inform the rest of the decision (minor-version compatibility,
     /// forward compatibility), only the findings of
-    /// [`Judge::kernel_image_findings`] are left out. `core::decide` adds
+    /// [`Classified::kernel_image_findings`] are left out. `core::decide` adds
     /// those to the others and nothing else reads them, so `on_host` refuses
     /// exactly when this refuses or, under a mode that refuses
     /// (`Mode::refuses`), one of them is an error (decide.rs `finish`).
@@ -246,7 +246,7 @@ impl<'c> Judge<'c> {
         self.decide_on(host, HostLocal::default(), false)
     }
 
-    /// The kernel-image findings [`Judge::on_host`] gives on this host: the
+    /// The kernel-image findings [`Classified::on_host`] gives on this host: the
     /// scanned GPU code judged on the GPUs the container sees there.
     pub fn kernel_image_findings(&self, host: &HostReport) -> Vec<Finding> {
         match host.facts.as_ref().filter(|_| self.needs_host()) {

@@ -24,14 +24,14 @@ use std::path::Path;
 /// One scan's result: made by the caller, or read from the rootfs when a
 /// host first needs it.
 #[derive(Debug)]
-enum Slot<T> {
+enum ScanSlot<T> {
     /// In hand: every host is judged with it (None: not made).
-    Made(Option<T>),
+    Given(Option<T>),
     /// Read from the rootfs on first need, then kept.
     Rootfs(OnceCell<T>),
 }
 
-impl<T> Slot<T> {
+impl<T> ScanSlot<T> {
     /// The scan for a host: a made one as it is; else, when there is a
     /// rootfs and `wanted` says this host needs it, the rootfs's, read once.
     fn get(
@@ -41,8 +41,8 @@ impl<T> Slot<T> {
         read: impl FnOnce(&Path) -> T,
     ) -> Option<&T> {
         match self {
-            Slot::Made(made) => made.as_ref(),
-            Slot::Rootfs(cell) => {
+            ScanSlot::Given(made) => made.as_ref(),
+            ScanSlot::Rootfs(cell) => {
                 let rootfs = rootfs?;
                 wanted().then(|| cell.get_or_init(|| read(rootfs)))
             }
@@ -52,22 +52,22 @@ impl<T> Slot<T> {
     /// The scan in hand: made, or read already.
     fn in_hand(&self) -> Option<&T> {
         match self {
-            Slot::Made(made) => made.as_ref(),
-            Slot::Rootfs(cell) => cell.get(),
+            ScanSlot::Given(made) => made.as_ref(),
+            ScanSlot::Rootfs(cell) => cell.get(),
         }
     }
 
-    /// Made now: a rootfs scan is read (when `wanted`), a made one kept.
+    /// Given now: a rootfs scan is read (when `wanted`), a made one kept.
     fn read_now(
         self,
         rootfs: Option<&Path>,
         wanted: bool,
         read: impl FnOnce(&Path) -> T,
-    ) -> Slot<T> {
+    ) -> ScanSlot<T> {
         match self {
-            Slot::Rootfs(cell) => {
+            ScanSlot::Rootfs(cell) => {
                 let done = cell.into_inner();
-                Slot::Made(done.or_else(|| rootfs.filter(|_| wanted).map(read)))
+                ScanSlot::Given(done.or_else(|| rootfs.filter(|_| wanted).map(read)))
             }
             made => made,
         }
@@ -75,8 +75,8 @@ impl<T> Slot<T> {
 
     fn made_or_readable(&self, rootfs: Option<&Path>) -> bool {
         match self {
-            Slot::Made(made) => made.is_some(),
-            Slot::Rootfs(_) => rootfs.is_some(),
+            ScanSlot::Given(made) => made.is_some(),
+            ScanSlot::Rootfs(_) => rootfs.is_some(),
         }
     }
 }
@@ -85,20 +85,20 @@ impl<T> Slot<T> {
 #[derive(Debug)]
 pub struct Scans {
     /// The GPU code of the configured libraries (`[kernel_image]`).
-    kernel_image: Slot<Scanned>,
+    kernel_image: ScanSlot<Scanned>,
     /// The CUDA forward-compatibility library (`usr/local/cuda/compat`).
-    compat: Slot<CompatScan>,
+    compat: ScanSlot<CompatScan>,
     /// What the container's libraries need at start (`[libraries]`).
-    libraries: Slot<LibraryScan>,
+    libraries: ScanSlot<LibraryScan>,
 }
 
 impl Default for Scans {
     /// Nothing made: each scan reads the container's rootfs when needed.
     fn default() -> Scans {
         Scans {
-            kernel_image: Slot::Rootfs(OnceCell::new()),
-            compat: Slot::Rootfs(OnceCell::new()),
-            libraries: Slot::Rootfs(OnceCell::new()),
+            kernel_image: ScanSlot::Rootfs(OnceCell::new()),
+            compat: ScanSlot::Rootfs(OnceCell::new()),
+            libraries: ScanSlot::Rootfs(OnceCell::new()),
         }
     }
 }
@@ -127,15 +127,15 @@ impl Scans {
     /// Scans already made (the image reader's); None where none was made.
     pub fn made(kernel_image: Option<Scanned>, compat: Option<CompatScan>) -> Scans {
         Scans {
-            kernel_image: Slot::Made(kernel_image),
-            compat: Slot::Made(compat),
-            libraries: Slot::Made(None),
+            kernel_image: ScanSlot::Given(kernel_image),
+            compat: ScanSlot::Given(compat),
+            libraries: ScanSlot::Given(None),
         }
     }
 
     /// With the libraries scan made (the image reader's).
     pub fn with_libraries(mut self, libraries: Option<LibraryScan>) -> Scans {
-        self.libraries = Slot::Made(libraries);
+        self.libraries = ScanSlot::Given(libraries);
         self
     }
 
@@ -254,7 +254,7 @@ mod tests {
 
     #[test]
     fn a_rootfs_scan_is_read_once_and_only_for_hosts_that_need_it() {
-        let slot: Slot<u32> = Slot::Rootfs(OnceCell::new());
+        let slot: ScanSlot<u32> = ScanSlot::Rootfs(OnceCell::new());
         let reads = Cell::new(0);
         let read = |_: &Path| {
             reads.set(reads.get() + 1);
@@ -278,24 +278,24 @@ mod tests {
             5
         };
         let root = Some(Path::new("/r"));
-        let slot: Slot<u32> = Slot::Rootfs(OnceCell::new());
+        let slot: ScanSlot<u32> = ScanSlot::Rootfs(OnceCell::new());
         assert_eq!(slot.get(root, || true, read), Some(&5));
         let made = slot.read_now(root, true, read);
         assert_eq!(made.in_hand(), Some(&5));
         assert_eq!(reads.get(), 1);
-        let unwanted: Slot<u32> = Slot::Rootfs(OnceCell::new());
+        let unwanted: ScanSlot<u32> = ScanSlot::Rootfs(OnceCell::new());
         assert_eq!(unwanted.read_now(root, false, read).in_hand(), None);
-        let kept = Slot::Made(Some(9)).read_now(root, true, read);
+        let kept = ScanSlot::Given(Some(9)).read_now(root, true, read);
         assert_eq!(kept.in_hand(), Some(&9));
         assert_eq!(reads.get(), 1);
     }
 
     #[test]
     fn a_made_scan_is_given_to_every_host() {
-        let slot = Slot::Made(Some(3));
+        let slot = ScanSlot::Given(Some(3));
         assert_eq!(slot.get(None, || false, |_| 0), Some(&3));
         assert!(slot.made_or_readable(None));
-        let none: Slot<u32> = Slot::Made(None);
+        let none: ScanSlot<u32> = ScanSlot::Given(None);
         assert_eq!(none.get(Some(Path::new("/r")), || true, |_| 0), None);
         assert!(!none.made_or_readable(Some(Path::new("/r"))));
     }

@@ -5,8 +5,8 @@
 use gpu_guard::core::container::{Container, Env};
 use gpu_guard::core::decision::{Check, Decision, Severity, Verdict};
 use gpu_guard::core::policy::{Config, Mode};
-use gpu_guard::core::security::Stage;
-use gpu_guard::pipeline::{self, Case, HostChoice, Policy};
+use gpu_guard::core::security::SpecAccess;
+use gpu_guard::pipeline::{self, ContainerInput, HostChoice, Policy};
 use std::path::PathBuf;
 
 fn data(rel: &str) -> PathBuf {
@@ -26,9 +26,9 @@ fn image(name: &str) -> Vec<String> {
 fn decide_with(cfg: &Config, profile: &str, env: &[String]) -> Decision {
     let c = Container::from_env(Env::from_entries(env));
     let host = data(&format!("hosts/{profile}.json"));
-    pipeline::decide(
+    pipeline::decide_container(
         &Policy::valid(cfg.clone()),
-        Case::new(c, Stage::Edit),
+        ContainerInput::new(c, SpecAccess::Edit),
         HostChoice::File(&host),
     )
 }
@@ -494,9 +494,9 @@ fn invalid_config_refuses_gpu_containers_only() {
     };
     let host = data("hosts/a100.json");
     let gpu = Container::from_env(Env::from_entries(["NVIDIA_VISIBLE_DEVICES=all"]));
-    let d = pipeline::decide(
+    let d = pipeline::decide_container(
         &Policy::invalid(err.clone()),
-        Case::new(gpu, Stage::Edit),
+        ContainerInput::new(gpu, SpecAccess::Edit),
         HostChoice::File(&host),
     );
     assert_eq!(d.verdict, Verdict::Refuse);
@@ -505,9 +505,9 @@ fn invalid_config_refuses_gpu_containers_only() {
             && errors(&d)[0].contains("tuning.enabeld")
     );
     let plain = Container::from_env(Env::from_entries(["PATH=/bin"]));
-    let d = pipeline::decide(
+    let d = pipeline::decide_container(
         &Policy::invalid(err),
-        Case::new(plain, Stage::Edit),
+        ContainerInput::new(plain, SpecAccess::Edit),
         HostChoice::File(&host),
     );
     assert_eq!(d.verdict, Verdict::Skip);

@@ -8,9 +8,9 @@ use gpu_guard::core::decision::{Check, Decision, Severity, Verdict};
 use gpu_guard::core::detect;
 use gpu_guard::core::policy::{Config, EnvRequests};
 use gpu_guard::core::report;
-use gpu_guard::core::security::Stage;
+use gpu_guard::core::security::SpecAccess;
 use gpu_guard::oci::spec::parse_spec_bytes;
-use gpu_guard::pipeline::{self, Case, HostChoice, Policy};
+use gpu_guard::pipeline::{self, ContainerInput, HostChoice, Policy};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -43,9 +43,9 @@ fn spec(env: &[&str], extra: Value) -> Container {
 }
 
 fn decide_with(cfg: &Config, profile: &str, c: &Container) -> Decision {
-    pipeline::decide(
+    pipeline::decide_container(
         &Policy::valid(cfg.clone()),
-        Case::new(c.clone(), Stage::Edit),
+        ContainerInput::new(c.clone(), SpecAccess::Edit),
         HostChoice::File(&host(profile)),
     )
 }

@@ -16,7 +16,7 @@ use gpu_guard::core::decide::security_only;
 use gpu_guard::core::decision::{Severity, Verdict};
 use gpu_guard::core::policy::Config;
 use gpu_guard::core::profiles;
-use gpu_guard::core::security::{plan, Stage};
+use gpu_guard::core::security::{plan, SpecAccess};
 
 /// What `docker run` gives a container, plus two it must never keep.
 fn wide() -> Vec<String> {
@@ -62,7 +62,7 @@ fn container(caps: &[String], uid: Option<u32>, annotations: &[(&str, &str)]) ->
 
 /// CapEff after the edit stage: the effective set minus what the plan drops.
 fn cap_eff(cfg: &Config, c: &Container) -> Vec<String> {
-    let p = plan(c, &cfg.security, &cfg.capability_allowlist(), Stage::Edit);
+    let p = plan(c, &cfg.security, &cfg.capability_allowlist(), SpecAccess::Edit);
     let mut eff: Vec<String> = c
         .capabilities
         .effective
@@ -130,32 +130,32 @@ fn restricted_forces_nnp_and_refuses_root() {
         &container(&wide(), Some(1000), &[]),
         &c.security,
         &c.capability_allowlist(),
-        Stage::Edit,
+        SpecAccess::Edit,
     );
     assert!(p.no_new_privileges);
     assert!(p.findings.is_empty(), "{:?}", p.findings);
     let root = container(&wide(), Some(0), &[]);
-    let p = plan(&root, &c.security, &c.capability_allowlist(), Stage::Edit);
+    let p = plan(&root, &c.security, &c.capability_allowlist(), SpecAccess::Edit);
     assert_eq!(p.findings.len(), 1);
     assert_eq!(p.findings[0].severity, Severity::Error);
     assert!(p.findings[0].message.contains("uid 0"), "{:?}", p.findings);
-    let d = security_only(&root, true, &c, Stage::Edit);
+    let d = security_only(&root, true, &c, SpecAccess::Edit);
     assert_eq!(d.verdict, Verdict::Refuse);
     // The key turns the root rule off; nnp stays forced.
     let c = cfg("[security]\nprofile = \"restricted\"\nno_new_privileges = false\nrestricted_refuse_root = false\n");
-    let p = plan(&root, &c.security, &c.capability_allowlist(), Stage::Edit);
+    let p = plan(&root, &c.security, &c.capability_allowlist(), SpecAccess::Edit);
     assert!(p.findings.is_empty() && p.no_new_privileges);
     // Other profiles never look at the uid; no uid known: nothing to refuse.
     let c = cfg("[security]\nprofile = \"baseline\"\n");
     assert!(
-        plan(&root, &c.security, &c.capability_allowlist(), Stage::Edit)
+        plan(&root, &c.security, &c.capability_allowlist(), SpecAccess::Edit)
             .findings
             .is_empty()
     );
     let c = cfg("[security]\nprofile = \"restricted\"\n");
     let nouid = container(&wide(), None, &[]);
     assert!(
-        plan(&nouid, &c.security, &c.capability_allowlist(), Stage::Edit)
+        plan(&nouid, &c.security, &c.capability_allowlist(), SpecAccess::Edit)
             .findings
             .is_empty()
     );
@@ -172,7 +172,7 @@ fn defined_profiles() {
         &container(&wide(), Some(0), &[]),
         &c.security,
         &c.capability_allowlist(),
-        Stage::Edit
+        SpecAccess::Edit
     )
     .findings
     .is_empty());
@@ -241,7 +241,7 @@ fn exception_admits_privileged_only_in_its_namespace() {
         Some(0),
         &containerd_keys("gpu-operator", "nvidia-driver-daemonset-x"),
     );
-    let d = security_only(&exempt, true, &c, Stage::Edit);
+    let d = security_only(&exempt, true, &c, SpecAccess::Edit);
     assert_eq!(d.verdict, Verdict::Allow, "{:?}", d.findings);
     assert!(d
         .findings
@@ -253,7 +253,7 @@ fn exception_admits_privileged_only_in_its_namespace() {
         Some(0),
         &containerd_keys("default", "x"),
     );
-    let d = security_only(&other, true, &c, Stage::Edit);
+    let d = security_only(&other, true, &c, SpecAccess::Edit);
     assert_eq!(d.verdict, Verdict::Refuse);
     let f = &d.findings[0];
     assert!(f.message.contains("privileged"), "{f:?}");
@@ -297,7 +297,7 @@ fn pod_author_cannot_claim_the_namespace() {
         &container(&privileged_caps(), Some(0), &keys),
         true,
         &c,
-        Stage::Edit,
+        SpecAccess::Edit,
     );
     assert_eq!(d.verdict, Verdict::Refuse);
     // Both runtimes' markers: one set was forged; trust neither.
@@ -307,7 +307,7 @@ fn pod_author_cannot_claim_the_namespace() {
         &container(&privileged_caps(), Some(0), &keys),
         true,
         &c,
-        Stage::Edit,
+        SpecAccess::Edit,
     );
     assert_eq!(d.verdict, Verdict::Refuse);
     // No runtime marker (docker, podman, a hand-made spec): no exception.
@@ -316,13 +316,13 @@ fn pod_author_cannot_claim_the_namespace() {
         &container(&privileged_caps(), Some(0), &keys),
         true,
         &c,
-        Stage::Edit,
+        SpecAccess::Edit,
     );
     assert_eq!(d.verdict, Verdict::Refuse);
     // Env never counts.
     let mut env_only = container(&privileged_caps(), Some(0), &[]);
     env_only.env.set("KUBERNETES_NAMESPACE", "gpu-operator");
-    let d = security_only(&env_only, true, &c, Stage::Edit);
+    let d = security_only(&env_only, true, &c, SpecAccess::Edit);
     assert_eq!(d.verdict, Verdict::Refuse);
 }
 
@@ -339,7 +339,7 @@ fn crio_keys_select_under_crio() {
         &container(&privileged_caps(), Some(0), &keys),
         true,
         &c,
-        Stage::Edit,
+        SpecAccess::Edit,
     );
     assert_eq!(d.verdict, Verdict::Allow, "{:?}", d.findings);
     // containerd records no handler: a handler selector never matches there.
@@ -351,7 +351,7 @@ fn crio_keys_select_under_crio() {
         ),
         true,
         &c,
-        Stage::Edit,
+        SpecAccess::Edit,
     );
     assert_eq!(d.verdict, Verdict::Refuse);
 }
@@ -475,18 +475,18 @@ fn exceptions_need_evidence_of_the_cri_runtime_from_outside_the_spec() {
     let keys = containerd_keys("gpu-operator", "nvidia-driver-daemonset-x");
     let mut exempt = container(&privileged_caps(), Some(0), &keys);
     assert_eq!(
-        security_only(&exempt, true, &c, Stage::Edit).verdict,
+        security_only(&exempt, true, &c, SpecAccess::Edit).verdict,
         Verdict::Allow
     );
     // The same spec where nothing outside it says containerd made it (the
     // hooks, docker's or podman's wrapper): no exception.
     exempt.cri_runtime = None;
     assert_eq!(
-        security_only(&exempt, true, &c, Stage::Edit).verdict,
+        security_only(&exempt, true, &c, SpecAccess::Edit).verdict,
         Verdict::Refuse
     );
     // Said to be CRI-O's: containerd's keys are not CRI-O's own.
     exempt.cri_runtime = Some(CriRuntime::Crio);
-    let d = security_only(&exempt, true, &c, Stage::Edit);
+    let d = security_only(&exempt, true, &c, SpecAccess::Edit);
     assert_eq!(d.verdict, Verdict::Refuse, "{:?}", d.findings);
 }

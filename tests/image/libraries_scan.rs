@@ -12,7 +12,7 @@ use crate::scan_support::site_packages;
 use crate::support::{require, tempdir};
 use gpu_guard::core::decision::{Check, Finding, Severity};
 use gpu_guard::core::facts::HostFacts;
-use gpu_guard::core::libraries::{assess, Via};
+use gpu_guard::core::libraries::{assess, RequestKind};
 use gpu_guard::core::policy::{Enforcement, LibrariesConfig};
 use gpu_guard::scan::ldso::resolve::{Resolved, StartEnv};
 use gpu_guard::scan::ldso::scan_rootfs;
@@ -201,7 +201,7 @@ fn a_missing_runtime_is_named_with_what_needs_it_and_the_fix() {
         .find(|m| m.name == "libcudart.so.13")
         .unwrap_or_else(|| panic!("{:?}", s.missing));
     assert_eq!(m.needed_by, format!("{SP}/nvidia/cu13/lib/libcurand.so.10"));
-    assert_eq!(m.via, Via::Needed);
+    assert_eq!(m.via, RequestKind::Needed);
     assert!(s.cuda_runtimes.is_empty());
     let f = assess(&s, None, &cfg(Enforcement::Refuse));
     let e = errors(&f);

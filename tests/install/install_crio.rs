@@ -90,7 +90,7 @@ fn flow_writes_drop_in_and_hook_and_uninstall_removes_both() {
     );
     assert_eq!(
         fs::read_to_string(&hook).unwrap(),
-        hooks::hook_json(hooks::Stage::Prestart, Path::new("/usr/bin/gpu-guard"))
+        hooks::hook_json(hooks::HookStage::Prestart, Path::new("/usr/bin/gpu-guard"))
     );
     assert!(run(&o).is_empty(), "second install changes nothing");
     o.set_default = false;
@@ -111,7 +111,7 @@ fn flow_writes_drop_in_and_hook_and_uninstall_removes_both() {
 #[test]
 fn packaged_hook_is_used_and_left_alone() {
     let root = host_root("crio-pkg");
-    let packaged = hooks::hook_json(hooks::Stage::Prestart, Path::new("/usr/bin/gpu-guard"));
+    let packaged = hooks::hook_json(hooks::HookStage::Prestart, Path::new("/usr/bin/gpu-guard"));
     write(
         &root,
         "/usr/share/containers/oci/hooks.d/gpu-guard-prestart.json",

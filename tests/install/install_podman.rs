@@ -5,7 +5,7 @@ use std::fs;
 use std::path::Path;
 
 use crate::install_support::*;
-use gpu_guard::install::hooks::{self, Stage};
+use gpu_guard::install::hooks::{self, HookStage};
 use gpu_guard::install::Engine;
 use serde_json::Value;
 
@@ -18,8 +18,8 @@ fn write(root: &Path, host: &str, text: &str) {
 #[test]
 fn hook_files_follow_the_hooks_d_schema() {
     for (stage, name) in [
-        (Stage::Prestart, "prestart"),
-        (Stage::Precreate, "precreate"),
+        (HookStage::Prestart, "prestart"),
+        (HookStage::Precreate, "precreate"),
     ] {
         let v: Value =
             serde_json::from_str(&hooks::hook_json(stage, Path::new("/opt/gg/bin/gpu-guard")))
@@ -43,7 +43,7 @@ fn packaged_prestart_hook_is_what_install_would_write() {
     .unwrap();
     assert_eq!(
         packaged,
-        hooks::hook_json(Stage::Prestart, Path::new("/usr/bin/gpu-guard"))
+        hooks::hook_json(HookStage::Prestart, Path::new("/usr/bin/gpu-guard"))
     );
 }
 
@@ -234,7 +234,7 @@ fn podman_runs_the_installed_hooks() {
     // The packaged prestart file, pointing at the stand-in.
     fs::write(
         hooks_dir.join(hooks::PRESTART_FILE),
-        hooks::hook_json(Stage::Prestart, &bin_dir.join("gpu-guard")),
+        hooks::hook_json(HookStage::Prestart, &bin_dir.join("gpu-guard")),
     )
     .unwrap();
     let rootfs = root.join("rootfs");

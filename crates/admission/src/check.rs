@@ -297,8 +297,8 @@ fn push_attestation(
         &created,
     )?;
     let via = match via {
-        gpu_guard_registry::Via::ReferrersApi => "Referrers API",
-        gpu_guard_registry::Via::TagSchema => "tag schema",
+        gpu_guard_registry::ReferrersSource::ReferrersApi => "Referrers API",
+        gpu_guard_registry::ReferrersSource::TagSchema => "tag schema",
     };
     eprintln!(
         "gpu-guard check: attestation {d} pushed for {} ({via})",

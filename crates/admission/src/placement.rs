@@ -14,16 +14,16 @@
 //! complex to judge), the image counts as unreadable.
 //!
 //! Every decision here goes through the one pipeline (`gpu_guard::pipeline`,
-//! by `fleet::Subject`), as `check --image --nodes` decides.
+//! by `fleet::FleetContainer`), as `check --image --nodes` decides.
 
 use crate::affinity::{expr, term};
 use crate::judge::Placement;
 use crate::needs::Needs;
 use gpu_guard::core::policy::Config;
-use gpu_guard::core::security::Stage;
+use gpu_guard::core::security::SpecAccess;
 use gpu_guard::fleet::label_affinity::LabelPlacement;
-use gpu_guard::fleet::Subject;
-use gpu_guard::pipeline::{Case, Scans};
+use gpu_guard::fleet::FleetContainer;
+use gpu_guard::pipeline::{ContainerInput, Scans};
 use k8s_openapi::api::core::v1::NodeSelectorTerm;
 
 fn summary(needs: &Needs, reqs: &[String]) -> String {
@@ -73,8 +73,8 @@ pub fn place(needs: &Needs, env: &[(String, String)], cfg: &Config) -> Placement
     // Through the one pipeline (gpu_guard::pipeline), as `check --image`
     // judges a node: the scans in hand, GPUs attached.
     let scans = Scans::made(Some(scanned), Some(compat)).with_libraries(needs.library_scan.clone());
-    let case = Case::new(container, Stage::Edit).with_scans(scans);
-    let subject = Subject::new(cfg, case);
+    let case = ContainerInput::new(container, SpecAccess::Edit).with_scans(scans);
+    let subject = FleetContainer::new(cfg, case);
     let aff = match gpu_guard::fleet::label_affinity::place(&subject) {
         LabelPlacement::Nowhere { diagnosis } => return Placement::Nowhere { diagnosis },
         LabelPlacement::Unwritable { reason } => {

@@ -291,7 +291,7 @@ impl<J: ImageJudge> Reviewer<J> {
         let (resp, result) = match pod_json.map(serde_json::from_value::<Pod>) {
             Some(Ok(pod)) => {
                 log.pod(&pod);
-                self.decide(resp, &pod, &mut log).await
+                self.decide_pod(resp, &pod, &mut log).await
             }
             Some(Err(e)) => {
                 let msg = format!("the pod could not be parsed: {e}");
@@ -403,7 +403,7 @@ impl<J: ImageJudge> Reviewer<J> {
             .collect()
     }
 
-    async fn decide(
+    async fn decide_pod(
         &self,
         resp: AdmissionResponse,
         pod: &Pod,

@@ -63,7 +63,7 @@ pub enum Stopping {
 }
 
 /// Decides from the uid seen at start and the state now.
-pub fn decide(start_uid: Option<&str>, now: Result<DaemonSetState, String>) -> Stopping {
+pub fn stopping_for(start_uid: Option<&str>, now: Result<DaemonSetState, String>) -> Stopping {
     match now {
         Ok(DaemonSetState::Gone) => Stopping::Deleted("the DaemonSet no longer exists".into()),
         Ok(DaemonSetState::Deleting { uid }) if start_uid.is_none_or(|s| s == uid) => {
@@ -172,26 +172,26 @@ mod tests {
         let present = |u: &str| Ok(DaemonSetState::Present { uid: u.into() });
         let deleting = |u: &str| Ok(DaemonSetState::Deleting { uid: u.into() });
         assert!(matches!(
-            decide(Some("a"), Ok(DaemonSetState::Gone)),
+            stopping_for(Some("a"), Ok(DaemonSetState::Gone)),
             Stopping::Deleted(_)
         ));
         assert!(matches!(
-            decide(Some("a"), deleting("a")),
+            stopping_for(Some("a"), deleting("a")),
             Stopping::Deleted(_)
         ));
         assert!(matches!(
-            decide(None, Ok(DaemonSetState::Gone)),
+            stopping_for(None, Ok(DaemonSetState::Gone)),
             Stopping::Deleted(_)
         ));
-        assert!(matches!(decide(Some("a"), present("a")), Stopping::Keep(_)));
-        assert!(matches!(decide(Some("a"), present("b")), Stopping::Keep(_)));
+        assert!(matches!(stopping_for(Some("a"), present("a")), Stopping::Keep(_)));
+        assert!(matches!(stopping_for(Some("a"), present("b")), Stopping::Keep(_)));
         assert!(matches!(
-            decide(Some("a"), deleting("b")),
+            stopping_for(Some("a"), deleting("b")),
             Stopping::Keep(_)
         ));
-        assert!(matches!(decide(None, present("a")), Stopping::Keep(_)));
+        assert!(matches!(stopping_for(None, present("a")), Stopping::Keep(_)));
         assert!(matches!(
-            decide(Some("a"), Err("timeout".into())),
+            stopping_for(Some("a"), Err("timeout".into())),
             Stopping::Keep(_)
         ));
     }

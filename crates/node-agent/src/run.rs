@@ -153,7 +153,7 @@ impl Agent {
     /// leave everything registered.
     fn stop(&mut self, sig: Signal, start_uid: Option<&str>) -> i32 {
         let decision = match &self.api {
-            Some(api) => kube::decide(start_uid, kube::daemonset(api)),
+            Some(api) => kube::stopping_for(start_uid, kube::daemonset(api)),
             None => Stopping::Keep("no Kubernetes API configured".into()),
         };
         let _ = std::fs::remove_file(&self.status_file);

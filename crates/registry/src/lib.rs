@@ -23,7 +23,7 @@ pub use credentials::Credential;
 pub use error::RegistryError;
 pub use manifest::{Manifest, Platform, Resolved};
 pub use reference::Reference;
-pub use referrers::{Artifact, Found, Via};
+pub use referrers::{Artifact, Found, ReferrersSource};
 
 /// A client for the registry a reference names, with credentials looked up
 /// in `cred_files` (see [`credentials`]) unless `options` has some.

@@ -27,7 +27,7 @@ const CREATED: &str = "org.opencontainers.image.created";
 
 /// How an artifact was made findable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Via {
+pub enum ReferrersSource {
     ReferrersApi,
     TagSchema,
 }
@@ -49,7 +49,7 @@ pub struct Artifact {
     pub manifest_digest: String,
     pub created: Option<String>,
     pub layer: Vec<u8>,
-    pub via: Via,
+    pub via: ReferrersSource,
 }
 
 /// The tag of the referrers index for `digest` (distribution-spec
@@ -85,7 +85,7 @@ impl Client {
         repo: &str,
         subject: &str,
         artifact_type: &str,
-    ) -> Result<(Vec<Descriptor>, Via), RegistryError> {
+    ) -> Result<(Vec<Descriptor>, ReferrersSource), RegistryError> {
         let what = format!("referrers of {subject}");
         let target = format!(
             "/v2/{repo}/referrers/{subject}?artifactType={}",
@@ -103,19 +103,19 @@ impl Client {
         let (bytes, via) = match resp.status().as_u16() {
             200 => (
                 self.read_small(resp, &what, crate::manifest::MAX_MANIFEST_BYTES)?,
-                Via::ReferrersApi,
+                ReferrersSource::ReferrersApi,
             ),
             // No Referrers API (distribution 2.8 answers 404): the tag schema.
             400 | 404 | 405 | 406 => match self.manifest(repo, &fallback_tag(subject)) {
-                Ok(m) => (m.bytes, Via::TagSchema),
-                Err(e) if e.is_not_found() => return Ok((Vec::new(), Via::TagSchema)),
+                Ok(m) => (m.bytes, ReferrersSource::TagSchema),
+                Err(e) if e.is_not_found() => return Ok((Vec::new(), ReferrersSource::TagSchema)),
                 Err(e) => return Err(e),
             },
             _ => return Err(self.status_error(resp, &what)),
         };
         let what = match via {
-            Via::ReferrersApi => what,
-            Via::TagSchema => format!("referrers index {} (tag schema)", fallback_tag(subject)),
+            ReferrersSource::ReferrersApi => what,
+            ReferrersSource::TagSchema => format!("referrers index {} (tag schema)", fallback_tag(subject)),
         };
         let idx: ImageIndex = decode(self, &what, "image index", &bytes)?;
         let found = idx
@@ -206,7 +206,7 @@ impl Client {
         artifact_type: &str,
         max_layer: u64,
         d: &Descriptor,
-        via: Via,
+        via: ReferrersSource,
     ) -> Result<Artifact, RegistryError> {
         let m = self.manifest(repo, d.digest().as_ref())?;
         let what = format!("artifact {}", m.digest);
@@ -256,7 +256,7 @@ impl Client {
         artifact_type: &str,
         layer: &[u8],
         created: &str,
-    ) -> Result<(String, Via), RegistryError> {
+    ) -> Result<(String, ReferrersSource), RegistryError> {
         let what = format!("artifact for {}", subject.1);
         let config_digest = self.push_blob(repo, EMPTY_JSON)?;
         let layer_digest = self.push_blob(repo, layer)?;
@@ -275,7 +275,7 @@ impl Client {
         let digest = crate::blob::sha256_digest(&bytes);
         let (digest_put, oci_subject) = self.put_manifest(repo, &digest, &bytes, OCI_MANIFEST)?;
         if oci_subject.as_deref() == Some(subject.1) {
-            return Ok((digest_put, Via::ReferrersApi));
+            return Ok((digest_put, ReferrersSource::ReferrersApi));
         }
         self.update_fallback_index(
             repo,
@@ -284,7 +284,7 @@ impl Client {
             (&digest, bytes.len() as u64),
             created,
         )?;
-        Ok((digest_put, Via::TagSchema))
+        Ok((digest_put, ReferrersSource::TagSchema))
     }
 
     /// Adds the artifact to the tag-schema index of `subject`, replacing

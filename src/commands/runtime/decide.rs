@@ -10,10 +10,10 @@ use crate::commands::runtime::parse::{Call, What};
 use crate::core::decide::unreadable_spec;
 use crate::core::decision::Verdict;
 use crate::core::policy::Mode;
-use crate::core::security::Stage;
+use crate::core::security::SpecAccess;
 use crate::oci::marker::Marker;
 use crate::oci::spec_file;
-use crate::pipeline::{self, Case, HostChoice, Policy};
+use crate::pipeline::{self, ContainerInput, HostChoice, Policy};
 use std::path::Path;
 
 /// Decides what to do about `call`; `real` is the runtime it will exec.
@@ -64,10 +64,10 @@ fn start(policy: &Policy, call: &Call, bundle: &Path, spec_path: &Path, real: &P
         }
     };
     spec.container.id = call.id.clone();
-    let case = Case::new(std::mem::take(&mut spec.container), Stage::Edit)
+    let case = ContainerInput::new(std::mem::take(&mut spec.container), SpecAccess::Edit)
         .with_runtime(Some(real.to_path_buf()))
         .with_cri(call.cri);
-    let decision = pipeline::decide(policy, case, HostChoice::FromConfig);
+    let decision = pipeline::decide_container(policy, case, HostChoice::FromConfig);
     if decision.verdict == Verdict::Refuse {
         return Outcome::decided(decision, Effects::default());
     }

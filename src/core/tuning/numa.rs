@@ -21,7 +21,7 @@ use crate::core::cpulist::CpuList;
 use crate::core::decision::{Check, CpusetEdit, Finding};
 use crate::core::facts::Gpu;
 use crate::core::policy::{NcclP2p, NumaMode, TuningConfig};
-use crate::core::security::Stage;
+use crate::core::security::SpecAccess;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 
@@ -74,7 +74,7 @@ pub fn plan(
     c: &Container,
     visible: &[&Gpu],
     cfg: &TuningConfig,
-    stage: Stage,
+    stage: SpecAccess,
     host: &NumaHost,
 ) -> Plan {
     let mut p = Plan::default();
@@ -91,7 +91,7 @@ fn numa(
     c: &Container,
     visible: &[&Gpu],
     cfg: &TuningConfig,
-    stage: Stage,
+    stage: SpecAccess,
     host: &NumaHost,
     p: &mut Plan,
 ) {
@@ -122,7 +122,7 @@ fn numa(
         return;
     }
     let can_pin = cfg.numa == NumaMode::Pin
-        && stage == Stage::Edit
+        && stage == SpecAccess::Edit
         && c.cpuset.patchable
         && gpus.len() == visible.len()
         && crate::core::tuning::tuning_on(c, cfg);
@@ -206,7 +206,7 @@ fn far_cpuset(c: &Container, node: u32, gpus: &[&Gpu], local: Option<&CpuList>, 
     );
 }
 
-fn p2p(c: &Container, visible: &[&Gpu], cfg: &TuningConfig, stage: Stage, p: &mut Plan) {
+fn p2p(c: &Container, visible: &[&Gpu], cfg: &TuningConfig, stage: SpecAccess, p: &mut Plan) {
     let mut pairs = Vec::new();
     for (i, a) in visible.iter().enumerate() {
         for b in &visible[i + 1..] {
@@ -220,7 +220,7 @@ fn p2p(c: &Container, visible: &[&Gpu], cfg: &TuningConfig, stage: Stage, p: &mu
     }
     const VAR: &str = "NCCL_P2P_DISABLE";
     let disable = cfg.nccl_p2p == NcclP2p::Disable
-        && stage == Stage::Edit
+        && stage == SpecAccess::Edit
         && !c.env.contains(VAR)
         && crate::core::tuning::tuning_on(c, cfg);
     if disable {
@@ -289,7 +289,7 @@ mod tests {
         let g0 = gpu(0, Some(0), "0-15,32-47");
         let g1 = gpu(1, Some(0), "0-15,32-47");
         let pin = cfg(NumaMode::Pin, NcclP2p::Note);
-        let p = plan(&container("", ""), &[&g0, &g1], &pin, Stage::Edit, &host());
+        let p = plan(&container("", ""), &[&g0, &g1], &pin, SpecAccess::Edit, &host());
         assert_eq!(
             p.cpuset,
             Some(CpusetEdit {
@@ -299,19 +299,19 @@ mod tests {
         );
         // Not in the hook, not under "warn", not over a cpuset of its own.
         assert_eq!(
-            plan(&container("", ""), &[&g0], &pin, Stage::Verify, &host()).cpuset,
+            plan(&container("", ""), &[&g0], &pin, SpecAccess::Verify, &host()).cpuset,
             None
         );
         let warn = cfg(NumaMode::Warn, NcclP2p::Note);
-        let p = plan(&container("", ""), &[&g0], &warn, Stage::Edit, &host());
+        let p = plan(&container("", ""), &[&g0], &warn, SpecAccess::Edit, &host());
         assert_eq!(p, Plan::default());
-        let p = plan(&container("0-3", ""), &[&g0], &pin, Stage::Edit, &host());
+        let p = plan(&container("0-3", ""), &[&g0], &pin, SpecAccess::Edit, &host());
         assert_eq!(p, Plan::default());
         // Offline CPUs are left out; memory nodes unknown: the node has memory.
         let mut h = host();
         h.online_cpus = Some(CpuList::parse("0-7").unwrap());
         h.memory_nodes = None;
-        let p = plan(&container("", ""), &[&g0], &pin, Stage::Edit, &h);
+        let p = plan(&container("", ""), &[&g0], &pin, SpecAccess::Edit, &h);
         assert_eq!(
             p.cpuset.unwrap(),
             CpusetEdit {
@@ -321,7 +321,7 @@ mod tests {
         );
         // A node sysfs says has no memory: only the CPUs are pinned.
         h.memory_nodes = Some(CpuList::parse("1").unwrap());
-        let p = plan(&container("", ""), &[&g0], &pin, Stage::Edit, &h);
+        let p = plan(&container("", ""), &[&g0], &pin, SpecAccess::Edit, &h);
         assert_eq!(p.cpuset.unwrap().mems, "");
     }
 
@@ -330,7 +330,7 @@ mod tests {
         let g0 = gpu(0, Some(0), "0-15");
         let g4 = gpu(4, Some(1), "16-31");
         let pin = cfg(NumaMode::Pin, NcclP2p::Note);
-        let p = plan(&container("", ""), &[&g0, &g4], &pin, Stage::Edit, &host());
+        let p = plan(&container("", ""), &[&g0, &g4], &pin, SpecAccess::Edit, &host());
         assert_eq!(p.cpuset, None);
         assert!(
             p.findings[0]
@@ -339,16 +339,16 @@ mod tests {
             "{:?}",
             p.findings
         );
-        let p = plan(&container("16-31", "1"), &[&g0], &pin, Stage::Edit, &host());
+        let p = plan(&container("16-31", "1"), &[&g0], &pin, SpecAccess::Edit, &host());
         let m = &p.findings[0].message;
         assert!(m.contains("cpus 16-31 has no CPU of node 0 (0-15)"), "{m}");
         assert!(m.contains("mems 1 leaves out node 0"), "{m}");
         // Overlapping (kubelet's shared pool): no warning.
-        let p = plan(&container("0-63", ""), &[&g0], &pin, Stage::Edit, &host());
+        let p = plan(&container("0-63", ""), &[&g0], &pin, SpecAccess::Edit, &host());
         assert!(p.findings.is_empty(), "{:?}", p.findings);
         // Unknown nodes: nothing said.
         let gx = gpu(2, None, "");
-        let p = plan(&container("", ""), &[&gx], &pin, Stage::Edit, &host());
+        let p = plan(&container("", ""), &[&gx], &pin, SpecAccess::Edit, &host());
         assert_eq!(p, Plan::default());
     }
 
@@ -361,22 +361,22 @@ mod tests {
         g1.p2p
             .insert("0".into(), "ioh_topology_not_supported".into());
         let note = cfg(NumaMode::Off, NcclP2p::Note);
-        let p = plan(&container("", ""), &[&g0, &g1], &note, Stage::Edit, &host());
+        let p = plan(&container("", ""), &[&g0, &g1], &note, SpecAccess::Edit, &host());
         assert!(p.env.is_empty());
         assert_eq!(p.findings.len(), 1);
         assert!(p.findings[0]
             .message
             .contains("GPU 0 and 1 (ioh_topology_not_supported)"));
         let dis = cfg(NumaMode::Off, NcclP2p::Disable);
-        let p = plan(&container("", ""), &[&g0, &g1], &dis, Stage::Edit, &host());
+        let p = plan(&container("", ""), &[&g0, &g1], &dis, SpecAccess::Edit, &host());
         assert_eq!(p.env["NCCL_P2P_DISABLE"], "1");
         // One GPU: no pair, nothing.
-        let p = plan(&container("", ""), &[&g0], &dis, Stage::Edit, &host());
+        let p = plan(&container("", ""), &[&g0], &dis, SpecAccess::Edit, &host());
         assert_eq!(p, Plan::default());
         // The container's own setting wins.
         let mut c = container("", "");
         c.env.set("NCCL_P2P_DISABLE", "0");
-        let p = plan(&c, &[&g0, &g1], &dis, Stage::Edit, &host());
+        let p = plan(&c, &[&g0, &g1], &dis, SpecAccess::Edit, &host());
         assert!(p.env.is_empty());
     }
 }

@@ -27,7 +27,7 @@ use crate::core::container::{Container, Mount};
 use crate::core::decision::{Check, Finding, MountEdit};
 use crate::core::policy::TuningConfig;
 use crate::core::sanitize::esc;
-use crate::core::security::Stage;
+use crate::core::security::SpecAccess;
 
 /// The destination this rule is about.
 pub const SHM: &str = "/dev/shm";
@@ -192,12 +192,12 @@ pub fn needs<'a>(c: &'a Container, cfg: &TuningConfig) -> (bool, Option<&'a str>
 }
 
 /// The plan for one container: the edit (`/dev/shm` and its new size) and
-/// the findings. Edits only at [`Stage::Edit`]; the prestart hook can only
+/// the findings. Edits only at [`SpecAccess::Edit`]; the prestart hook can only
 /// warn.
 pub fn plan(
     c: &Container,
     cfg: &TuningConfig,
-    stage: Stage,
+    stage: SpecAccess,
     host: &ShmHost,
 ) -> (Option<(String, MountEdit)>, Vec<Finding>) {
     let Some(want) = cfg.shm_size.bytes() else {
@@ -241,7 +241,7 @@ pub fn plan(
         human(have),
         human(want)
     );
-    if stage == Stage::Verify {
+    if stage == SpecAccess::Verify {
         let f = Finding::warning(
             Check::Tuning,
             format!("{small}; the prestart hook cannot change it"),
@@ -452,31 +452,31 @@ mod tests {
             "mode=1777",
             "size=65536k",
         ]));
-        let (edit, f) = plan(&c, &cfg(1 << 30), Stage::Edit, &host);
+        let (edit, f) = plan(&c, &cfg(1 << 30), SpecAccess::Edit, &host);
         assert_eq!(edit, Some(("/dev/shm".into(), MountEdit { size: 1 << 30 })));
         assert!(f.is_empty());
         // Already large enough, or unlimited: nothing.
-        let (edit, _) = plan(&c, &cfg(32 << 20), Stage::Edit, &host);
+        let (edit, _) = plan(&c, &cfg(32 << 20), SpecAccess::Edit, &host);
         assert_eq!(edit, None);
         let c = container(tmpfs(&["size=0"]));
-        assert_eq!(plan(&c, &cfg(1 << 30), Stage::Edit, &host).0, None);
+        assert_eq!(plan(&c, &cfg(1 << 30), SpecAccess::Edit, &host).0, None);
         // Off by default, off by annotation.
         let c = container(tmpfs(&["size=65536k"]));
         let off = Config::default().tuning;
-        assert_eq!(plan(&c, &off, Stage::Edit, &host), (None, Vec::new()));
+        assert_eq!(plan(&c, &off, SpecAccess::Edit, &host), (None, Vec::new()));
         let mut c2 = c.clone();
         c2.annotations
             .insert("gpu-guard.tuning".into(), "off".into());
-        assert_eq!(plan(&c2, &cfg(1 << 30), Stage::Edit, &host).0, None);
+        assert_eq!(plan(&c2, &cfg(1 << 30), SpecAccess::Edit, &host).0, None);
         // The prestart hook cannot edit: a warning.
-        let (edit, f) = plan(&c, &cfg(1 << 30), Stage::Verify, &host);
+        let (edit, f) = plan(&c, &cfg(1 << 30), SpecAccess::Verify, &host);
         assert_eq!(edit, None);
         assert_eq!(f.len(), 1);
         assert!(f[0].message.contains("64 MiB tmpfs"), "{}", f[0].message);
         // A mount the spec writes twice is not rewritten.
         let mut m = tmpfs(&["size=65536k"]);
         m.patchable = false;
-        let (edit, f) = plan(&container(m), &cfg(1 << 30), Stage::Edit, &host);
+        let (edit, f) = plan(&container(m), &cfg(1 << 30), SpecAccess::Edit, &host);
         assert_eq!((edit, f.len()), (None, 1));
         // A later mount covers an earlier one; a trailing slash is the same place.
         let mut c = container(tmpfs(&["size=2g"]));
@@ -484,7 +484,7 @@ mod tests {
         late.destination = "/dev//shm/".into();
         c.mounts.push(late);
         assert_eq!(
-            plan(&c, &cfg(1 << 30), Stage::Edit, &host).0,
+            plan(&c, &cfg(1 << 30), SpecAccess::Edit, &host).0,
             Some(("/dev/shm".into(), MountEdit { size: 1 << 30 }))
         );
     }
@@ -498,7 +498,7 @@ mod tests {
             bind_size: None,
         };
         assert_eq!(
-            plan(&c, &cfg(1 << 30), Stage::Edit, &big),
+            plan(&c, &cfg(1 << 30), SpecAccess::Edit, &big),
             (None, Vec::new())
         );
         let small = ShmHost {
@@ -506,16 +506,16 @@ mod tests {
             bind_size: None,
         };
         assert_eq!(
-            plan(&c, &cfg(1 << 30), Stage::Edit, &small).0,
+            plan(&c, &cfg(1 << 30), SpecAccess::Edit, &small).0,
             Some(("/dev/shm".into(), MountEdit { size: 1 << 30 }))
         );
         // RAM unknown: left as it is, and said so.
-        let (edit, f) = plan(&c, &cfg(1 << 30), Stage::Edit, &ShmHost::default());
+        let (edit, f) = plan(&c, &cfg(1 << 30), SpecAccess::Edit, &ShmHost::default());
         assert_eq!(edit, None);
         assert_eq!(f[0].severity, crate::core::decision::Severity::Info);
         let pct = container(tmpfs(&["size=10%"]));
         assert_eq!(
-            plan(&pct, &cfg(1 << 30), Stage::Edit, &big).0,
+            plan(&pct, &cfg(1 << 30), SpecAccess::Edit, &big).0,
             None,
             "6.4 GiB is enough"
         );
@@ -540,7 +540,7 @@ mod tests {
             ram: None,
             bind_size: Some(Ok(64 << 20)),
         };
-        let (edit, f) = plan(&c, &cfg(1 << 30), Stage::Edit, &small);
+        let (edit, f) = plan(&c, &cfg(1 << 30), SpecAccess::Edit, &small);
         assert_eq!(edit, None);
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].check, Check::Tuning);
@@ -552,13 +552,13 @@ mod tests {
             bind_size: Some(Ok(2 << 30)),
         };
         assert_eq!(
-            plan(&c, &cfg(1 << 30), Stage::Edit, &big),
+            plan(&c, &cfg(1 << 30), SpecAccess::Edit, &big),
             (None, Vec::new())
         );
         // A pod's sandbox shm: the Kubernetes fix.
         let mut k = c.clone();
         k.mounts[1].source = "/run/containerd/io.containerd.grpc.v1.cri/sandboxes/abc/shm".into();
-        let (_, f) = plan(&k, &cfg(1 << 30), Stage::Edit, &small);
+        let (_, f) = plan(&k, &cfg(1 << 30), SpecAccess::Edit, &small);
         let fix = f[0].fix.as_deref().unwrap();
         assert!(
             fix.contains("emptyDir") && fix.contains("medium: Memory") && fix.contains("1Gi"),
@@ -569,7 +569,7 @@ mod tests {
             ram: None,
             bind_size: Some(Err("permission denied".into())),
         };
-        let (_, f) = plan(&c, &cfg(1 << 30), Stage::Edit, &err);
+        let (_, f) = plan(&c, &cfg(1 << 30), SpecAccess::Edit, &err);
         assert_eq!(f[0].severity, crate::core::decision::Severity::Info);
     }
 

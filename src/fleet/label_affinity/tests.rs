@@ -15,9 +15,9 @@ use crate::core::decision::Verdict;
 use crate::core::facts::{Gpu, HostFacts};
 use crate::core::kernel_image::{Image, Library, Scanned};
 use crate::core::policy::Config;
-use crate::core::security::Stage;
+use crate::core::security::SpecAccess;
 use crate::fleet::nodes::{host_from_node, NodeLabels};
-use crate::pipeline::{Case, Scans};
+use crate::pipeline::{ContainerInput, Scans};
 use std::collections::BTreeMap;
 
 fn sass(n: u32, v: Variant) -> Image {
@@ -189,8 +189,8 @@ fn label_terms_admit_exactly_what_the_nodes_allow() {
                 .collect(),
             ..Default::default()
         };
-        let case = Case::new(c, Stage::Edit).with_scans(Scans::made(Some(scanned), None));
-        let subject = Subject::new(&cfg, case);
+        let case = ContainerInput::new(c, SpecAccess::Edit).with_scans(Scans::made(Some(scanned), None));
+        let subject = FleetContainer::new(&cfg, case);
         let a = label_terms(&subject);
         assert!(a.exact, "{k}: {:?}", a.notes);
         assert!(a.terms.len() <= 16, "{k}: {} terms", a.terms.len());

@@ -62,7 +62,7 @@ pub const MAX_EDGES: usize = 1 << 16;
 
 /// How a library was asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Via {
+pub enum RequestKind {
     Needed,
     Dlopen,
 }
@@ -107,7 +107,7 @@ pub struct Obj {
 pub struct Edge {
     pub from: usize,
     pub name: String,
-    pub via: Via,
+    pub via: RequestKind,
     pub outcome: Outcome,
 }
 
@@ -302,7 +302,7 @@ impl<'a> Session<'a> {
                 let name = match self.expand_needed(o, &raw) {
                     Ok(n) => n,
                     Err(m) => {
-                        self.stop(o, &raw, Via::Needed, m);
+                        self.stop(o, &raw, RequestKind::Needed, m);
                         return;
                     }
                 };
@@ -311,7 +311,7 @@ impl<'a> Session<'a> {
                 self.edges.push(Edge {
                     from: o,
                     name: name.clone(),
-                    via: Via::Needed,
+                    via: RequestKind::Needed,
                     outcome: outcome.clone(),
                 });
                 if let Outcome::Fatal(m) = &outcome {
@@ -329,7 +329,7 @@ impl<'a> Session<'a> {
         }
     }
 
-    fn stop(&mut self, from: usize, name: &str, via: Via, m: String) {
+    fn stop(&mut self, from: usize, name: &str, via: RequestKind, m: String) {
         self.edges.push(Edge {
             from,
             name: name.to_string(),
@@ -367,7 +367,7 @@ impl<'a> Session<'a> {
         self.edges.push(Edge {
             from: caller,
             name: name.to_string(),
-            via: Via::Dlopen,
+            via: RequestKind::Dlopen,
             outcome: outcome.clone(),
         });
         outcome

@@ -3,12 +3,12 @@
 //! objects that led to it, whether only an optional path takes it, and
 //! where the image has the file instead (super::resolve).
 
-use super::loader::{Outcome, Session, Via as LVia};
+use super::loader::{Outcome, Session, RequestKind as LVia};
 use super::resolve::{file_name, not_judged, StartEnv, MAX_MISSING};
 use super::snapshot::{Idx, Snapshot};
 use crate::core::dlopen_libs::{Rule, RULES};
 use crate::core::driver_libs::{self, Capability};
-use crate::core::libraries::{LibraryScan, Missing, Via};
+use crate::core::libraries::{LibraryScan, Missing, RequestKind};
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 /// What the findings of every session are written with: the image's
@@ -62,9 +62,9 @@ pub(super) fn collect_missing(
             elsewhere,
             needed_by,
             via: if e.via == LVia::Dlopen {
-                Via::Dlopen
+                RequestKind::Dlopen
             } else {
-                Via::Needed
+                RequestKind::Needed
             },
             chain: ctx.chain(e.from),
             error,

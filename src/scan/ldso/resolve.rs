@@ -26,7 +26,7 @@
 use super::budget::Budget;
 use super::content::{info_of, Content};
 use super::ldconfig::{self, LdCache};
-use super::loader::{Env, Outcome, Session, Via as LVia};
+use super::loader::{Env, Outcome, Session, RequestKind as LVia};
 use super::missing::collect_missing;
 use super::platform::{cpu_hwcaps, Platform};
 use super::snapshot::{components, FileMeta, Idx, Kind, Snapshot};

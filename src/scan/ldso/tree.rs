@@ -2,9 +2,9 @@
 //! each dependency under the object that first loaded it, expanded once,
 //! the injected driver libraries marked (`scan --rootfs DIR --libraries`).
 
-use super::loader::{Outcome, Session, Via as LVia};
+use super::loader::{Outcome, Session, RequestKind as LVia};
 use super::snapshot::Snapshot;
-use crate::core::libraries::Via;
+use crate::core::libraries::RequestKind;
 use std::collections::HashSet;
 
 /// One line of the resolution tree (`scan --rootfs --libraries`).
@@ -14,7 +14,7 @@ pub struct Line {
     pub name: String,
     /// Where it was found (None: not found or refused).
     pub path: Option<String>,
-    pub via: Via,
+    pub via: RequestKind,
     pub injected: bool,
     /// "not found", the loader's error, "shown above".
     pub note: Option<String>,
@@ -46,7 +46,7 @@ pub fn tree_of(s: &Session, _snap: &Snapshot) -> Tree {
                 depth: 1,
                 name: String::new(),
                 path: None,
-                via: Via::Needed,
+                via: RequestKind::Needed,
                 injected: false,
                 note: Some(f.clone()),
             });
@@ -76,8 +76,8 @@ fn expand(
             return;
         }
         let via = match e.via {
-            LVia::Needed => Via::Needed,
-            LVia::Dlopen => Via::Dlopen,
+            LVia::Needed => RequestKind::Needed,
+            LVia::Dlopen => RequestKind::Dlopen,
         };
         let (path, injected, note, next) = match &e.outcome {
             Outcome::Found(n) => {

@@ -7,7 +7,7 @@ use crate::registry_support::{
     fake::{Response, Server},
 };
 use crate::registry_support::{Registry, PASS, USER};
-use gpu_guard_registry::{client_for, Client, Credential, Options, Platform, Reference, Via};
+use gpu_guard_registry::{client_for, Client, Credential, Options, Platform, Reference, ReferrersSource};
 use std::io::Read;
 
 const NEEDS: &str = "application/vnd.gpu-guard.needs.v1+json";
@@ -134,7 +134,7 @@ fn plain_registry_by_tag_and_digest_blobs_and_attestations() {
             "2026-01-01T00:00:00Z",
         )
         .unwrap();
-    assert_eq!(via, Via::TagSchema);
+    assert_eq!(via, ReferrersSource::TagSchema);
     let found = c
         .find_artifact("team/cuda-app", &digest, NEEDS, 1 << 20, &any)
         .artifact
@@ -145,7 +145,7 @@ fn plain_registry_by_tag_and_digest_blobs_and_attestations() {
             found.layer.as_slice(),
             found.via
         ),
-        (a1.as_str(), &br#"{"n":1}"#[..], Via::TagSchema)
+        (a1.as_str(), &br#"{"n":1}"#[..], ReferrersSource::TagSchema)
     );
     // A newer one replaces it; the index at sha256-<hex> lists only the newest.
     let (a2, _) = c
