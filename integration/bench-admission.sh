@@ -119,7 +119,7 @@ finally:
 PY
 
 INTEGRATION_DIR="$INTEGRATION_DIR" REPO_DIR="$REPO_DIR" python3 - "$GG" "$T" <<'PY'
-import http.client, json, os, socket, ssl, subprocess, sys, threading, time
+import http.client, json, os, re, socket, ssl, subprocess, sys, threading, time
 sys.path.insert(0, os.environ["INTEGRATION_DIR"])
 from regbench import Hostile, Throttle, start_registry, oci_layout, free_port, peak_rss_kib
 gg, t = sys.argv[1], sys.argv[2]
@@ -136,8 +136,13 @@ for name, tag in (("small", "ok"), ("big", "big")):
                     f"docker://{host}/bench/{tag}:v1"], check=True)
 slow = Throttle(host, 512 << 10)
 cfg = open(f"{t}/config.toml").read()
-cfg = cfg.replace("\nplain_http_registries = []\n", f'\nplain_http_registries = ["{host}", "{stall.addr}", "{slow.addr}"]\n')
-cfg = cfg.replace("\nread_timeout_ms = 8000\n", "\nread_timeout_ms = 3000\n")
+# The first webhook's run already listed its own registry: replace the line
+# whatever it holds, and stop if the config no longer has it.
+cfg, n1 = re.subn(r"\nplain_http_registries = \[[^\]\n]*\]\n",
+                  f'\nplain_http_registries = ["{host}", "{stall.addr}", "{slow.addr}"]\n', cfg)
+cfg, n2 = re.subn(r"\nread_timeout_ms = \d+\n", "\nread_timeout_ms = 3000\n", cfg)
+if (n1, n2) != (1, 1):
+    sys.exit(f"bench-admission: the config's plain_http_registries/read_timeout_ms lines not found ({n1}, {n2})")
 open(f"{t}/hostile.toml", "w").write(cfg)
 port = free_port()
 hook = subprocess.Popen([gg, "--config", f"{t}/hostile.toml", "admission", "--listen", f"127.0.0.1:{port}",

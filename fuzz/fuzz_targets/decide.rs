@@ -11,7 +11,7 @@ use gpu_guard::core::facts::{HostFacts, HostReport};
 use gpu_guard::core::policy::Config;
 use gpu_guard::core::report;
 use gpu_guard::core::security::SpecAccess;
-use gpu_guard::pipeline::{ContainerInput, Classified};
+use gpu_guard::pipeline::{Classified, ContainerInput};
 use libfuzzer_sys::fuzz_target;
 
 const HOSTS: [&str; 4] = [

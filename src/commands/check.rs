@@ -50,7 +50,7 @@ pub fn main(config_flag: Option<&Path>, args: &CheckArgs) -> i32 {
             .map_err(Clone::clone),
     );
     let stage = args.stage.stage();
-    let engine: Option<Engine> = args.engine.map(Into::into);
+    let engine: Option<Engine> = args.engine;
     // The prestart hook believes no CRI fact, whatever engine runs it.
     let cri = engine
         .and_then(cri_runtime_of)

@@ -297,22 +297,17 @@ pub struct ScanArgs {
     pub env: Vec<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Engine {
-    Docker,
-    Containerd,
-    Crio,
-    Podman,
-}
+/// The engines `install`, `uninstall`, `doctor` and `check --engine` name:
+/// core's own type, spelt on the command line as in config keys.
+pub use crate::core::runtime_engines::Engine;
 
-impl From<Engine> for crate::install::Engine {
-    fn from(e: Engine) -> Self {
-        match e {
-            Engine::Docker => crate::install::Engine::Docker,
-            Engine::Containerd => crate::install::Engine::Containerd,
-            Engine::Crio => crate::install::Engine::Crio,
-            Engine::Podman => crate::install::Engine::Podman,
-        }
+impl ValueEnum for Engine {
+    fn value_variants<'a>() -> &'a [Self] {
+        &Engine::ALL
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.name()))
     }
 }
 

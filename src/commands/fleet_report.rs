@@ -10,7 +10,7 @@ use crate::core::decision::Verdict;
 use crate::core::facts::{HostFacts as Facts, HostReport};
 use crate::core::policy::Config;
 use crate::fleet::nodes::{self, NodeLabels};
-use crate::fleet::{affinity, summary, Host, HostFacts, HostResult, ImageInfo, FleetContainer};
+use crate::fleet::{affinity, summary, FleetContainer, Host, HostFacts, HostResult, ImageInfo};
 use crate::pipeline::ContainerInput;
 use std::collections::BTreeMap;
 
@@ -72,7 +72,12 @@ pub fn main(cfg: &Config, case: ContainerInput, args: &CheckArgs) -> i32 {
 }
 
 /// [`main`], with what was read of the image.
-pub fn main_with(cfg: &Config, case: ContainerInput, args: &CheckArgs, image: Option<&ImageReport>) -> i32 {
+pub fn main_with(
+    cfg: &Config,
+    case: ContainerInput,
+    args: &CheckArgs,
+    image: Option<&ImageReport>,
+) -> i32 {
     let (hosts, node_list) = match gather(args) {
         Ok(h) => h,
         Err(e) => return usage(e),

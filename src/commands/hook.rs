@@ -133,7 +133,11 @@ fn unreadable(
 /// hook, and a hook has no evidence of which engine runs the container
 /// (podman writes CRI-O's keys itself): its CRI facts are never believed.
 fn hook_decision(policy: &Policy, container: Container, stage: SpecAccess) -> Decision {
-    let decision = pipeline::decide_container(policy, ContainerInput::new(container, stage), HostChoice::FromConfig);
+    let decision = pipeline::decide_container(
+        policy,
+        ContainerInput::new(container, stage),
+        HostChoice::FromConfig,
+    );
     let entry = match stage {
         SpecAccess::Verify => Entry::Prestart,
         SpecAccess::Edit => Entry::Precreate,

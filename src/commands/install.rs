@@ -83,7 +83,7 @@ fn options(
 /// found drift), 2 bad usage or an engine config it cannot read or edit
 /// (which is left untouched).
 pub fn command(config: Option<&Path>, args: &InstallArgs) -> i32 {
-    let engine = args.engine.into();
+    let engine = args.engine;
     let name = engine_name(engine);
     let result = options(config, &args.paths, engine, args.bin_dir.as_deref()).and_then(|mut o| {
         o.set_default = args.set_default;
@@ -99,7 +99,7 @@ pub fn command(config: Option<&Path>, args: &InstallArgs) -> i32 {
 /// `gpu-guard uninstall ENGINE`: exit 0 done (or nothing to change), 2 an
 /// engine config it cannot read or edit.
 pub fn uninstall(config: Option<&Path>, args: &UninstallArgs) -> i32 {
-    let engine = args.engine.into();
+    let engine = args.engine;
     let name = engine_name(engine);
     let result = options(config, &args.paths, engine, None).and_then(|mut o| {
         o.uninstall = true;

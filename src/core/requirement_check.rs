@@ -71,7 +71,7 @@ fn requirements(c: &Container) -> (Vec<Requirement>, Vec<Finding>) {
 }
 
 /// The requirements a container declares, parsed once: the decision
-/// pipeline (crate::pipeline `Judge`) parses them when it classifies the
+/// pipeline (crate::pipeline `Classified`) parses them when it classifies the
 /// container, and each host's decision reads them, so a fleet of thousands
 /// of hosts (or the label affinity's grid) does not parse them per host.
 #[derive(Clone, Debug, Default)]

@@ -198,7 +198,10 @@ mod tests {
         let mut c = Container::from_env(Env::from_entries(["NVIDIA_REQUIRE_CUDA=driver>=550"]));
         crate::fleet::attached::as_run_with_all_gpus(&mut c);
         let cfg = Config::default();
-        let s = FleetContainer::new(&cfg, crate::pipeline::ContainerInput::new(c, SpecAccess::Edit));
+        let s = FleetContainer::new(
+            &cfg,
+            crate::pipeline::ContainerInput::new(c, SpecAccess::Edit),
+        );
         let nodes = [
             node("a", "550"),
             node("b", "550"),

@@ -31,7 +31,7 @@ use super::label_grid::{axes, cc_labels, Axes, Axis, Cuts};
 use super::labels;
 use super::node_facts::{Source, CUDA_NEW, CUDA_OLD, DRIVER_NEW, DRIVER_OLD, GFD_COUNT};
 use super::nodes::{self, NodeLabels};
-use super::{Host, FleetContainer};
+use super::{FleetContainer, Host};
 use crate::core::decision::Verdict;
 use crate::core::facts::BRANDS;
 use crate::core::requirement::Operand;

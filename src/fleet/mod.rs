@@ -45,7 +45,7 @@ use crate::core::kernel_image::Scanned;
 use crate::core::libraries::LibraryScan;
 use crate::core::policy::Config;
 use crate::core::requirement::Requirement;
-use crate::pipeline::{ContainerInput, Classified};
+use crate::pipeline::{Classified, ContainerInput};
 use std::collections::BTreeMap;
 
 /// What is judged: the container, classified and scanned once by the

@@ -15,7 +15,7 @@
 //! with fewer healthy GPUs (`gpu-guard.io/gpu.healthy`) than the pod asks
 //! for is not chosen; a node without that label is not refused for it.
 
-use super::{unknown, Host, HostFacts, LabelInfo, FleetContainer};
+use super::{unknown, FleetContainer, Host, HostFacts, LabelInfo};
 use crate::core::decision::{Check, Decision, Finding, Verdict};
 use crate::core::facts::HostReport;
 use crate::core::kernel_image::Scanned;

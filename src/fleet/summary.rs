@@ -10,7 +10,7 @@
 //! A skip is never counted as runnable: a fleet answer built on it would
 //! pass every host, even one without a driver.
 
-use super::{HostResult, ImageInfo, FleetContainer};
+use super::{FleetContainer, HostResult, ImageInfo};
 use crate::core::decision::{Check, Decision, Severity, Verdict};
 use crate::core::facts::HostFacts;
 use crate::core::requirement::{Context, Key, Outcome, RequirementOutcome};
@@ -221,7 +221,11 @@ pub fn short_reason(subject: &FleetContainer, d: &Decision, facts: &HostFacts) -
 /// The first failing requirement, by the key that failed: CUDA first (the
 /// usual story: forward-compat alternatives do not match either), then
 /// compute capability, driver, brand.
-fn requirement_reason(subject: &FleetContainer, facts: &HostFacts, from_labels: bool) -> Option<String> {
+fn requirement_reason(
+    subject: &FleetContainer,
+    facts: &HostFacts,
+    from_labels: bool,
+) -> Option<String> {
     let driver = facts
         .driver_version
         .as_deref()

@@ -62,7 +62,12 @@ fn container(caps: &[String], uid: Option<u32>, annotations: &[(&str, &str)]) ->
 
 /// CapEff after the edit stage: the effective set minus what the plan drops.
 fn cap_eff(cfg: &Config, c: &Container) -> Vec<String> {
-    let p = plan(c, &cfg.security, &cfg.capability_allowlist(), SpecAccess::Edit);
+    let p = plan(
+        c,
+        &cfg.security,
+        &cfg.capability_allowlist(),
+        SpecAccess::Edit,
+    );
     let mut eff: Vec<String> = c
         .capabilities
         .effective
@@ -135,7 +140,12 @@ fn restricted_forces_nnp_and_refuses_root() {
     assert!(p.no_new_privileges);
     assert!(p.findings.is_empty(), "{:?}", p.findings);
     let root = container(&wide(), Some(0), &[]);
-    let p = plan(&root, &c.security, &c.capability_allowlist(), SpecAccess::Edit);
+    let p = plan(
+        &root,
+        &c.security,
+        &c.capability_allowlist(),
+        SpecAccess::Edit,
+    );
     assert_eq!(p.findings.len(), 1);
     assert_eq!(p.findings[0].severity, Severity::Error);
     assert!(p.findings[0].message.contains("uid 0"), "{:?}", p.findings);
@@ -143,22 +153,33 @@ fn restricted_forces_nnp_and_refuses_root() {
     assert_eq!(d.verdict, Verdict::Refuse);
     // The key turns the root rule off; nnp stays forced.
     let c = cfg("[security]\nprofile = \"restricted\"\nno_new_privileges = false\nrestricted_refuse_root = false\n");
-    let p = plan(&root, &c.security, &c.capability_allowlist(), SpecAccess::Edit);
+    let p = plan(
+        &root,
+        &c.security,
+        &c.capability_allowlist(),
+        SpecAccess::Edit,
+    );
     assert!(p.findings.is_empty() && p.no_new_privileges);
     // Other profiles never look at the uid; no uid known: nothing to refuse.
     let c = cfg("[security]\nprofile = \"baseline\"\n");
-    assert!(
-        plan(&root, &c.security, &c.capability_allowlist(), SpecAccess::Edit)
-            .findings
-            .is_empty()
-    );
+    assert!(plan(
+        &root,
+        &c.security,
+        &c.capability_allowlist(),
+        SpecAccess::Edit
+    )
+    .findings
+    .is_empty());
     let c = cfg("[security]\nprofile = \"restricted\"\n");
     let nouid = container(&wide(), None, &[]);
-    assert!(
-        plan(&nouid, &c.security, &c.capability_allowlist(), SpecAccess::Edit)
-            .findings
-            .is_empty()
-    );
+    assert!(plan(
+        &nouid,
+        &c.security,
+        &c.capability_allowlist(),
+        SpecAccess::Edit
+    )
+    .findings
+    .is_empty());
 }
 
 #[test]

@@ -183,13 +183,22 @@ mod tests {
             stopping_for(None, Ok(DaemonSetState::Gone)),
             Stopping::Deleted(_)
         ));
-        assert!(matches!(stopping_for(Some("a"), present("a")), Stopping::Keep(_)));
-        assert!(matches!(stopping_for(Some("a"), present("b")), Stopping::Keep(_)));
+        assert!(matches!(
+            stopping_for(Some("a"), present("a")),
+            Stopping::Keep(_)
+        ));
+        assert!(matches!(
+            stopping_for(Some("a"), present("b")),
+            Stopping::Keep(_)
+        ));
         assert!(matches!(
             stopping_for(Some("a"), deleting("b")),
             Stopping::Keep(_)
         ));
-        assert!(matches!(stopping_for(None, present("a")), Stopping::Keep(_)));
+        assert!(matches!(
+            stopping_for(None, present("a")),
+            Stopping::Keep(_)
+        ));
         assert!(matches!(
             stopping_for(Some("a"), Err("timeout".into())),
             Stopping::Keep(_)

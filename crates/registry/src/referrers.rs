@@ -115,7 +115,9 @@ impl Client {
         };
         let what = match via {
             ReferrersSource::ReferrersApi => what,
-            ReferrersSource::TagSchema => format!("referrers index {} (tag schema)", fallback_tag(subject)),
+            ReferrersSource::TagSchema => {
+                format!("referrers index {} (tag schema)", fallback_tag(subject))
+            }
         };
         let idx: ImageIndex = decode(self, &what, "image index", &bytes)?;
         let found = idx

@@ -158,7 +158,11 @@ fn older_runtimes_and_majors_alone() {
 #[test]
 fn missing_libraries_grouped_with_chain_and_fix() {
     let ort = "usr/lib/python3/dist-packages/onnxruntime/capi/libonnxruntime_providers_cuda.so";
-    let mut dl = missing("libcuda.so.1", "usr/lib/libcudart.so.12", RequestKind::Dlopen);
+    let mut dl = missing(
+        "libcuda.so.1",
+        "usr/lib/libcudart.so.12",
+        RequestKind::Dlopen,
+    );
     dl.when = Some("at the first CUDA runtime call".into());
     dl.capability = Some("compute".into());
     let scan = LibraryScan {
@@ -269,7 +273,11 @@ fn a_scan_that_failed_outright_follows_the_incomplete_rule() {
 #[test]
 fn json_shape() {
     let scan = LibraryScan {
-        missing: vec![missing("libcudnn.so.9", "usr/lib/x.so", RequestKind::Needed)],
+        missing: vec![missing(
+            "libcudnn.so.9",
+            "usr/lib/x.so",
+            RequestKind::Needed,
+        )],
         cuda_runtimes: vec![runtime("13.5")],
         ..LibraryScan::default()
     };

@@ -289,7 +289,13 @@ mod tests {
         let g0 = gpu(0, Some(0), "0-15,32-47");
         let g1 = gpu(1, Some(0), "0-15,32-47");
         let pin = cfg(NumaMode::Pin, NcclP2p::Note);
-        let p = plan(&container("", ""), &[&g0, &g1], &pin, SpecAccess::Edit, &host());
+        let p = plan(
+            &container("", ""),
+            &[&g0, &g1],
+            &pin,
+            SpecAccess::Edit,
+            &host(),
+        );
         assert_eq!(
             p.cpuset,
             Some(CpusetEdit {
@@ -299,13 +305,26 @@ mod tests {
         );
         // Not in the hook, not under "warn", not over a cpuset of its own.
         assert_eq!(
-            plan(&container("", ""), &[&g0], &pin, SpecAccess::Verify, &host()).cpuset,
+            plan(
+                &container("", ""),
+                &[&g0],
+                &pin,
+                SpecAccess::Verify,
+                &host()
+            )
+            .cpuset,
             None
         );
         let warn = cfg(NumaMode::Warn, NcclP2p::Note);
         let p = plan(&container("", ""), &[&g0], &warn, SpecAccess::Edit, &host());
         assert_eq!(p, Plan::default());
-        let p = plan(&container("0-3", ""), &[&g0], &pin, SpecAccess::Edit, &host());
+        let p = plan(
+            &container("0-3", ""),
+            &[&g0],
+            &pin,
+            SpecAccess::Edit,
+            &host(),
+        );
         assert_eq!(p, Plan::default());
         // Offline CPUs are left out; memory nodes unknown: the node has memory.
         let mut h = host();
@@ -330,7 +349,13 @@ mod tests {
         let g0 = gpu(0, Some(0), "0-15");
         let g4 = gpu(4, Some(1), "16-31");
         let pin = cfg(NumaMode::Pin, NcclP2p::Note);
-        let p = plan(&container("", ""), &[&g0, &g4], &pin, SpecAccess::Edit, &host());
+        let p = plan(
+            &container("", ""),
+            &[&g0, &g4],
+            &pin,
+            SpecAccess::Edit,
+            &host(),
+        );
         assert_eq!(p.cpuset, None);
         assert!(
             p.findings[0]
@@ -339,12 +364,24 @@ mod tests {
             "{:?}",
             p.findings
         );
-        let p = plan(&container("16-31", "1"), &[&g0], &pin, SpecAccess::Edit, &host());
+        let p = plan(
+            &container("16-31", "1"),
+            &[&g0],
+            &pin,
+            SpecAccess::Edit,
+            &host(),
+        );
         let m = &p.findings[0].message;
         assert!(m.contains("cpus 16-31 has no CPU of node 0 (0-15)"), "{m}");
         assert!(m.contains("mems 1 leaves out node 0"), "{m}");
         // Overlapping (kubelet's shared pool): no warning.
-        let p = plan(&container("0-63", ""), &[&g0], &pin, SpecAccess::Edit, &host());
+        let p = plan(
+            &container("0-63", ""),
+            &[&g0],
+            &pin,
+            SpecAccess::Edit,
+            &host(),
+        );
         assert!(p.findings.is_empty(), "{:?}", p.findings);
         // Unknown nodes: nothing said.
         let gx = gpu(2, None, "");
@@ -361,14 +398,26 @@ mod tests {
         g1.p2p
             .insert("0".into(), "ioh_topology_not_supported".into());
         let note = cfg(NumaMode::Off, NcclP2p::Note);
-        let p = plan(&container("", ""), &[&g0, &g1], &note, SpecAccess::Edit, &host());
+        let p = plan(
+            &container("", ""),
+            &[&g0, &g1],
+            &note,
+            SpecAccess::Edit,
+            &host(),
+        );
         assert!(p.env.is_empty());
         assert_eq!(p.findings.len(), 1);
         assert!(p.findings[0]
             .message
             .contains("GPU 0 and 1 (ioh_topology_not_supported)"));
         let dis = cfg(NumaMode::Off, NcclP2p::Disable);
-        let p = plan(&container("", ""), &[&g0, &g1], &dis, SpecAccess::Edit, &host());
+        let p = plan(
+            &container("", ""),
+            &[&g0, &g1],
+            &dis,
+            SpecAccess::Edit,
+            &host(),
+        );
         assert_eq!(p.env["NCCL_P2P_DISABLE"], "1");
         // One GPU: no pair, nothing.
         let p = plan(&container("", ""), &[&g0], &dis, SpecAccess::Edit, &host());

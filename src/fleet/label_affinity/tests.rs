@@ -189,7 +189,8 @@ fn label_terms_admit_exactly_what_the_nodes_allow() {
                 .collect(),
             ..Default::default()
         };
-        let case = ContainerInput::new(c, SpecAccess::Edit).with_scans(Scans::made(Some(scanned), None));
+        let case =
+            ContainerInput::new(c, SpecAccess::Edit).with_scans(Scans::made(Some(scanned), None));
         let subject = FleetContainer::new(&cfg, case);
         let a = label_terms(&subject);
         assert!(a.exact, "{k}: {:?}", a.notes);

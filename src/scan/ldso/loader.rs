@@ -60,12 +60,8 @@ const MAX_TRIES: u64 = 1 << 20;
 /// object may name the same library thousands of times.
 pub const MAX_EDGES: usize = 1 << 16;
 
-/// How a library was asked for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RequestKind {
-    Needed,
-    Dlopen,
-}
+/// How a library was asked for: the Decision JSON's own type.
+pub use crate::core::library_scan::RequestKind;
 
 /// What became of one request.
 #[derive(Clone, Debug, PartialEq, Eq)]

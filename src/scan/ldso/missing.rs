@@ -3,7 +3,7 @@
 //! objects that led to it, whether only an optional path takes it, and
 //! where the image has the file instead (super::resolve).
 
-use super::loader::{Outcome, Session, RequestKind as LVia};
+use super::loader::{Outcome, Session};
 use super::resolve::{file_name, not_judged, StartEnv, MAX_MISSING};
 use super::snapshot::{Idx, Snapshot};
 use crate::core::dlopen_libs::{Rule, RULES};
@@ -50,7 +50,7 @@ pub(super) fn collect_missing(
         let capability = driver_libs::driver_lib_for(&e.name)
             .filter(|l| inputs.gpu && !caps.contains(&l.capability))
             .map(|l| l.capability.name().to_string());
-        let dlopen_rule = (e.via == LVia::Dlopen)
+        let dlopen_rule = (e.via == RequestKind::Dlopen)
             .then(|| ctx.rule_for(e.from))
             .flatten();
         let elsewhere = (error.is_none() && !e.name.contains('/'))
@@ -61,14 +61,11 @@ pub(super) fn collect_missing(
             name: file_name(&e.name).to_string(),
             elsewhere,
             needed_by,
-            via: if e.via == LVia::Dlopen {
-                RequestKind::Dlopen
-            } else {
-                RequestKind::Needed
-            },
+            via: e.via,
             chain: ctx.chain(e.from),
             error,
-            optional: ctx.optional(e.from) || e.via == LVia::Dlopen && ctx.optional_name(&e.name),
+            optional: ctx.optional(e.from)
+                || e.via == RequestKind::Dlopen && ctx.optional_name(&e.name),
             when: dlopen_rule.map(|r| r.when.to_string()),
             capability,
         });
@@ -90,7 +87,7 @@ struct Ctx<'s> {
     s: &'s Session<'s>,
     snap: &'s Snapshot,
     /// The request that first loaded each object.
-    parent: HashMap<usize, (usize, LVia, String)>,
+    parent: HashMap<usize, (usize, RequestKind, String)>,
 }
 
 impl<'s> Ctx<'s> {

@@ -26,7 +26,7 @@
 use super::budget::Budget;
 use super::content::{info_of, Content};
 use super::ldconfig::{self, LdCache};
-use super::loader::{Env, Outcome, Session, RequestKind as LVia};
+use super::loader::{Env, Outcome, RequestKind, Session};
 use super::missing::collect_missing;
 use super::platform::{cpu_hwcaps, Platform};
 use super::snapshot::{components, FileMeta, Idx, Kind, Snapshot};
@@ -375,7 +375,7 @@ struct Judging {
 impl Judging {
     fn cover(&mut self, s: &Session, snap: &Snapshot) {
         for e in &s.edges[s.edges_before_root..] {
-            if let (LVia::Needed, Outcome::Found(n)) = (e.via, &e.outcome) {
+            if let (RequestKind::Needed, Outcome::Found(n)) = (e.via, &e.outcome) {
                 if Some(*n) != s.root {
                     if let Some(node) = s.objs[*n].node {
                         self.covered.insert(identity(snap, node));

@@ -2,7 +2,7 @@
 //! each dependency under the object that first loaded it, expanded once,
 //! the injected driver libraries marked (`scan --rootfs DIR --libraries`).
 
-use super::loader::{Outcome, Session, RequestKind as LVia};
+use super::loader::{Outcome, Session};
 use super::snapshot::Snapshot;
 use crate::core::libraries::RequestKind;
 use std::collections::HashSet;
@@ -75,10 +75,7 @@ fn expand(
         if lines.len() >= MAX_LINES {
             return;
         }
-        let via = match e.via {
-            LVia::Needed => RequestKind::Needed,
-            LVia::Dlopen => RequestKind::Dlopen,
-        };
+        let via = e.via;
         let (path, injected, note, next) = match &e.outcome {
             Outcome::Found(n) => {
                 let obj = &s.objs[*n];

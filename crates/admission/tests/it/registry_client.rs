@@ -7,7 +7,9 @@ use crate::registry_support::{
     fake::{Response, Server},
 };
 use crate::registry_support::{Registry, PASS, USER};
-use gpu_guard_registry::{client_for, Client, Credential, Options, Platform, Reference, ReferrersSource};
+use gpu_guard_registry::{
+    client_for, Client, Credential, Options, Platform, Reference, ReferrersSource,
+};
 use std::io::Read;
 
 const NEEDS: &str = "application/vnd.gpu-guard.needs.v1+json";
