@@ -331,8 +331,8 @@ pub struct InstallArgs {
     /// Make gpu-guard the engine's default runtime
     #[arg(long, visible_alias = "set-as-default")]
     pub set_default: bool,
-    /// The runtime gpu-guard-runtime execs for this engine: `nvidia` (the NVIDIA runtime the engine registers) or an absolute host path. Default: the engine's default runtime when it is NVIDIA's, else runc
-    #[arg(long, value_name = "nvidia|PATH")]
+    /// The runtime gpu-guard-runtime execs for this engine: `nvidia` (the NVIDIA runtime the engine registers), `amd` (AMD's amd-container-runtime) or an absolute host path. Default: the engine's default runtime when it is NVIDIA's or AMD's, else runc
+    #[arg(long, value_name = "nvidia|amd|PATH")]
     pub chain_runtime: Option<String>,
     /// Change nothing: report whether the engine's effective configuration still runs gpu-guard as installed, and the command that repairs it
     #[arg(long, conflicts_with_all = ["dry_run", "set_default", "chain_runtime"])]

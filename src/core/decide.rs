@@ -77,17 +77,27 @@ fn amd_findings<'a>(
 ) -> Vec<&'a Gpu> {
     let (c, det) = (inp.container, inp.detection);
     let v = crate::core::amd::visible::amd_gpus(c, det, facts);
-    for name in v.unknown.iter().take(8) {
+    for u in v.unknown.iter().take(8) {
+        let (asks, fix) = if u.cdi {
+            (
+                format!("CDI device {} asks for AMD GPU {}", esc(&u.via), esc(&u.name)),
+                "request a device of the host's AMD CDI spec (`amd-ctk cdi list`: amd.com/gpu=0 to N-1 in PCI bus order, or amd.com/gpu=all), or regenerate the spec with `amd-ctk cdi generate` if the GPUs changed",
+            )
+        } else {
+            (
+                format!("{} asks for AMD GPU {}", esc(&u.via), esc(&u.name)),
+                "request an AMD GPU this host has (its index among the AMD GPUs, or its UUID as `gpu-guard host` lists them), or `all`",
+            )
+        };
         out.push(
             Finding::error(
                 Check::Device,
                 format!(
-                    "AMD_VISIBLE_DEVICES asks for AMD GPU {}, which this host does not have; host GPUs: {}",
-                    esc(name),
+                    "{asks}, which this host does not have; host GPUs: {}",
                     facts.gpu_list()
                 ),
             )
-            .with_fix("request an AMD GPU this host has (its index among the AMD GPUs, or its UUID as `gpu-guard host` lists them), or `all`"),
+            .with_fix(fix),
         );
     }
     if !det.amd_signals.is_empty() && !facts.gpus.iter().any(|g| g.is_amd()) {

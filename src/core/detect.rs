@@ -160,6 +160,11 @@ pub struct Detection {
     /// NVIDIA GPU is asked for, so NVIDIA's checks (its driver, CUDA
     /// requirements) do not apply and a CUDA image is a `vendor` finding.
     pub amd_only: bool,
+    /// The devices of AMD's CDI kind (`amd.com/gpu=1`, `amd.com/gpu=all`)
+    /// asked for in CDI annotations: `name` is the device part, `written`
+    /// the qualified name. core::amd::visible says which GPUs they are;
+    /// they are in `cdi_devices` too, for the spec check (core::cdi).
+    pub amd_cdi: Vec<DeviceRef>,
     /// Names in `request.devices`: a list of 100,000 names must not cost
     /// 100,000² comparisons.
     named: HashSet<String>,
@@ -184,6 +189,10 @@ const NVIDIA_RUNTIMES: &[&str] = &[
     "nvidia-container-runtime.legacy",
 ];
 const CDI_PREFIXES: &[&str] = &["cdi.k8s.io/", "nvidia.cdi.k8s.io/"];
+/// The CDI kind of AMD's GPUs (core::cdi::AMD_KIND): `amd-ctk cdi
+/// generate` writes a device per GPU, named by its number, and `all`
+/// (ROCm/container-toolkit internal/cdi/cdi.go `GenerateSpec`).
+pub const AMD_CDI_KIND: &str = crate::core::cdi::AMD_KIND;
 /// CDI kinds that always name NVIDIA GPUs.
 const BUILTIN_CDI_KINDS: &[&str] = &["nvidia.com/gpu", "nvidia.com/mig", "runtime.nvidia.com/gpu"];
 
@@ -274,9 +283,23 @@ impl Detection {
         true
     }
 
-    fn add_cdi(&mut self, qualified: &str) {
-        if self.cdi_named.insert(qualified.to_string()) {
+    /// Records a qualified CDI name once; false when it was recorded before.
+    fn add_cdi(&mut self, qualified: &str) -> bool {
+        let new = self.cdi_named.insert(qualified.to_string());
+        if new {
             self.cdi_devices.push(qualified.to_string());
+        }
+        new
+    }
+
+    /// Records a device of AMD's CDI kind (`dev` its device part), once.
+    fn add_amd_cdi(&mut self, qualified: &str, dev: &str, via: &str) {
+        if !dev.is_empty() && dev != "none" && self.add_cdi(qualified) {
+            self.amd_cdi.push(DeviceRef {
+                name: dev.to_string(),
+                via: via.to_string(),
+                written: Some(qualified.to_string()),
+            });
         }
     }
 
@@ -335,7 +358,8 @@ pub fn classify_with(c: &Container, cfg: &DetectConfig) -> Detection {
         d.merge(env);
     }
     d.amd_signals = std::mem::take(&mut attached.amd_signals);
-    if c.assume_attached || !d.amd_signals.is_empty() {
+    d.amd_cdi = std::mem::take(&mut attached.amd_cdi);
+    if c.assume_attached || !d.amd_signals.is_empty() || chains_amd_runtime(c) {
         if let Some(v) = amd_env_request(c) {
             d.amd_signals.push(Signal::AmdVisibleDevices(v.to_string()));
         }
@@ -348,6 +372,20 @@ pub fn classify_with(c: &Container, cfg: &DetectConfig) -> Detection {
     }
     d
 }
+
+/// AMD's runtime behind the wrapper (`install --chain-runtime amd`):
+/// `amd-container-runtime` adds the GPUs `AMD_VISIBLE_DEVICES` names to the
+/// spec before it execs runc (ROCm/container-toolkit internal/oci
+/// `AddGPUDevices`), so the env attaches GPUs there as NVIDIA's runtime
+/// makes `NVIDIA_VISIBLE_DEVICES` do.
+fn chains_amd_runtime(c: &Container) -> bool {
+    c.chained_runtime
+        .as_deref()
+        .is_some_and(|rt| basename(rt) == AMD_RUNTIME)
+}
+
+/// AMD's runtime binary (ROCm/container-toolkit cmd/container-runtime).
+pub const AMD_RUNTIME: &str = "amd-container-runtime";
 
 /// `AMD_VISIBLE_DEVICES` when it asks for GPUs (set, not empty, not
 /// `none`/`void`), as AMD's container runtime reads it
@@ -461,22 +499,30 @@ fn volume_mount_signals(c: &Container, kinds: &[&str], d: &mut Detection) -> boo
 }
 
 /// CDI requests of an NVIDIA kind in the CDI annotations: each annotation
-/// that names one is a signal.
+/// that names one is a signal. Devices of AMD's kind ([`AMD_CDI_KIND`]) are
+/// AMD signals, as `/dev/kfd` in the spec is: the CDI runtime injects
+/// `/dev/kfd` and the GPU's DRM nodes for them.
 fn cdi_signals(c: &Container, kinds: &[&str], d: &mut Detection) {
     for (key, value) in &c.annotations {
         if !CDI_PREFIXES.iter().any(|p| key.starts_with(p)) {
             continue;
         }
-        let mut found = false;
+        let (mut found, mut amd) = (false, false);
         for dev in value.split(',').map(str::trim) {
             if let Entry::Nvidia(_) = entry(dev, kinds) {
                 found = true;
                 d.add_entry(dev, key, kinds);
+            } else if let Some((AMD_CDI_KIND, name)) = dev.split_once('=') {
+                amd = true;
+                d.add_amd_cdi(dev, name, key);
             }
         }
         if found {
             d.gpu = true;
             d.signals.push(Signal::Cdi(key.clone()));
+        }
+        if amd {
+            d.amd_signals.push(Signal::Cdi(key.clone()));
         }
     }
 }
@@ -734,6 +780,34 @@ mod tests {
         let d = classify(&c);
         assert!(!d.gpu);
         assert_eq!(d.signals.len(), 1);
+    }
+
+    #[test]
+    fn amd_visible_devices_attach_under_amds_runtime() {
+        let mut c = env(&["AMD_VISIBLE_DEVICES=0"]);
+        c.assume_attached = false;
+        assert!(!classify(&c).gpu, "nothing attaches it");
+        c.chained_runtime = Some("/usr/bin/amd-container-runtime".into());
+        let d = classify(&c);
+        assert!(d.gpu && d.amd_only, "{d:?}");
+        assert_eq!(d.amd_signals, [Signal::AmdVisibleDevices("0".into())]);
+        c.chained_runtime = Some("/usr/bin/runc".into());
+        assert!(!classify(&c).gpu);
+    }
+
+    #[test]
+    fn amd_cdi_devices_are_amd_signals() {
+        // AMD's CDI kind in an annotation: an AMD signal and a CDI device.
+        let mut c = Container::default();
+        c.annotations.insert(
+            "cdi.k8s.io/x".into(),
+            "amd.com/gpu=1,amd.com/gpu=1,amd.com/gpu=none".into(),
+        );
+        let d = classify(&c);
+        assert!(d.gpu && d.amd_only);
+        assert_eq!(d.cdi_devices, ["amd.com/gpu=1"]);
+        assert_eq!(d.amd_cdi.len(), 1);
+        assert_eq!(d.amd_cdi[0].name, "1");
     }
 
     #[test]

@@ -75,7 +75,8 @@ pub struct User {
     pub dac_override: bool,
 }
 
-fn mode_text(mode: u32) -> String {
+/// `ls -l`'s spelling of a character device's permission bits.
+pub fn mode_text(mode: u32) -> String {
     let mut s = String::from("c");
     for shift in [6u32, 3, 0] {
         let bits = (mode >> shift) & 7;

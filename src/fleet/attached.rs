@@ -13,6 +13,13 @@
 //! GPU to NVIDIA's toolkit (internal/config/image/cuda_image.go) and keeps
 //! that wording; a value that is set (`void`, `none`, a list) is kept. The
 //! GPUs count as attached (an env request alone need not be one).
+//!
+//! A container whose env asks for AMD GPUs (`AMD_VISIBLE_DEVICES`, as AMD's
+//! runtime reads it) and sets no `NVIDIA_VISIBLE_DEVICES` is the one AMD's
+//! instructions start (`docker run --device=/dev/kfd --device=/dev/dri`, or
+//! `--runtime=amd` with `AMD_VISIBLE_DEVICES`): AMD GPUs only, so no NVIDIA
+//! request is added; a ROCm image is then judged on AMD nodes, not refused
+//! there for the NVIDIA driver they lack.
 
 use crate::core::container::Container;
 
@@ -37,7 +44,8 @@ pub fn env_alone_as_run_with_gpus(c: &mut Container) {
 pub fn as_run_with_all_gpus(c: &mut Container) {
     let legacy = !c.env.get("CUDA_VERSION").unwrap_or("").is_empty()
         && c.env.get("NVIDIA_REQUIRE_CUDA").unwrap_or("").is_empty();
-    if !c.env.contains("NVIDIA_VISIBLE_DEVICES") && !legacy {
+    let amd = crate::core::detect::amd_env_request(c).is_some();
+    if !c.env.contains("NVIDIA_VISIBLE_DEVICES") && !legacy && !amd {
         c.env.set("NVIDIA_VISIBLE_DEVICES", "all");
     }
     c.assume_attached = true;
@@ -71,5 +79,14 @@ mod tests {
         let mut req = env(&["NVIDIA_REQUIRE_CUDA=cuda>=12.6"]);
         env_alone_as_run_with_gpus(&mut req);
         assert_eq!(req.env.get("NVIDIA_VISIBLE_DEVICES"), Some("all"));
+        // AMD GPUs asked for: AMD's only.
+        let mut rocm = env(&["AMD_VISIBLE_DEVICES=all"]);
+        as_run_with_all_gpus(&mut rocm);
+        assert!(!rocm.env.contains("NVIDIA_VISIBLE_DEVICES"));
+        let d = crate::core::detect::classify(&rocm);
+        assert!(d.gpu && d.amd_only, "{d:?}");
+        let mut none = env(&["AMD_VISIBLE_DEVICES=none"]);
+        as_run_with_all_gpus(&mut none);
+        assert_eq!(none.env.get("NVIDIA_VISIBLE_DEVICES"), Some("all"));
     }
 }

@@ -73,7 +73,7 @@ pub const MAX_EXPRESSIONS: usize = 1024;
 /// The first note: what the terms read.
 fn labels_note() -> String {
     format!(
-        "over node labels only: gpu-guard's {}, {}, {}/{}, {}, {} and {} (gpu-guard host --node-labels), else GPU Feature Discovery's nvidia.com/cuda.driver-version.*, cuda.runtime-version.* (or the deprecated cuda.driver.*, cuda.runtime.*) with gpu-guard's {}; a node without them is not admitted",
+        "over node labels only: gpu-guard's {}, {}, {}/{}, {}, {} and {} (gpu-guard host --node-labels), else GPU Feature Discovery's nvidia.com/cuda.driver-version.*, cuda.runtime-version.* (or the deprecated cuda.driver.*, cuda.runtime.*) with gpu-guard's {}; on AMD nodes gpu-guard's {} and {} with AMD's node labeller's {}; a node without them is not admitted",
         labels::DRIVER_INT,
         labels::CUDA_INT,
         labels::SM_MIN,
@@ -82,6 +82,9 @@ fn labels_note() -> String {
         labels::DRIVER_BRANCH,
         labels::HEALTHY,
         labels::BRAND,
+        labels::VENDOR,
+        labels::AMD_GFX,
+        super::amd_nodes::AMD_DRIVER,
     )
 }
 
@@ -122,9 +125,11 @@ pub fn place(subject: &FleetContainer) -> LabelPlacement {
             reason: "the requirements compare with too many versions to judge; this affinity admits no node (not exact)".into(),
         };
     };
-    let any = grids
-        .iter()
-        .any(|g| g.allowed.iter().flatten().any(|a| !a.is_empty()));
+    let amd = super::label_amd::amd_terms(subject);
+    let any = !amd.is_empty()
+        || grids
+            .iter()
+            .any(|g| g.allowed.iter().flatten().any(|a| !a.is_empty()));
     if !any && grids.iter().all(|g| g.consistent) {
         return LabelPlacement::Nowhere {
             diagnosis: nowhere_diagnosis(subject),
@@ -144,7 +149,8 @@ pub fn place(subject: &FleetContainer) -> LabelPlacement {
     let written = grids
         .iter()
         .flat_map(|g| logical_terms(g).into_iter().map(move |l| (g, l)))
-        .flat_map(|(g, l)| write(g, &l, &w));
+        .flat_map(|(g, l)| write(g, &l, &w))
+        .chain(amd);
     for t in written {
         let term = Term {
             match_expressions: t,
@@ -185,6 +191,9 @@ pub fn place(subject: &FleetContainer) -> LabelPlacement {
 /// the node where the fewest findings predict a failure (no node of any
 /// driver runs it; this is only what to tell).
 fn nowhere_diagnosis(subject: &FleetContainer) -> String {
+    if subject.detection().amd_only {
+        return super::label_amd::nowhere_diagnosis(subject);
+    }
     let (cuda, driver) = crate::core::cuda_tables::newest_toolkit();
     let mut best: Option<Vec<String>> = None;
     // Newest first: of nodes alike in what stops it, the newest is told.

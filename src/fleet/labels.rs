@@ -23,7 +23,14 @@
 //!   or [`MIXED`]), so one `In` list covers the many
 //!   `brand=X,driver>=N,driver<N+1` alternatives of NVIDIA's images;
 //!   [`DRIVER_BRANCH`]: the driver major, so a set of branches is one `In`
-//!   list; [`VENDOR`]: `nvidia` (the axis other vendors' labels join).
+//!   list; [`VENDOR`]: `nvidia`, `amd` or `mixed` (both vendors' GPUs);
+//! - for AMD GPUs, [`AMD_GFX`]: their processor (`gfx942`), when they share
+//!   one. A label value cannot hold the `:` of a target ID
+//!   (apimachinery IsValidLabelValue), and AMD's own node labeller
+//!   publishes no GPU architecture (ROCm/k8s-device-plugin
+//!   cmd/k8s-node-labeller: family, device-id, product-name, vram, ...), so
+//!   this is the label an affinity places ROCm images by. The NVIDIA labels
+//!   above are of the NVIDIA GPUs only.
 //!
 //! The per-brand `gpu-guard.io/brand.<brand>=true` and the
 //! `compute.min[.major|.minor]` labels of earlier releases are still written
@@ -41,8 +48,11 @@ use crate::core::facts::HostFacts;
 use crate::core::version::Version;
 
 pub const PREFIX: &str = "gpu-guard.io/";
-/// `gpu-guard.io/vendor=nvidia` on a node with NVIDIA GPUs.
+/// `gpu-guard.io/vendor=nvidia` on a node with NVIDIA GPUs, `amd` with
+/// AMD GPUs, [`MIXED`] with both.
 pub const VENDOR: &str = "gpu-guard.io/vendor";
+/// The processor of the node's AMD GPUs (`gfx942`), when they share one.
+pub const AMD_GFX: &str = "gpu-guard.io/amd.gfx";
 /// `gpu-guard.io/brand=<nvml brand>`, or [`MIXED`].
 pub const BRAND: &str = "gpu-guard.io/brand";
 /// The brand value of a node whose GPUs are not all of one brand.
@@ -129,8 +139,21 @@ fn sm_of(cc: &str) -> Option<u64> {
 /// The labels for one host, sorted by name. Facts the host does not know
 /// (no driver, a brand NVML could not read) produce no label: absence is
 /// "unknown" to the readers of these labels.
-pub fn node_labels(facts: &HostFacts) -> Vec<(String, String)> {
+pub fn node_labels(all: &HostFacts) -> Vec<(String, String)> {
     let mut out = Vec::new();
+    let amd: Vec<&crate::core::facts::Gpu> = all.gpus.iter().filter(|g| g.is_amd()).collect();
+    let nvidia = HostFacts {
+        gpus: all.gpus.iter().filter(|g| !g.is_amd()).cloned().collect(),
+        ..all.clone()
+    };
+    let facts = &nvidia;
+    if !amd.is_empty() {
+        let vendor = if facts.gpus.is_empty() { "amd" } else { MIXED };
+        out.push((VENDOR.into(), vendor.into()));
+        if let Some(p) = one_processor(&amd) {
+            out.push((AMD_GFX.into(), p));
+        }
+    }
     brand_labels(facts, &mut out);
     compute_labels(facts, &mut out);
     let driver = facts
@@ -143,7 +166,9 @@ pub fn node_labels(facts: &HostFacts) -> Vec<(String, String)> {
     // The integer labels make a node one whose every fact comes from
     // gpu-guard (fleet::node_facts): only with GPUs to judge.
     if !facts.gpus.is_empty() {
-        out.push((VENDOR.into(), "nvidia".into()));
+        if amd.is_empty() {
+            out.push((VENDOR.into(), "nvidia".into()));
+        }
         out.push((COUNT.into(), facts.gpus.len().to_string()));
         if let Some(n) = driver.as_ref().and_then(driver_int) {
             out.push((DRIVER_INT.into(), n.to_string()));
@@ -158,6 +183,20 @@ pub fn node_labels(facts: &HostFacts) -> Vec<(String, String)> {
     }
     out.sort();
     out
+}
+
+/// The processor every AMD GPU has (`gfx942` of `gfx942:sramecc+:xnack-`),
+/// as a label value; None when they differ or one is unknown.
+fn one_processor(amd: &[&crate::core::facts::Gpu]) -> Option<String> {
+    let mut ps = amd.iter().map(|g| {
+        g.target_id
+            .as_deref()
+            .and_then(crate::core::amd::TargetId::parse)
+            .map(|t| t.processor)
+    });
+    let first = ps.next()??;
+    ps.all(|p| p.as_deref() == Some(first.as_str()))
+        .then_some(first)
 }
 
 fn brand_labels(facts: &HostFacts, out: &mut Vec<(String, String)>) {
@@ -279,6 +318,45 @@ mod tests {
         assert_eq!((get(&l, SM_MIN), get(&l, SM_MAX)), (Some("75"), Some("80")));
         assert_eq!(get(&l, COUNT), Some("2"));
         assert_eq!(get(&l, VENDOR), Some("nvidia"));
+    }
+
+    #[test]
+    fn amd_gpus_give_the_vendor_and_their_processor() {
+        use crate::core::facts::Vendor;
+        let amd = |t: &str| Gpu {
+            vendor: Vendor::Amd,
+            brand: "unknown".into(),
+            target_id: Some(t.into()),
+            ..Default::default()
+        };
+        let f = HostFacts {
+            gpus: vec![amd("gfx942:sramecc+:xnack-"), amd("gfx942:sramecc+:xnack-")],
+            ..Default::default()
+        };
+        let l = node_labels(&f);
+        assert_eq!(get(&l, VENDOR), Some("amd"));
+        assert_eq!(get(&l, AMD_GFX), Some("gfx942"));
+        assert_eq!(
+            get(&l, COUNT),
+            None,
+            "NVIDIA's labels are of NVIDIA GPUs: {l:?}"
+        );
+        assert_eq!(get(&l, BRAND), None, "{l:?}");
+        let two = HostFacts {
+            gpus: vec![amd("gfx942"), amd("gfx90a:xnack-")],
+            ..Default::default()
+        };
+        assert_eq!(get(&node_labels(&two), AMD_GFX), None);
+        let mixed = HostFacts {
+            driver_version: Some("550.54.15".into()),
+            cuda_driver_version: Some("12.4".into()),
+            gpus: vec![gpu("tesla", "9.0"), amd("gfx1100")],
+            ..Default::default()
+        };
+        let l = node_labels(&mixed);
+        assert_eq!(get(&l, VENDOR), Some("mixed"));
+        assert_eq!(get(&l, AMD_GFX), Some("gfx1100"));
+        assert_eq!((get(&l, COUNT), get(&l, SM)), (Some("1"), Some("90")));
     }
 
     #[test]

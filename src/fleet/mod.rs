@@ -12,15 +12,18 @@
 //! lets a container start at the node.
 //!
 //! - [`nodes`] and [`node_facts`] build host facts from Kubernetes node
-//!   labels (gpu-guard's own, else GPU Feature Discovery's);
+//!   labels (gpu-guard's own, else GPU Feature Discovery's), [`amd_nodes`]
+//!   those of AMD GPU nodes;
 //! - [`labels`] writes gpu-guard's node labels (`host --node-labels`);
 //! - [`affinity`] turns the verdicts into a Kubernetes `nodeAffinity`, and
 //!   [`label_affinity`] writes one from labels alone;
 //! - [`summary`] words the table, the summary line and the exit status.
 
 pub mod affinity;
+pub mod amd_nodes;
 pub mod attached;
 pub mod label_affinity;
+mod label_amd;
 mod label_cover;
 pub mod label_exprs;
 mod label_grid;

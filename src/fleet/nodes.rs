@@ -4,7 +4,8 @@
 //! (`host --node-labels`, [`super::labels`]).
 //!
 //! Which labels give which fact, and from which source, is
-//! [`super::node_facts`]'s.
+//! [`super::node_facts`]'s; a node without NVIDIA driver labels may be an
+//! AMD GPU node ([`super::amd_nodes`]).
 
 use super::node_facts::{self, LabelFacts, Source, CC_GFD, DRIVER_FULL};
 use super::{labels, Host, HostFacts as Facts, LabelInfo};
@@ -158,6 +159,9 @@ pub use node_facts::label_facts;
 /// [`LabelInfo::mixed_models`]).
 pub fn host_from_node(node: &NodeLabels) -> Result<Host, NodesError> {
     let Some(f) = label_facts(node)? else {
+        if let Some(h) = super::amd_nodes::amd_host(node)? {
+            return Ok(h);
+        }
         return Ok(Host {
             name: node.name.clone(),
             facts: Facts::NoGpuFacts {

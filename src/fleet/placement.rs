@@ -100,10 +100,36 @@ fn has_gpu_code(s: &Scanned) -> bool {
         .any(|l| l.outcome.as_ref().is_ok_and(|i| !i.is_empty()))
 }
 
-/// GPU code on a visible GPU whose compute capability the labels do not
-/// give: the code cannot be judged, so the node is not chosen (the core
-/// only warns: on the node itself NVML answers).
+/// GPU code on a visible GPU whose compute capability (or, AMD's, target)
+/// the labels do not give: the code cannot be judged, so the node is not
+/// chosen (the core only warns: on the node itself NVML or KFD answers).
 fn label_kernel_refusal(subject: &FleetContainer, report: &HostReport) -> Option<Finding> {
+    nvidia_unknown(subject, report).or_else(|| amd_unknown(subject, report))
+}
+
+/// AMD code objects or Tensile files for a visible AMD GPU whose
+/// processor no label gives (`gpu-guard.io/amd.gfx`).
+fn amd_unknown(subject: &FleetContainer, report: &HostReport) -> Option<Finding> {
+    let scanned = subject.scanned().filter(|s| !s.amd.is_empty())?;
+    let facts = report.facts.as_ref()?;
+    let v = crate::core::amd::visible::amd_gpus(subject.container(), subject.detection(), facts);
+    if !v.gpus.iter().any(|g| g.target_id.is_none()) || scanned.rootfs_error.is_some() {
+        return None;
+    }
+    Some(
+        Finding::error(
+            Check::KernelImage,
+            format!(
+                "the image's AMD code objects cannot be judged on this node: its labels do not give the GPU's processor ({}; AMD's node labeller publishes no GPU architecture); a node whose GPUs cannot be judged is not chosen",
+                super::labels::AMD_GFX
+            ),
+        )
+        .with_fix("run `gpu-guard host --node-labels --write` on the node (the gpu-guard DaemonSet does) so node-feature-discovery publishes its gpu-guard.io labels"),
+    )
+}
+
+/// NVIDIA GPU code on a visible GPU whose compute capability no label gives.
+fn nvidia_unknown(subject: &FleetContainer, report: &HostReport) -> Option<Finding> {
     let scanned = subject.scanned().filter(|s| has_gpu_code(s))?;
     let facts = report.facts.as_ref()?;
     let (visible, _) = crate::core::detect::resolve(&subject.detection().request, facts);

@@ -253,6 +253,14 @@ pub fn parse(bytes: &[u8]) -> SpecState {
 pub struct RealPaths;
 
 impl HostPaths for RealPaths {
+    fn char_numbers(&self, path: &str) -> Option<(u64, u64)> {
+        let m = fs::metadata(path).ok()?;
+        m.file_type().is_char_device().then(|| {
+            let rdev = m.rdev();
+            (nix::sys::stat::major(rdev), nix::sys::stat::minor(rdev))
+        })
+    }
+
     fn state(&self, path: &str, nofollow: bool) -> PathState {
         let m = if nofollow {
             fs::symlink_metadata(path)

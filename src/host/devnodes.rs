@@ -1,11 +1,13 @@
-//! Reads the NVIDIA device nodes (stat(2), following a symlink as the
-//! bind mount and CDI's `fillMissingInfo` do) and the majors the driver
-//! registered (/proc/devices) for core::device_nodes to judge.
+//! Reads the NVIDIA device nodes and AMD's (`/dev/kfd`, render nodes)
+//! (stat(2), following a symlink as the bind mount and CDI's
+//! `fillMissingInfo` do) and the majors the drivers registered
+//! (/proc/devices) for core::device_nodes and core::amd::nodes to judge.
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 
 use crate::core::device_nodes::{Node, NodeKind, NVIDIA_MAJOR};
+use crate::core::device_table::DRM_MAJOR;
 use crate::core::facts::Gpu;
 
 /// /etc/group is read for group names only, at most this much.
@@ -106,6 +108,50 @@ pub fn read(dev: &Path, devices: Option<&Path>, names: &[String], group_file: &P
                 path: path.display().to_string(),
                 kind: kind_of(&path, group_file),
                 expected_major: expected_major(name, majors.as_deref()),
+                registry_read: majors.is_some(),
+            }
+        })
+        .collect()
+}
+
+/// Reads AMD's nodes under `dev`: `kfd` and each `dri/renderD<minor>`
+/// in `render_nodes` (host paths such as `/dev/dri/renderD128`; others are
+/// ignored). kfd's major is the one /proc/devices lists for `kfd` (amdkfd
+/// registers it dynamically), the render nodes' DRM's 226.
+pub fn read_amd(
+    dev: &Path,
+    devices: Option<&Path>,
+    render_nodes: &[String],
+    group_file: &Path,
+) -> Vec<Node> {
+    let majors = char_majors(devices);
+    let kfd = majors
+        .as_deref()
+        .and_then(|m| m.iter().find(|(n, _)| n == "kfd").map(|(_, m)| *m));
+    let mut names: Vec<(String, Option<u32>)> = vec![("kfd".into(), kfd)];
+    let mut renders: Vec<&str> = render_nodes
+        .iter()
+        .filter_map(|r| r.strip_prefix("/dev/"))
+        .filter(|r| {
+            r.strip_prefix("dri/renderD")
+                .is_some_and(|m| !m.is_empty() && m.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .collect();
+    renders.sort_unstable();
+    renders.dedup();
+    names.extend(
+        renders
+            .into_iter()
+            .map(|r| (r.to_string(), Some(DRM_MAJOR))),
+    );
+    names
+        .into_iter()
+        .map(|(name, expected_major)| {
+            let path = dev.join(&name);
+            Node {
+                path: format!("/dev/{name}"),
+                kind: kind_of(&path, group_file),
+                expected_major,
                 registry_read: majors.is_some(),
             }
         })

@@ -24,15 +24,14 @@
 //! - AMD GPUs are numbered in node order from 0, as ROCR enumerates its GPU
 //!   agents (the HIP device index, `HIP_VISIBLE_DEVICES`).
 
-use crate::core::amd::target::{processor_of_gfx_version, supported_features};
-use crate::core::amd::{Feature, TargetId};
+use crate::core::amd::target::processor_of_gfx_version;
+use crate::core::amd::Feature;
 use crate::core::facts::{Gpu, Vendor};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// The KFD topology nodes, relative to the host root.
 pub const TOPOLOGY_NODES: &str = "sys/class/kfd/kfd/topology/nodes";
-const HSA_CAP_SRAM_EDCSUPPORTED: u64 = 0x0400_0000;
 /// The most topology nodes, and memory banks per node, read.
 const MAX_NODES: usize = 1024;
 const MAX_BANKS: usize = 64;
@@ -93,51 +92,7 @@ fn noretry_param(root: &Path) -> i64 {
         .unwrap_or(-1)
 }
 
-/// Whether retry (XNACK) is off on a processor: the parameter, or the
-/// driver's default (amdgpu_gmc.c, `amdgpu_gmc_noretry_set`: on for the
-/// dGPUs gfx900, gfx906, gfx908, gfx90a, gfx94x, gfx950 and GFX10+, off
-/// for the GFX9 APUs and Vega12).
-fn noretry(processor: &str, major: u32, param: i64) -> bool {
-    if param >= 0 {
-        return param != 0;
-    }
-    major >= 10
-        || matches!(
-            processor,
-            "gfx900" | "gfx906" | "gfx908" | "gfx90a" | "gfx940" | "gfx941" | "gfx942" | "gfx950"
-        )
-}
-
-/// Does the GPU switch XNACK per process (KFD_SUPPORT_XNACK_PER_PROCESS:
-/// GC 9.4.2, 9.4.3, 9.4.4, 9.5.0)?
-pub fn xnack_per_process(processor: &str) -> bool {
-    matches!(
-        processor,
-        "gfx90a" | "gfx940" | "gfx941" | "gfx942" | "gfx950"
-    )
-}
-
-/// The host's target ID of a GPU node.
-pub fn target_of(processor: &str, major: u32, capability: u64, noretry_param: i64) -> TargetId {
-    let (has_sramecc, has_xnack) = supported_features(processor);
-    let sramecc = if has_sramecc {
-        Feature::from_on(capability & HSA_CAP_SRAM_EDCSUPPORTED != 0)
-    } else {
-        Feature::Any
-    };
-    // kfd_process_xnack_mode: GFX10+ never; GFX9 unless noretry; older
-    // GPUs are not considered (on).
-    let xnack = if !has_xnack {
-        Feature::Any
-    } else if major >= 10 {
-        Feature::Off
-    } else if major == 9 {
-        Feature::from_on(!noretry(processor, major, noretry_param))
-    } else {
-        Feature::On
-    };
-    TargetId::new(processor, sramecc, xnack)
-}
+pub use crate::core::amd::target::{target_of, xnack_per_process, HSA_CAP_SRAM_EDCSUPPORTED};
 
 /// The node numbers under the topology directory, in order.
 fn node_numbers(dir: &Path) -> Vec<u32> {

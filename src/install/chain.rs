@@ -1,13 +1,16 @@
 //! The gpu-guard config drop-in that chains the runtime wrapper, for one
 //! engine, to the runtime that engine would have run: gpu-guard must exec
 //! NVIDIA's runtime where that was the default (it sets NVIDIA's hooks and
-//! CDI devices up), and only for that engine: another engine's wrapper
+//! CDI devices up), or AMD's (it adds the GPUs `AMD_VISIBLE_DEVICES`
+//! names), and only for that engine: another engine's wrapper
 //! invocation keeps its own chain (`[runtime.engines.ENGINE] path`, told
 //! apart by the runtime root, core::runtime_engines). `install` writes the
 //! drop-in and records it in the state; uninstall removes it while it is
 //! unchanged.
 
 use std::path::{Path, PathBuf};
+
+use crate::core::detect::AMD_RUNTIME;
 
 use super::state::{note_created, ChainState, EngineState};
 use super::{
@@ -68,6 +71,24 @@ pub fn is_nvidia_runtime(path: &str) -> bool {
         .is_some_and(|n| n.starts_with("nvidia-container-runtime"))
 }
 
+/// AMD's runtime, `amd-container-runtime`: a runc wrapper that adds the
+/// GPUs `AMD_VISIBLE_DEVICES` names to the spec, then execs runc
+/// (ROCm/container-toolkit internal/runtime/runtime.go). `amd-ctk runtime
+/// configure` registers it with docker as `amd`, by its bare name
+/// (cmd/amd-ctk/runtime/configure: `/usr/bin/amd-container-runtime`).
+pub fn is_amd_runtime(path: &str) -> bool {
+    Path::new(path)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n == AMD_RUNTIME)
+}
+
+/// A vendor's runtime gpu-guard chains to where the engine ran it:
+/// NVIDIA's or AMD's.
+fn is_vendor_runtime(path: &str) -> bool {
+    is_nvidia_runtime(path) || is_amd_runtime(path)
+}
+
 /// The runtimes an engine registers: its default's name and each
 /// runtime's (name, binary).
 #[derive(Debug, Clone, Default)]
@@ -92,6 +113,17 @@ impl Registered {
             .filter(|(n, b)| n != RUNTIME_NAME && is_nvidia_runtime(b))
             .collect();
         v.sort_by_key(|(n, _)| n != "nvidia");
+        v
+    }
+
+    /// AMD's runtimes, the one named `amd` first.
+    fn amd(&self) -> Vec<&(String, String)> {
+        let mut v: Vec<_> = self
+            .runtimes
+            .iter()
+            .filter(|(n, b)| n != RUNTIME_NAME && is_amd_runtime(b))
+            .collect();
+        v.sort_by_key(|(n, _)| n != "amd");
         v
     }
 }
@@ -140,9 +172,10 @@ pub(super) struct Target {
     pub warnings: Vec<String>,
 }
 
-/// Decides the chain: `--chain-runtime` (`nvidia`: the NVIDIA runtime the
-/// engine registers; else a host path), then a choice an earlier install
-/// recorded, then NVIDIA's runtime where it is the engine's default.
+/// Decides the chain: `--chain-runtime` (`nvidia`, `amd`: that vendor's
+/// runtime the engine registers; else a host path), then a choice an
+/// earlier install recorded, then NVIDIA's or AMD's runtime where it is
+/// the engine's default.
 pub(super) fn target(opts: &Options, state: Option<&EngineState>) -> Result<Target, InstallError> {
     let reg = registered(opts)?;
     let replaced = state.and_then(|s| s.replaced_default.as_deref());
@@ -162,14 +195,19 @@ pub(super) fn target(opts: &Options, state: Option<&EngineState>) -> Result<Targ
     out.chain = match chosen {
         Some(rt) => Some((rt, true)),
         None => default_bin
-            .filter(|p| is_nvidia_runtime(p))
+            .filter(|p| is_vendor_runtime(p))
             .map(|p| (resolve_on_host_path(opts, &p), false)),
     };
     if out.chain.is_none() {
+        let e = engine_name(opts.engine);
         if let Some((name, bin)) = reg.nvidia().first() {
-            let e = engine_name(opts.engine);
             out.warnings.push(format!(
                 "{e} registers NVIDIA's runtime `{name}` ({bin}), but it is not {e}'s default and gpu-guard will chain to runc: containers started with it bypass gpu-guard, and gpu-guard's runtime loses NVIDIA's hooks and CDI devices; to keep them, run `gpu-guard install {e} --chain-runtime nvidia`"
+            ));
+        }
+        if let Some((name, bin)) = reg.amd().first() {
+            out.warnings.push(format!(
+                "{e} registers AMD's runtime `{name}` ({bin}), but it is not {e}'s default and gpu-guard will chain to runc: containers started with it bypass gpu-guard, and gpu-guard's runtime does not add the GPUs AMD_VISIBLE_DEVICES names; to keep them, run `gpu-guard install {e} --chain-runtime amd`"
             ));
         }
     }
@@ -184,21 +222,26 @@ fn chosen_runtime(opts: &Options, reg: &Registered, choice: &str) -> Result<Stri
             "podman runs gpu-guard and NVIDIA's toolkit as hooks, not as runtimes: --chain-runtime does not apply to {e}"
         )));
     }
-    if choice == "nvidia" {
-        if let Some((_, bin)) = reg.nvidia().first() {
+    let vendor = match choice {
+        "nvidia" => Some((reg.nvidia(), "NVIDIA", "nvidia-container-runtime")),
+        "amd" => Some((reg.amd(), "AMD", AMD_RUNTIME)),
+        _ => None,
+    };
+    if let Some((registered, who, binary)) = vendor {
+        if let Some((_, bin)) = registered.first() {
             return Ok(resolve_on_host_path(opts, bin));
         }
-        let found = resolve_on_host_path(opts, "nvidia-container-runtime");
+        let found = resolve_on_host_path(opts, binary);
         if found.contains('/') {
             return Ok(found);
         }
         return Err(InstallError::ChainRuntime(format!(
-            "--chain-runtime nvidia: {e} registers no NVIDIA runtime and nvidia-container-runtime is not on the host's PATH; pass its path"
+            "--chain-runtime {choice}: {e} registers no {who} runtime and {binary} is not on the host's PATH; pass its path"
         )));
     }
     if !choice.starts_with('/') {
         return Err(InstallError::ChainRuntime(format!(
-            "--chain-runtime `{choice}`: give `nvidia` or an absolute host path of an OCI runtime"
+            "--chain-runtime `{choice}`: give `nvidia`, `amd` or an absolute host path of an OCI runtime"
         )));
     }
     if !opts.fs_path(Path::new(choice)).is_file() {

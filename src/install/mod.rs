@@ -39,7 +39,7 @@ use std::path::{Component, Path, PathBuf};
 
 use edit::{EditError, FileChange};
 
-pub use chain::{chain_file, chain_text, is_nvidia_runtime, GPU_GUARD_CONFIG_D};
+pub use chain::{chain_file, chain_text, is_amd_runtime, is_nvidia_runtime, GPU_GUARD_CONFIG_D};
 pub use state::{ChainState, EngineState};
 
 /// The runtime name engines know gpu-guard by (docker `--runtime`,
@@ -149,8 +149,9 @@ pub struct Options {
     /// of the gpu-guard config; unused for docker and podman.
     pub root: String,
     /// `--chain-runtime`: `nvidia` (the NVIDIA runtime the engine
-    /// registers) or a host path; `None`: chain to NVIDIA's runtime only
-    /// when it is the engine's default (or as an earlier install chose).
+    /// registers), `amd` (AMD's `amd-container-runtime`) or a host path;
+    /// `None`: chain to NVIDIA's or AMD's runtime only when it is the
+    /// engine's default (or as an earlier install chose).
     pub chain_runtime: Option<String>,
 }
 

@@ -297,3 +297,27 @@ fn amd_gpus_carry_their_numa_node_from_sysfs() {
     assert_eq!(v["gpus"][1]["numa_node"], 1, "{v}");
     assert_eq!(v["gpus"][1]["local_cpus"], "48-95,144-191", "{v}");
 }
+
+#[test]
+fn node_labels_name_the_vendor_and_the_processor() {
+    for (name, gfx) in [
+        ("mi300x", "gfx942"),
+        ("mi210", "gfx90a"),
+        ("radeon-gfx1100", "gfx1100"),
+        ("apu-gfx1103", "gfx1103"),
+    ] {
+        let dir = TempDir::new("amd-labels");
+        let o = host(&dir, &["--node-labels"], &tree(name));
+        assert_eq!(o.status.code(), Some(0), "{name}");
+        let out = String::from_utf8_lossy(&o.stdout);
+        let labels: Vec<&str> = out.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(
+            labels,
+            [
+                format!("gpu-guard.io/amd.gfx={gfx}").as_str(),
+                "gpu-guard.io/vendor=amd"
+            ],
+            "{name}: {out}"
+        );
+    }
+}

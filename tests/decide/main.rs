@@ -17,6 +17,7 @@ mod support;
 #[path = "../structure/mod.rs"]
 mod structure;
 
+mod amd_cdi;
 mod amd_host;
 mod cli;
 mod config_dropin;

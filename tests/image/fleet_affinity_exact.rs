@@ -9,7 +9,8 @@
 //! Discovery (as it labels: the last GPU model, current and deprecated
 //! names), by both, by an older gpu-guard, and by the GPU health labeller:
 //! GPUs of one model, of two and of three, Tegra parts, unknown compute
-//! capabilities, every brand and driver branch 418 to 615. The terms must
+//! capabilities, every brand and driver branch 418 to 615; and AMD nodes
+//! (fleet_affinity_amd), on which no CUDA image is placed. The terms must
 //! pass the API server's validation; `--nodes` affinities too.
 //!
 //! The evaluator and the validator here are written from Kubernetes, apart
@@ -298,9 +299,9 @@ enum Labeller {
     Older,
 }
 
-struct GenNode {
-    name: String,
-    labels: BTreeMap<String, String>,
+pub(crate) struct GenNode {
+    pub(crate) name: String,
+    pub(crate) labels: BTreeMap<String, String>,
 }
 
 fn facts_json(driver: &str, cuda: &str, set: &[usize]) -> Value {
@@ -423,7 +424,7 @@ fn older_labels(l: &mut BTreeMap<String, String>, facts: &Value) {
 
 /// The fleet: every driver x GPU set, labelled in turn by every labeller;
 /// some with the health labeller's counts; and a CPU node.
-fn fleet(dir: &Path) -> Vec<GenNode> {
+pub(crate) fn fleet(dir: &Path) -> Vec<GenNode> {
     let mut out = Vec::new();
     let labellers = [
         Labeller::Both,
@@ -494,6 +495,8 @@ fn fleet(dir: &Path) -> Vec<GenNode> {
             labels: l,
         });
     }
+    // AMD nodes, labelled by gpu-guard, AMD's node labeller or both.
+    out.extend(crate::fleet_affinity_amd::amd_nodes(dir));
     let mut cpu = BTreeMap::new();
     cpu.insert("kubernetes.io/os".to_string(), "linux".to_string());
     out.push(GenNode {
@@ -503,7 +506,7 @@ fn fleet(dir: &Path) -> Vec<GenNode> {
     out
 }
 
-fn write_nodes(dir: &Path, nodes: &[GenNode]) -> PathBuf {
+pub(crate) fn write_nodes(dir: &Path, nodes: &[GenNode]) -> PathBuf {
     let items: Vec<Value> = nodes
         .iter()
         .map(|n| json!({"kind": "Node", "metadata": {"name": n.name, "labels": n.labels}}))
@@ -519,7 +522,7 @@ fn write_nodes(dir: &Path, nodes: &[GenNode]) -> PathBuf {
 
 const CONFIG: &str = "[host]\ncache_file = \"\"\n[log]\nsyslog = false\n[kernel_image]\ncache_dir = \"\"\n[libraries]\ncache_dir = \"\"\n";
 
-fn tmpdir(name: &str) -> PathBuf {
+pub(crate) fn tmpdir(name: &str) -> PathBuf {
     let d = crate::support::tempdir(&format!("exact-{name}"));
     std::fs::write(d.join("config.toml"), CONFIG).unwrap();
     d
@@ -590,7 +593,7 @@ fn image(name: &str, tag: &str, req: &str, fixtures: &[&str]) -> PathBuf {
 /// `check --nodes` agree on every node; the affinity is within 16 terms and
 /// 32 KB, valid for the API server, and says nothing of being stricter or
 /// looser. Returns how many nodes run it.
-fn assert_exact(
+pub(crate) fn assert_exact(
     dir: &Path,
     nodes: (&Path, &[GenNode]),
     image: Option<&Path>,

@@ -25,6 +25,7 @@ mod compat_bounds;
 mod compat_check;
 mod compat_lib;
 mod compat_unread;
+mod fleet_affinity_amd;
 mod fleet_affinity_exact;
 mod image_bounds;
 mod image_check_stream;

@@ -12,8 +12,10 @@ mod support;
 mod install_support;
 
 mod doctor;
+mod doctor_amd;
 
 mod install_chain;
+mod install_chain_amd;
 mod install_containerd;
 mod install_containerd_merge;
 mod install_conventions;

@@ -9,6 +9,13 @@
 //! containers count; the image env is not read for this (only GPU
 //! containers' images are read at all). Each comes with its own env
 //! ([`crate::podenv`]), which the node runs over its image's.
+//!
+//! A container that asks for AMD's resource (`amd.com/gpu`, AMD's device
+//! plugin: ROCm/k8s-device-plugin gives it `/dev/kfd` and the allocated
+//! GPUs' render nodes) gets AMD GPUs: it is judged as one whose env asks for
+//! them (`AMD_VISIBLE_DEVICES=all` where its own env sets none), so that an
+//! image built for CUDA is kept off AMD nodes and a ROCm image is placed on
+//! nodes whose processor it has code for.
 
 use crate::podenv::{overlay, Overlay};
 use k8s_openapi::api::core::v1::{Container, Pod};
@@ -36,13 +43,19 @@ fn nonzero(q: &Quantity) -> bool {
             .is_some_and(|c| c.is_ascii_digit())
 }
 
-fn gpu_resource(c: &Container) -> Option<String> {
+/// AMD's device plugin's resource.
+pub const AMD_RESOURCE: &str = "amd.com/gpu";
+
+/// The GPU resource the container asks for, as `name: quantity`, and
+/// whether it is AMD's.
+fn gpu_resource(c: &Container) -> Option<(String, bool)> {
     let r = c.resources.as_ref()?;
     let maps: [&Option<BTreeMap<String, Quantity>>; 2] = [&r.limits, &r.requests];
     for m in maps.into_iter().flatten() {
         for (k, v) in m {
-            if k.starts_with("nvidia.com/") && nonzero(v) {
-                return Some(format!("{k}: {}", v.0));
+            let amd = k == AMD_RESOURCE;
+            if (amd || k.starts_with("nvidia.com/")) && nonzero(v) {
+                return Some((format!("{k}: {}", v.0), amd));
             }
         }
     }
@@ -67,8 +80,16 @@ pub fn gpu_containers(pod: &Pod, namespace: &str) -> Vec<GpuContainer> {
     let main = spec.containers.iter().map(|c| (c, false));
     init.chain(main)
         .filter_map(|(c, init)| {
-            let env = overlay(pod, namespace, c);
-            let reason = gpu_resource(c).or_else(|| env_request(&env))?;
+            let mut env = overlay(pod, namespace, c);
+            let reason = match gpu_resource(c) {
+                Some((r, amd)) => {
+                    if amd && env.get("AMD_VISIBLE_DEVICES").is_none() {
+                        env.env.push(("AMD_VISIBLE_DEVICES".into(), "all".into()));
+                    }
+                    r
+                }
+                None => env_request(&env)?,
+            };
             Some(GpuContainer {
                 name: c.name.clone(),
                 image: c.image.clone().unwrap_or_default(),
@@ -110,5 +131,14 @@ mod tests {
         )
         .is_empty());
         assert!(gpu_containers(&pod(serde_json::json!({})), "default").is_empty());
+        // AMD's resource: a GPU container asking for AMD GPUs.
+        let p = pod(serde_json::json!({"spec": {"containers": [
+            {"name": "r", "image": "rocm:1", "resources": {"limits": {"amd.com/gpu": "1"}}},
+            {"name": "z", "image": "rocm:1", "resources": {"limits": {"amd.com/gpu": "0"}}}
+        ]}}));
+        let g = gpu_containers(&p, "default");
+        assert_eq!(g.len(), 1);
+        assert_eq!(g[0].reason, "amd.com/gpu: 1");
+        assert_eq!(g[0].env.get("AMD_VISIBLE_DEVICES"), Some("all"));
     }
 }

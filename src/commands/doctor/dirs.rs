@@ -69,6 +69,11 @@ fn active_hooks(node: &Node) -> Check {
 struct MountedPaths<'a>(&'a Node);
 
 impl HostPaths for MountedPaths<'_> {
+    fn char_numbers(&self, path: &str) -> Option<(u64, u64)> {
+        let here = self.0.fs(Path::new(path));
+        crate::host::cdi::RealPaths.char_numbers(&here.to_string_lossy())
+    }
+
     fn state(&self, path: &str, nofollow: bool) -> PathState {
         let here = self.0.fs(Path::new(path));
         crate::host::cdi::RealPaths.state(&here.to_string_lossy(), nofollow)

@@ -100,7 +100,15 @@ fn mode(cfg: &Config) -> Check {
 }
 
 /// The host's facts: `report` is the probe as a container start makes it.
-pub fn host(node: &Node, report: &HostReport) -> Vec<Check> {
+/// On a host whose GPUs are all AMD's (`amd_gpus`, and NVML finds no
+/// NVIDIA driver) the NVIDIA checks are one note: nothing there needs it.
+pub fn host(node: &Node, report: &HostReport, amd_gpus: bool) -> Vec<Check> {
+    if amd_gpus && no_nvidia(report) {
+        return vec![Check::ok(
+            "host.nvidia",
+            "no NVIDIA driver or GPU: this node's GPUs are AMD's (the host.amd checks)",
+        )];
+    }
     let paths = crate::host::ProbePaths::from_env();
     let rooted = node.host_root != Path::new("/");
     let (dev, devices, group) = if rooted {
@@ -144,7 +152,7 @@ pub fn host(node: &Node, report: &HostReport) -> Vec<Check> {
     }
     out.push(match joined(|k| matches!(k, HostProblemKind::GpuLost { .. })) {
         Some((m, f)) => Check::error("host.gpus", m, f),
-        None if facts.gpus.is_empty() => Check::error(
+        None if !facts.gpus.iter().any(|g| g.vendor.is_nvidia()) => Check::error(
             "host.gpus",
             "the driver sees no GPU: every GPU container is refused",
             "check `nvidia-smi` and `dmesg | grep -i nvrm`; a GPU passed through to a VM or held by vfio-pci is not the host's",
@@ -155,6 +163,19 @@ pub fn host(node: &Node, report: &HostReport) -> Vec<Check> {
     let problems = crate::host::device_node_problems(facts, &dev, devices.as_deref(), &group);
     out.push(device_nodes(&dev, &problems));
     out
+}
+
+/// Whether the probe found no NVIDIA driver (rather than one that failed
+/// to answer: a hung NVML is still an error on a mixed host).
+fn no_nvidia(report: &HostReport) -> bool {
+    let no_driver = report
+        .problems
+        .iter()
+        .any(|p| p.kind == HostProblemKind::NoDriver);
+    match &report.facts {
+        Some(f) => f.driver_version.is_none() && f.gpus.iter().all(|g| !g.vendor.is_nvidia()),
+        None => no_driver,
+    }
 }
 
 /// `host.device-nodes`: each node at fault, the worst deciding the status.
@@ -264,8 +285,9 @@ fn nvml(report: &HostReport, deadline_ms: u64) -> Check {
 }
 
 fn gpus_line(facts: &crate::core::facts::HostFacts) -> String {
-    let each: Vec<String> = facts
-        .gpus
+    let nvidia: Vec<&crate::core::facts::Gpu> =
+        facts.gpus.iter().filter(|g| g.vendor.is_nvidia()).collect();
+    let each: Vec<String> = nvidia
         .iter()
         .take(8)
         .map(|g| {
@@ -278,13 +300,13 @@ fn gpus_line(facts: &crate::core::facts::HostFacts) -> String {
             format!("{}: {name} ({}, {cc})", g.index, g.brand)
         })
         .collect();
-    let more = facts.gpus.len().saturating_sub(8);
+    let more = nvidia.len().saturating_sub(8);
     let tail = if more > 0 {
         format!(", and {more} more")
     } else {
         String::new()
     };
-    let n = facts.gpus.len();
+    let n = nvidia.len();
     format!(
         "{n} GPU{}: {}{tail}",
         if n == 1 { "" } else { "s" },

@@ -7,6 +7,9 @@
 //!   the trust rules of `sys::policy_file`), and the mode ([`host_checks`]);
 //! - host facts: NVML answers within `host.probe_timeout_ms`, the driver,
 //!   the GPUs, the `/dev/nvidia*` nodes (`host::probe`) ([`host_checks`]);
+//! - on a host with AMD GPUs or `/dev/kfd`: the amdgpu module, KFD's GPUs,
+//!   `/dev/kfd` and the render nodes (`host::kfd`, `core::amd::nodes`)
+//!   ([`amd`]);
 //! - each engine install recorded or that is present: its effective
 //!   registration (`install::registration::effective_registration`), the
 //!   runtime its wrapper chains, its hook files ([`engines`]);
@@ -20,6 +23,7 @@
 //! status every subcommand gives one; the other checks still run, with the
 //! built-in defaults).
 
+mod amd;
 mod dirs;
 mod engines;
 mod host_checks;
@@ -141,9 +145,12 @@ pub fn main(config: Option<&Path>, args: &DoctorArgs) -> i32 {
     let mut paths = crate::host::ProbePaths::from_env();
     if node.host_root != Path::new("/") {
         paths.sys = node.fs(Path::new("/sys"));
+        paths.host_root = node.host_root.clone();
     }
     let report = crate::host::probe_for_with(&node.config, &paths);
-    checks.extend(host_checks::host(&node, &report));
+    let amd = amd::AmdNode::read(&node, report.facts.as_ref());
+    checks.extend(host_checks::host(&node, &report, amd.has_gpus()));
+    checks.extend(amd.checks());
     checks.extend(engines::all(&node));
     let driver = report
         .facts

@@ -163,7 +163,15 @@ pub fn kernel_image_finding(
     if let Some(why) = &eff.uncertain {
         fix.push_str(&format!(" (not refused: {why})"));
     }
-    Some(Finding::new(Check::KernelImage, severity_of(enforcement, eff), message).with_fix(fix))
+    let f = Finding::new(Check::KernelImage, severity_of(enforcement, eff), message).with_fix(fix);
+    // The HIP runtime fails whatever the severity lets start
+    // (hipErrorNoBinaryForGpu): a prediction placement must not ignore,
+    // unless the target itself is uncertain.
+    Some(if eff.uncertain.is_none() {
+        f.predicting_failure()
+    } else {
+        f
+    })
 }
 
 #[cfg(test)]

@@ -9,12 +9,14 @@
 //! - [`code`]: what a scan found (code objects, Tensile files, ROCm);
 //! - [`findings`]: the kernel-image finding; [`rocm`]: AMD's support
 //!   matrix and the `rocm` finding;
+//! - [`nodes`]: the host's `/dev/kfd` and render nodes, judged for `doctor`;
 //! - [`visible`]: which AMD GPUs a container gets (its findings on a host
 //!   are core::amd_judge's).
 
 pub mod code;
 pub mod findings;
 pub mod fit;
+pub mod nodes;
 pub mod rocm;
 pub mod target;
 pub mod visible;

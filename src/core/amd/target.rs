@@ -207,6 +207,58 @@ pub fn parse_gfx_override(value: &str) -> GfxOverride {
     GfxOverride::Processor(format!("gfx{}{:x}{:x}", n[0], n[1], n[2]))
 }
 
+/// HSA_CAP_SRAM_EDCSUPPORTED (linux include/uapi/linux/kfd_sysfs.h): SRAM
+/// ECC is on for the node.
+pub const HSA_CAP_SRAM_EDCSUPPORTED: u64 = 0x0400_0000;
+
+/// Whether retry (XNACK) is off on a processor: the parameter, or the
+/// driver's default (amdgpu_gmc.c, `amdgpu_gmc_noretry_set`: on for the
+/// dGPUs gfx900, gfx906, gfx908, gfx90a, gfx94x, gfx950 and GFX10+, off
+/// for the GFX9 APUs and Vega12).
+fn noretry(processor: &str, major: u32, param: i64) -> bool {
+    if param >= 0 {
+        return param != 0;
+    }
+    major >= 10
+        || matches!(
+            processor,
+            "gfx900" | "gfx906" | "gfx908" | "gfx90a" | "gfx940" | "gfx941" | "gfx942" | "gfx950"
+        )
+}
+
+/// Does the GPU switch XNACK per process (KFD_SUPPORT_XNACK_PER_PROCESS:
+/// GC 9.4.2, 9.4.3, 9.4.4, 9.5.0)?
+pub fn xnack_per_process(processor: &str) -> bool {
+    matches!(
+        processor,
+        "gfx90a" | "gfx940" | "gfx941" | "gfx942" | "gfx950"
+    )
+}
+
+/// The target ID of a GPU node as the kernel sets its modes (linux
+/// drivers/gpu/drm/amd/amdkfd), from its KFD `capability` and amdgpu's
+/// `noretry` parameter (-1: the driver's default); host::kfd reads both.
+pub fn target_of(processor: &str, major: u32, capability: u64, noretry_param: i64) -> TargetId {
+    let (has_sramecc, has_xnack) = supported_features(processor);
+    let sramecc = if has_sramecc {
+        Feature::from_on(capability & HSA_CAP_SRAM_EDCSUPPORTED != 0)
+    } else {
+        Feature::Any
+    };
+    // kfd_process_xnack_mode: GFX10+ never; GFX9 unless noretry; older
+    // GPUs are not considered (on).
+    let xnack = if !has_xnack {
+        Feature::Any
+    } else if major >= 10 {
+        Feature::Off
+    } else if major == 9 {
+        Feature::from_on(!noretry(processor, major, noretry_param))
+    } else {
+        Feature::On
+    };
+    TargetId::new(processor, sramecc, xnack)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

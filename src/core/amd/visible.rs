@@ -1,20 +1,28 @@
 //! Which of the host's AMD GPUs a container gets: the one function that
 //! says so ([`amd_gpus`]), so that a finer rule (render nodes mapped to
-//! KFD nodes through `drm_render_minor`, CDI `amd.com/gpu` devices) changes
-//! it in one place.
+//! KFD nodes through `drm_render_minor`) changes it in one place.
 //!
 //! The rule here: a container with AMD signals (core::detect: `/dev/kfd`
-//! or render nodes in its spec, or `AMD_VISIBLE_DEVICES` where GPUs count
-//! as attached) gets the GPUs `AMD_VISIBLE_DEVICES` names, else all of the
-//! host's AMD GPUs (`/dev/kfd` opens every GPU the render nodes allow, and
+//! or render nodes in its spec, CDI devices of kind `amd.com/gpu`, or
+//! `AMD_VISIBLE_DEVICES` where GPUs count as attached) gets the GPUs its
+//! CDI devices and `AMD_VISIBLE_DEVICES` name, else all of the host's AMD
+//! GPUs (`/dev/kfd` opens every GPU the render nodes allow, and
 //! `docker run --device=/dev/kfd --device=/dev/dri` passes them all).
-//! `AMD_VISIBLE_DEVICES` is read as AMD's container runtime reads it
-//! (ROCm/container-toolkit, `internal/amdgpu`: `all`, `none`/`void`,
-//! comma-separated indices, `a-b` ranges, or GPU UUIDs); indices number the
-//! AMD GPUs from 0 in KFD node order, as the host facts do.
+//!
+//! - `AMD_VISIBLE_DEVICES` is read as AMD's container runtime reads it
+//!   (ROCm/container-toolkit, `internal/amdgpu`: `all`, `none`/`void`,
+//!   comma-separated indices, `a-b` ranges, or GPU UUIDs); indices number
+//!   the AMD GPUs from 0 in KFD node order, as the host facts do.
+//! - A CDI device `amd.com/gpu=N` is the spec's device `N`: `amd-ctk cdi
+//!   generate` numbers the GPUs in the order of
+//!   `/sys/module/amdgpu/drivers/pci:amdgpu/<bus id>` as Go's
+//!   `filepath.Glob` lists them, sorted by name, so by PCI bus id
+//!   (internal/amdgpu `GetAMDGPUs`, internal/cdi `GenerateSpec`), and
+//!   `amd.com/gpu=all` is every GPU. Any other name is not a device that
+//!   tool writes, and is named as one the host does not have.
 
 use crate::core::container::Container;
-use crate::core::detect::Detection;
+use crate::core::detect::{Detection, DeviceRef};
 use crate::core::facts::{Gpu, HostFacts};
 
 /// The most names of one `AMD_VISIBLE_DEVICES` read, and the widest range.
@@ -22,12 +30,32 @@ const MAX_NAMES: usize = 1024;
 
 pub use crate::core::detect::amd_env_request as env_request;
 
+/// A GPU the container names that the host does not have.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AmdUnknown {
+    /// What named it: `AMD_VISIBLE_DEVICES`, or the CDI device as written.
+    pub via: String,
+    pub name: String,
+    /// It is a CDI device (`amd.com/gpu=7`).
+    pub cdi: bool,
+}
+
 /// The AMD GPUs a container gets, and the names it asked for that the
 /// host does not have.
 #[derive(Debug, Default)]
 pub struct AmdVisible<'a> {
     pub gpus: Vec<&'a Gpu>,
-    pub unknown: Vec<String>,
+    pub unknown: Vec<AmdUnknown>,
+}
+
+impl<'a> AmdVisible<'a> {
+    fn add(&mut self, found: impl IntoIterator<Item = &'a Gpu>) {
+        for g in found {
+            if !self.gpus.iter().any(|x| std::ptr::eq(*x, g)) {
+                self.gpus.push(g);
+            }
+        }
+    }
 }
 
 /// The host's AMD GPUs `c` gets (none without AMD signals).
@@ -37,16 +65,56 @@ pub fn amd_gpus<'a>(c: &Container, det: &Detection, facts: &'a HostFacts) -> Amd
         return out;
     }
     let amd: Vec<&Gpu> = facts.gpus.iter().filter(|g| g.is_amd()).collect();
-    let Some(list) = env_request(c).filter(|v| *v != "all") else {
+    let env = env_request(c);
+    if det.amd_cdi.is_empty() && env.map_or(true, |v| v == "all") {
         out.gpus = amd;
         return out;
-    };
+    }
+    cdi_gpus(&det.amd_cdi, &amd, &mut out);
+    if let Some(list) = env {
+        env_gpus(list, &amd, &mut out);
+    }
+    out
+}
+
+/// The GPUs of AMD CDI devices, in amd-ctk's numbering.
+fn cdi_gpus<'a>(devices: &[DeviceRef], amd: &[&'a Gpu], out: &mut AmdVisible<'a>) {
+    let mut by_bus: Vec<&Gpu> = amd.to_vec();
+    // amd-ctk's order is the PCI bus ids'; without them, KFD's.
+    if by_bus.iter().all(|g| g.pci_bus_id.is_some()) {
+        by_bus.sort_by(|a, b| a.pci_bus_id.cmp(&b.pci_bus_id));
+    }
+    for d in devices.iter().take(MAX_NAMES) {
+        if d.name == "all" {
+            out.add(amd.iter().copied());
+            continue;
+        }
+        let n = (d.name.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| d.name.parse::<usize>().ok())
+            .flatten();
+        match n.and_then(|n| by_bus.get(n)) {
+            Some(g) => out.add([*g]),
+            None => out.unknown.push(AmdUnknown {
+                via: d.written.clone().unwrap_or_else(|| d.name.clone()),
+                name: d.name.clone(),
+                cdi: true,
+            }),
+        }
+    }
+}
+
+/// The GPUs `AMD_VISIBLE_DEVICES` names.
+fn env_gpus<'a>(list: &str, amd: &[&'a Gpu], out: &mut AmdVisible<'a>) {
     for name in list
         .split(',')
         .map(str::trim)
         .filter(|n| !n.is_empty())
         .take(MAX_NAMES)
     {
+        if name == "all" {
+            out.add(amd.iter().copied());
+            continue;
+        }
         let found: Vec<&Gpu> = match range(name) {
             Some((a, b)) => amd
                 .iter()
@@ -60,15 +128,14 @@ pub fn amd_gpus<'a>(c: &Container, det: &Detection, facts: &'a HostFacts) -> Amd
                 .collect(),
         };
         if found.is_empty() {
-            out.unknown.push(name.to_string());
+            out.unknown.push(AmdUnknown {
+                via: "AMD_VISIBLE_DEVICES".into(),
+                name: name.to_string(),
+                cdi: false,
+            });
         }
-        for g in found {
-            if !out.gpus.iter().any(|x| std::ptr::eq(*x, g)) {
-                out.gpus.push(g);
-            }
-        }
+        out.add(found);
     }
-    out
 }
 
 /// An index (`2`) or range (`0-3`) as inclusive bounds.
@@ -136,10 +203,34 @@ mod tests {
         let (c, det) = with(&[("AMD_VISIBLE_DEVICES", "2,0-1,GPU-BBBB,7")]);
         let v = amd_gpus(&c, &det, &h);
         assert_eq!(uuids(&v), ["GPU-cccc", "GPU-aaaa", "GPU-bbbb"]);
-        assert_eq!(v.unknown, ["7"]);
+        let names: Vec<&str> = v.unknown.iter().map(|u| u.name.as_str()).collect();
+        assert_eq!(names, ["7"]);
         // No AMD signal: none, whatever the env says.
         let (c, _) = with(&[("AMD_VISIBLE_DEVICES", "all")]);
         assert!(amd_gpus(&c, &Detection::default(), &h).gpus.is_empty());
+        // CDI devices: amd-ctk numbers GPUs by PCI bus id, not KFD order.
+        let mut h = host();
+        for (g, bus) in h.gpus[1..]
+            .iter_mut()
+            .zip(["0000:c1:00.0", "0000:0c:00.0", "0000:22:00.0"])
+        {
+            g.pci_bus_id = Some(bus.into());
+        }
+        let (c, mut det) = with(&[]);
+        for name in ["0", "9", "x"] {
+            det.amd_cdi.push(DeviceRef {
+                name: name.into(),
+                via: "cdi.k8s.io/a".into(),
+                written: Some(format!("amd.com/gpu={name}")),
+            });
+        }
+        let v = amd_gpus(&c, &det, &h);
+        assert_eq!(uuids(&v), ["GPU-bbbb"]);
+        let via: Vec<&str> = v.unknown.iter().map(|u| u.via.as_str()).collect();
+        assert_eq!(via, ["amd.com/gpu=9", "amd.com/gpu=x"]);
+        assert!(v.unknown.iter().all(|u| u.cdi));
+        det.amd_cdi[1].name = "all".into();
+        assert_eq!(amd_gpus(&c, &det, &h).gpus.len(), 3);
         assert_eq!(range("3-1"), None);
         assert_eq!(range("0-99999999"), None);
     }

@@ -2,8 +2,8 @@
 //! the host-wide audit of the spec directories ([`audit`]).
 
 use super::{
-    driver_version_in, split_name, CdiSpecs, Cut, Edits, HostPaths, Index, NotChecked, PathState,
-    Resolved, SpecEntry, SpecState, GENERATED_KINDS, MAX_DEVICES,
+    driver_version_in, split_name, CdiSpecs, Cut, DeviceNode, Edits, HostPaths, Index, NotChecked,
+    PathState, Resolved, SpecEntry, SpecState, AMD_KIND, GENERATED_KINDS, MAX_DEVICES,
 };
 use crate::core::decision::{Check, Finding, Severity};
 use crate::core::sanitize::esc;
@@ -25,10 +25,20 @@ struct Lacks {
     stale: Vec<(String, String)>,
     /// What is missing, as a phrase ("mount /x", "device node /dev/y").
     missing: Vec<String>,
+    /// Device nodes of an AMD spec whose numbers are not the host's, as a
+    /// phrase ("/dev/kfd is 510:0 in the spec, 511:0 on this host").
+    nodes: Vec<String>,
 }
 
-/// Checks one set of edits against the host.
-fn check_edits(edits: &Edits, driver: Option<&str>, host: &dyn HostPaths, lacks: &mut Lacks) {
+/// Checks one set of edits against the host; `amd`: of AMD's kind, whose
+/// described device nodes must be the host's ([`AMD_KIND`]).
+fn check_edits(
+    edits: &Edits,
+    driver: Option<&str>,
+    host: &dyn HostPaths,
+    amd: bool,
+    lacks: &mut Lacks,
+) {
     let stale_or = |p: &str, lacks: &mut Lacks| -> bool {
         match (driver_version_in(p), driver) {
             (Some(v), Some(d)) if v != d => {
@@ -54,6 +64,10 @@ fn check_edits(edits: &Edits, driver: Option<&str>, host: &dyn HostPaths, lacks:
         let Some(p) = d.host_path.as_deref().or(d.path.as_deref()) else {
             continue;
         };
+        if described && amd && p.starts_with('/') {
+            node_numbers(d, p, host, lacks);
+            continue;
+        }
         if described || !p.starts_with('/') {
             continue;
         }
@@ -84,12 +98,47 @@ fn check_edits(edits: &Edits, driver: Option<&str>, host: &dyn HostPaths, lacks:
     }
 }
 
+/// An AMD spec's described character device against the host's node at
+/// the same path: missing, not a device, or other numbers.
+fn node_numbers(d: &DeviceNode, p: &str, host: &dyn HostPaths, lacks: &mut Lacks) {
+    if d.kind.as_deref() != Some("c") {
+        return;
+    }
+    let (major, minor) = (d.major.unwrap_or(0), d.minor.unwrap_or(0));
+    match host.state(p, false) {
+        PathState::Missing => lacks.missing.push(format!("device node {p}")),
+        PathState::Other => lacks
+            .missing
+            .push(format!("device node {p} (not a device)")),
+        PathState::Device => {
+            let Some((hmaj, hmin)) = host.char_numbers(p) else {
+                return;
+            };
+            let same =
+                u64::try_from(major).ok() == Some(hmaj) && u64::try_from(minor).ok() == Some(hmin);
+            if !same {
+                lacks.nodes.push(format!(
+                    "{p} is {major}:{minor} in the spec, {hmaj}:{hmin} on this host"
+                ));
+            }
+        }
+        PathState::Unknown(_) => {}
+    }
+}
+
 /// `nvidia-ctk cdi generate --output=PATH` for the spec at `path` (the
 /// toolkit's `--format` follows the file's extension only when given), and
 /// NVIDIA's refresh unit where it is installed
 /// (deployments/systemd/nvidia-cdi-refresh.service, which writes
 /// /var/run/cdi/nvidia.yaml).
-fn regenerate(path: &str, refresh_unit: bool) -> String {
+fn regenerate(path: &str, kind: &str, refresh_unit: bool) -> String {
+    if kind == AMD_KIND {
+        // amd-ctk writes JSON whatever the name (internal/cdi `WriteSpec`).
+        return format!(
+            "regenerate the spec for this host's devices: amd-ctk cdi generate --output={}",
+            esc(path)
+        );
+    }
     let format = if path.ends_with(".json") {
         " --format=json"
     } else {
@@ -114,9 +163,10 @@ fn listed(items: impl IntoIterator<Item = String>) -> Vec<String> {
     out
 }
 
-/// The findings for what one spec's edits lack.
+/// The findings for what one spec (of `kind`) edits lack.
 fn lack_findings(
     path: &str,
+    kind: &str,
     what: &str,
     lacks: Lacks,
     driver: Option<&str>,
@@ -124,7 +174,23 @@ fn lack_findings(
     refresh_unit: bool,
 ) -> Vec<Finding> {
     let mut out = Vec::new();
-    let fix = regenerate(path, refresh_unit);
+    let fix = regenerate(path, kind, refresh_unit);
+    if let Some(first) = lacks.nodes.first() {
+        out.push(
+            Finding::new(
+                Check::Host,
+                severity,
+                format!(
+                    "CDI spec {} describes device nodes this host no longer has ({}{}): {what} would get nodes that reach no GPU, or another GPU than asked for (amdkfd draws its major at each boot; render minors move when GPUs change)",
+                    esc(path),
+                    esc(first),
+                    if lacks.nodes.len() > 1 { ", ..." } else { "" }
+                ),
+            )
+            .with_fix(fix.clone())
+            .with_details(listed(lacks.nodes.iter().cloned())),
+        );
+    }
     if let Some((first, _)) = lacks.stale.first() {
         let old: BTreeSet<&str> = lacks.stale.iter().map(|(_, v)| v.as_str()).collect();
         let old: Vec<&str> = old.into_iter().collect();
@@ -169,8 +235,9 @@ fn lack_findings(
 #[derive(Default)]
 struct Gathered<'a> {
     out: Vec<Finding>,
-    /// Per spec file: the devices whose edits were checked, and what lacks.
-    checked: Vec<(&'a str, Vec<String>, Lacks)>,
+    /// Per spec file (and its kind): the devices whose edits were
+    /// checked, and what lacks.
+    checked: Vec<(&'a str, &'a str, Vec<String>, Lacks)>,
     /// Spec files whose top-level edits were checked.
     seen_top: BTreeSet<&'a str>,
     /// Files not read that might change what a device gets, with the
@@ -192,19 +259,21 @@ impl<'a> Gathered<'a> {
         driver: Option<&str>,
         host: &dyn HostPaths,
     ) {
-        let i = match self.checked.iter().position(|(p, _, _)| *p == e.path) {
+        let i = match self.checked.iter().position(|(p, _, _, _)| *p == e.path) {
             Some(i) => i,
             None => {
-                self.checked.push((&e.path, Vec::new(), Lacks::default()));
+                self.checked
+                    .push((&e.path, &s.kind, Vec::new(), Lacks::default()));
                 self.checked.len() - 1
             }
         };
-        let (_, devices, lacks) = &mut self.checked[i];
+        let (_, _, devices, lacks) = &mut self.checked[i];
         devices.push(q.to_string());
+        let amd = s.kind == AMD_KIND;
         if self.seen_top.insert(&e.path) {
-            check_edits(&s.edits, driver, host, lacks);
+            check_edits(&s.edits, driver, host, amd, lacks);
         }
-        check_edits(dev, driver, host, lacks);
+        check_edits(dev, driver, host, amd, lacks);
     }
 }
 
@@ -285,11 +354,12 @@ fn checked_requests(requested: &[String]) -> Vec<(&str, &str, &str)> {
 /// read (errors before warnings, so that no refusal is cut from the list).
 fn finish(g: Gathered, specs: &CdiSpecs, driver: Option<&str>) -> Vec<Finding> {
     let mut out = g.out;
-    for (path, devices, mut lacks) in g.checked {
+    for (path, kind, devices, mut lacks) in g.checked {
         dedup(&mut lacks);
         let what = devices.join(", ");
         out.extend(lack_findings(
             path,
+            kind,
             &what,
             lacks,
             driver,
@@ -332,6 +402,10 @@ struct Memo<'h> {
 }
 
 impl HostPaths for Memo<'_> {
+    fn char_numbers(&self, path: &str) -> Option<(u64, u64)> {
+        self.inner.char_numbers(path)
+    }
+
     fn state(&self, path: &str, nofollow: bool) -> PathState {
         let key = (path.to_string(), nofollow);
         if let Some(s) = self.seen.borrow().get(&key) {
@@ -422,7 +496,9 @@ fn unread_for<'a>(specs: &'a CdiSpecs, kind: &str) -> Vec<&'a SpecEntry> {
 }
 
 fn missing_finding(device: &str, kind: &str, specs: &CdiSpecs) -> Finding {
-    let fix = if kind.starts_with("nvidia.com/") {
+    let fix = if kind == AMD_KIND {
+        "generate the spec: amd-ctk cdi generate (amd-ctk cdi list shows the devices it defines: one per GPU, numbered in PCI bus order, and all)".to_string()
+    } else if kind.starts_with("nvidia.com/") {
         "generate the spec: nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml (nvidia-ctk cdi list shows the devices it defines)".to_string()
     } else {
         format!(
@@ -494,7 +570,8 @@ fn not_read_finding(e: &SpecEntry, severity: Severity) -> Finding {
 
 /// `gpu-guard host`'s warnings about the spec directories: every problem
 /// the reader met, every spec others could have written, and for each
-/// spec of an NVIDIA kind (`kinds`) what its devices lack on this host.
+/// spec of an NVIDIA kind (`kinds`) or AMD's what its devices lack on this
+/// host.
 pub fn audit(
     specs: &CdiSpecs,
     kinds: &[&str],
@@ -526,18 +603,21 @@ pub fn audit(
             }
             continue;
         };
-        if !kinds.contains(&s.kind.as_str()) || GENERATED_KINDS.contains(&s.kind.as_str()) {
+        let amd = s.kind == AMD_KIND;
+        if !(amd || kinds.contains(&s.kind.as_str())) || GENERATED_KINDS.contains(&s.kind.as_str())
+        {
             continue;
         }
         let mut lacks = Lacks::default();
-        check_edits(&s.edits, driver, host, &mut lacks);
+        check_edits(&s.edits, driver, host, amd, &mut lacks);
         for (_, d) in &s.devices {
-            check_edits(d, driver, host, &mut lacks);
+            check_edits(d, driver, host, amd, &mut lacks);
         }
         dedup(&mut lacks);
         let what = format!("containers that use {}", esc(&s.kind));
         out.extend(lack_findings(
             &e.path,
+            &s.kind,
             &what,
             lacks,
             driver,
@@ -554,4 +634,6 @@ fn dedup(l: &mut Lacks) {
     l.stale.retain(|(p, _)| seen.insert(p.clone()));
     let mut seen = BTreeSet::new();
     l.missing.retain(|p| seen.insert(p.clone()));
+    let mut seen = BTreeSet::new();
+    l.nodes.retain(|p| seen.insert(p.clone()));
 }

@@ -36,6 +36,19 @@ pub use judge::MAX_CHECKED;
 pub use judge::{audit, judge};
 pub use nesting::{may_nest_deeper, MAX_NESTING};
 
+/// AMD's GPU kind: `amd-ctk cdi generate` writes one spec of it
+/// (ROCm/container-toolkit internal/cdi/cdi.go: `/etc/cdi/amd.json` by
+/// default), a device per GPU named by its number, and `all`. Each device
+/// node it writes carries the host node's type, major and minor as they
+/// were when it ran (internal/amdgpu `GetAMDGPU` stats the node), and the
+/// CDI runtime creates the container's node from those numbers without
+/// looking at the host (container-edits.go `fillMissingInfo` only fills
+/// what is missing). So after amdkfd drew another dynamic major at boot,
+/// or the render minors moved (a GPU added, removed or reordered), the
+/// spec gives containers nodes that reach no GPU or another one: such a
+/// spec is stale, as NVIDIA's is after a driver upgrade.
+pub const AMD_KIND: &str = "amd.com/gpu";
+
 /// Kinds whose specs NVIDIA's runtime writes afresh for every container
 /// (internal/modifier/cdi.go, automaticDeviceKind): never stale, never in
 /// the spec directories.
@@ -92,6 +105,8 @@ pub struct DeviceNode {
     pub kind: Option<String>,
     #[serde(default)]
     pub major: Option<i64>,
+    #[serde(default)]
+    pub minor: Option<i64>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -270,6 +285,12 @@ pub trait HostPaths {
     /// The state of `path`: through symlinks, or of the link itself when
     /// `nofollow`.
     fn state(&self, path: &str, nofollow: bool) -> PathState;
+
+    /// The (major, minor) of the character device at `path` (through
+    /// symlinks); None when it is not one or cannot be told.
+    fn char_numbers(&self, _path: &str) -> Option<(u64, u64)> {
+        None
+    }
 }
 
 /// A fully qualified CDI name split into kind and device (`nvidia.com/gpu=0`).
@@ -575,6 +596,87 @@ kind: nvidia.com/gpu
         let described = "cdiVersion: 0.6.0\nkind: nvidia.com/gpu\ndevices:\n- name: x\n  containerEdits:\n    deviceNodes:\n    - {path: /dev/nvidia9, type: c, major: 195, minor: 9}\n";
         let s = specs(vec![entry("/etc/cdi/x.yaml", 0, spec(described))]);
         assert!(judge(&["nvidia.com/gpu=x".into()], &s, Some(DRIVER), &h).is_empty());
+    }
+
+    /// A host with AMD's nodes at these numbers.
+    struct AmdHost(BTreeMap<&'static str, (u64, u64)>);
+
+    impl HostPaths for AmdHost {
+        fn state(&self, path: &str, _: bool) -> PathState {
+            match self.0.get(path) {
+                Some(_) => PathState::Device,
+                None => PathState::Missing,
+            }
+        }
+
+        fn char_numbers(&self, path: &str) -> Option<(u64, u64)> {
+            self.0.get(path).copied()
+        }
+    }
+
+    /// A spec as `amd-ctk cdi generate` writes it: kfd at major `kfd`.
+    fn amd_json(kfd: u64) -> String {
+        let node = |p: &str, major: u64, minor: u64| {
+            format!(
+                r#"{{"path":"{p}","type":"c","major":{major},"minor":{minor},"fileMode":8624,"permissions":"rwm","uid":0,"gid":109}}"#
+            )
+        };
+        let kfd = node("/dev/kfd", kfd, 0);
+        let r0 = node("/dev/dri/renderD128", 226, 128);
+        let r1 = node("/dev/dri/renderD136", 226, 136);
+        format!(
+            r#"{{"cdiVersion":"0.6.0","kind":"amd.com/gpu","devices":[
+            {{"name":"0","containerEdits":{{"deviceNodes":[{r0},{kfd}]}}}},
+            {{"name":"1","containerEdits":{{"deviceNodes":[{r1},{kfd}]}}}},
+            {{"name":"all","containerEdits":{{"deviceNodes":[{r0},{r1},{kfd}]}}}}]}}"#
+        )
+    }
+
+    #[test]
+    fn an_amd_spec_whose_nodes_moved_is_stale() {
+        let host = AmdHost(BTreeMap::from([
+            ("/dev/kfd", (511, 0)),
+            ("/dev/dri/renderD128", (226, 128)),
+            ("/dev/dri/renderD136", (226, 136)),
+        ]));
+        let at = |kfd| specs(vec![entry("/etc/cdi/amd.json", 0, spec(&amd_json(kfd)))]);
+        let one = vec!["amd.com/gpu=1".to_string()];
+        assert!(judge(&one, &at(511), None, &host).is_empty());
+        // Generated before a reboot that gave amdkfd another major.
+        let f = judge(&one, &at(510), None, &host);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!((f[0].check, f[0].severity), (Check::Host, Severity::Error));
+        assert!(
+            f[0].message
+                .contains("/dev/kfd is 510:0 in the spec, 511:0 on this host"),
+            "{}",
+            f[0].message
+        );
+        assert!(
+            f[0].fix
+                .as_deref()
+                .unwrap()
+                .contains("amd-ctk cdi generate --output=/etc/cdi/amd.json"),
+            "{:?}",
+            f[0].fix
+        );
+        // A GPU gone: its render node is missing.
+        let mut gone = AmdHost(host.0.clone());
+        gone.0.remove("/dev/dri/renderD136");
+        let f = judge(&one, &at(511), None, &gone);
+        assert!(f[0].message.contains("renderD136"), "{f:?}");
+        assert!(f[0].fix.as_deref().unwrap().contains("amd-ctk"));
+        // The audit `host` and `doctor` print sees the same, as a warning.
+        let a = audit(&at(510), &["nvidia.com/gpu"], None, &host);
+        assert_eq!(a.len(), 1, "{a:?}");
+        assert_eq!(a[0].severity, Severity::Warning);
+        // An undefined AMD device names AMD's tool.
+        let f = judge(&["amd.com/gpu=7".into()], &at(511), None, &host);
+        assert!(f[0]
+            .fix
+            .as_deref()
+            .unwrap()
+            .contains("amd-ctk cdi generate"));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The real webhook over TLS against a real registry: pods with several
 //! GPU containers whose needs leave no node, containers whose own env
-//! changes what the node decides, the RuntimeClass set on GPU pods, and
-//! the needs annotation cut between tokens.
+//! changes what the node decides, the RuntimeClass set on GPU pods, the
+//! needs annotation cut between tokens, and pods asking for AMD GPUs.
 
 use crate::hook_bin::{admits, pod, push_image, Hook};
 use crate::k8s_rules::gfd_labels;
@@ -190,5 +190,76 @@ fn runtime_class_for_gpu_pods_and_the_annotation_cut_between_tokens() {
         "cut inside a token: ...{} | {}",
         &body[body.len().saturating_sub(40)..],
         &full[body.len()..body.len() + 20]
+    );
+}
+
+fn amd_labels(gfx: &str) -> crate::k8s_rules::Labels {
+    [
+        ("kubernetes.io/os", "linux"),
+        ("gpu-guard.io/vendor", "amd"),
+        ("gpu-guard.io/amd.gfx", gfx),
+        ("amd.com/gpu.family", "AI"),
+        ("amd.com/gpu.driver-version", "6.12.12"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+/// A pod asking for AMD's resource (`amd.com/gpu`) is placed by its image's
+/// AMD code objects (tests/data/hip/hipcc-multi.so: gfx1030, gfx906,
+/// gfx90a:xnack+) on AMD nodes only; a CUDA image in an NVIDIA pod is kept
+/// off AMD nodes; a CUDA image asking for AMD GPUs has no node.
+#[test]
+fn amd_pods_are_placed_by_their_code_objects() {
+    use crate::registry_support::{layer, oci_layout};
+    let Some(reg) = Registry::start(false, false) else {
+        return;
+    };
+    let lib =
+        std::fs::read(crate::hook_bin::repo_root().join("tests/data/hip/hipcc-multi.so")).unwrap();
+    let dir = crate::support::TempDir::new("rocm-img");
+    let l = layer(&[
+        ("opt/rocm/lib/librocsparse.so.1", &lib[..]),
+        ("opt/rocm/.info/version", &b"6.4.0-47"[..]),
+    ]);
+    oci_layout(&dir, &["PATH=/opt/rocm/bin:/usr/bin"], &[l]);
+    reg.push(&dir, "amd/rocm", "1");
+    push_image(
+        &reg,
+        "amd/cuda",
+        "1",
+        &["NVIDIA_REQUIRE_CUDA=cuda>=12.0", "CUDA_VERSION=12.4.1"],
+    );
+    let Some(h) = Hook::start(&[plain(&reg)]) else {
+        return;
+    };
+    let (rocm, cuda) = (
+        format!("{}/amd/rocm:1", reg.host),
+        format!("{}/amd/cuda:1", reg.host),
+    );
+    let amd_pod = |name: &str, image: &str| {
+        let mut p = pod(name, &[("c", image, serde_json::Value::Null)]);
+        p["spec"]["containers"][0]["resources"] = json!({"limits": {"amd.com/gpu": "1"}});
+        p
+    };
+    let (resp, p, _) = h.review(&amd_pod("rocm", &rocm));
+    assert_eq!(resp["allowed"], true, "{resp}");
+    assert!(admits(&p, &amd_labels("gfx1030")), "{p}");
+    assert!(admits(&p, &amd_labels("gfx906")), "{p}");
+    assert!(!admits(&p, &amd_labels("gfx942")), "{p}");
+    assert!(!admits(&p, &gfd_labels("550.54.15", "12.4")), "{p}");
+    // The CUDA image in an NVIDIA pod: NVIDIA nodes, no AMD node.
+    let (resp, p, _) = h.review(&pod("cuda", &[("c", &cuda, serde_json::Value::Null)]));
+    assert_eq!(resp["allowed"], true, "{resp}");
+    assert!(admits(&p, &gfd_labels("550.54.15", "12.4")), "{p}");
+    assert!(!admits(&p, &amd_labels("gfx1030")), "{p}");
+    // The CUDA image asking for AMD GPUs: no node could run it.
+    let (resp, _, _) = h.review(&amd_pod("cuda-on-amd", &cuda));
+    assert_eq!(resp["allowed"], false, "{resp}");
+    let msg = resp["status"]["message"].as_str().unwrap_or("");
+    assert!(
+        msg.contains("cannot run on any GPU node") && msg.contains("built for CUDA"),
+        "{msg}"
     );
 }
