@@ -20,7 +20,7 @@
 //!   the same (super::label_amd);
 //! - one GPU: the labels do not count AMD GPUs.
 
-use super::nodes::{NodeLabels, NodesError};
+use super::node_labels::{NodeLabels, NodesError};
 use super::{labels, Host, HostFacts as Facts, LabelInfo};
 use crate::core::amd::rocm::DKMS_RELEASE;
 use crate::core::facts::{Gpu, HostFacts, HostReport, Vendor};
