@@ -15,7 +15,7 @@ fn data(rel: &str) -> PathBuf {
         .join(rel)
 }
 
-fn put(root: &Path, rel: &str, text: &str, mode: u32) {
+pub(crate) fn put(root: &Path, rel: &str, text: &str, mode: u32) {
     let p = root.join(rel);
     fs::create_dir_all(p.parent().unwrap()).unwrap();
     fs::write(&p, text).unwrap();
@@ -92,7 +92,7 @@ fn install(root: &Path, args: &[&str]) -> (Option<i32>, String) {
 }
 
 /// `doctor --json --host-root ROOT`: exit status and the report.
-fn doctor(root: &Path) -> (i32, serde_json::Value) {
+pub(crate) fn doctor(root: &Path) -> (i32, serde_json::Value) {
     let o = bin()
         .args(["doctor", "--json", "--host-root"])
         .arg(root)
@@ -120,7 +120,7 @@ fn check<'a>(v: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
 }
 
 /// `name` has `status`, its message has every word, and a non-ok check has a fix.
-fn expect(v: &serde_json::Value, name: &str, status: &str, words: &[&str]) {
+pub(crate) fn expect(v: &serde_json::Value, name: &str, status: &str, words: &[&str]) {
     let c = check(v, name);
     assert_eq!(c["status"], status, "{name}: {c:#}");
     let m = c["message"].as_str().unwrap();

@@ -6,6 +6,7 @@
 //! render/video, no amdgpu module, `/dev/kfd` with no KFD GPU; and no AMD
 //! checks at all on a node without AMD GPUs or `/dev/kfd`.
 
+use crate::doctor::{doctor, expect, put};
 use crate::install_support::{bin, tempdir};
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -14,13 +15,6 @@ use std::path::{Path, PathBuf};
 /// amdkfd's dynamic major on the fake host.
 const KFD_MAJOR: u64 = 510;
 const PROC_DEVICES: &str = "Character devices:\n  1 mem\n226 drm\n510 kfd\n";
-
-fn put(root: &Path, rel: &str, text: &str, mode: u32) {
-    let p = root.join(rel);
-    fs::create_dir_all(p.parent().unwrap()).unwrap();
-    fs::write(&p, text).unwrap();
-    fs::set_permissions(&p, fs::Permissions::from_mode(mode)).unwrap();
-}
 
 fn copy_tree(from: &Path, to: &Path) {
     fs::create_dir_all(to).unwrap();
@@ -86,45 +80,12 @@ fn mi210(tag: &str) -> Option<PathBuf> {
     Some(root)
 }
 
-fn doctor(root: &Path) -> (i32, serde_json::Value) {
-    let o = bin()
-        .args(["doctor", "--json", "--host-root"])
-        .arg(root)
-        .env_remove("GPU_GUARD_CONFIG")
-        .output()
-        .unwrap();
-    let v = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
-        panic!(
-            "{e}: {}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )
-    });
-    (o.status.code().unwrap_or(-1), v)
-}
-
 fn find<'a>(v: &'a serde_json::Value, name: &str) -> Option<&'a serde_json::Value> {
     v["checks"]
         .as_array()
         .unwrap()
         .iter()
         .find(|c| c["name"] == name)
-}
-
-/// `name` has `status` and every word in its message; a non-ok check a fix.
-fn expect(v: &serde_json::Value, name: &str, status: &str, words: &[&str]) {
-    let c = find(v, name).unwrap_or_else(|| panic!("no check {name}: {v:#}"));
-    assert_eq!(c["status"], status, "{name}: {c:#}");
-    let m = c["message"].as_str().unwrap();
-    for w in words {
-        assert!(m.contains(w), "{name}: missing {w:?}: {m}");
-    }
-    if status != "ok" {
-        assert!(
-            c["fix"].as_str().is_some_and(|f| !f.is_empty()),
-            "{name} has no fix: {c:#}"
-        );
-    }
 }
 
 #[test]
