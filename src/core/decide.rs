@@ -222,10 +222,19 @@ fn device_findings(det: &Detection, facts: &HostFacts, out: &mut Vec<Finding>) -
     visible
 }
 
-/// Findings for the host faults the probe met.
-fn host_findings(host: &HostReport, visible: &[&Gpu], cfg: &Config, out: &mut Vec<Finding>) {
+/// Findings for the host faults the probe met. A container of AMD GPUs
+/// only (`amd_only`) does not need NVIDIA's driver: the probe's "no
+/// NVIDIA driver" is not its fault.
+fn host_findings(
+    host: &HostReport,
+    visible: &[&Gpu],
+    cfg: &Config,
+    amd_only: bool,
+    out: &mut Vec<Finding>,
+) {
     for p in &host.problems {
         let f = match &p.kind {
+            HostProblemKind::NoDriver if amd_only => continue,
             HostProblemKind::NoDriver | HostProblemKind::Untrusted => {
                 Finding::error(Check::Host, p.message.clone())
             }
@@ -299,7 +308,7 @@ fn host_and_requirement_findings<'a>(
             let amd = amd_findings(inp, facts, &nvidia, findings);
             visible = nvidia.iter().chain(&amd).copied().collect();
             d.visible_gpus = Some(visible.iter().map(|g| g.index).collect());
-            host_findings(host, &visible, cfg, findings);
+            host_findings(host, &visible, cfg, det.amd_only, findings);
             findings.extend(crate::core::health::findings(
                 &visible,
                 &facts.gpus,
@@ -332,7 +341,7 @@ fn host_and_requirement_findings<'a>(
             }
         }
         None => {
-            host_findings(host, &visible, cfg, findings);
+            host_findings(host, &visible, cfg, det.amd_only, findings);
             if host.problems.is_empty() {
                 findings.push(Finding::error(
                     Check::Host,
