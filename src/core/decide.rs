@@ -5,6 +5,7 @@
 //! runs the scans, then calls [`decide`]; every entry point carries out the
 //! result. Nothing here does I/O.
 
+use crate::core::amd::visible::{AmdUnknown, Named};
 use crate::core::compat::CompatScan;
 use crate::core::container::Container;
 use crate::core::decision::{Check, Decision, Finding, Rlimit, Verdict};
@@ -77,28 +78,10 @@ fn amd_findings<'a>(
 ) -> Vec<&'a Gpu> {
     let (c, det) = (inp.container, inp.detection);
     let v = crate::core::amd::visible::amd_gpus(c, det, facts);
+    // `/dev/kfd` and no render node of an AMD GPU: ROCm finds no GPU.
+    let blind = v.gpus.is_empty() && det.amd_nodes.kfd;
     for u in v.unknown.iter().take(8) {
-        let (asks, fix) = if u.cdi {
-            (
-                format!("CDI device {} asks for AMD GPU {}", esc(&u.via), esc(&u.name)),
-                "request a device of the host's AMD CDI spec (`amd-ctk cdi list`: amd.com/gpu=0 to N-1 in PCI bus order, or amd.com/gpu=all), or regenerate the spec with `amd-ctk cdi generate` if the GPUs changed",
-            )
-        } else {
-            (
-                format!("{} asks for AMD GPU {}", esc(&u.via), esc(&u.name)),
-                "request an AMD GPU this host has (its index among the AMD GPUs, or its UUID as `gpu-guard host` lists them), or `all`",
-            )
-        };
-        out.push(
-            Finding::error(
-                Check::Device,
-                format!(
-                    "{asks}, which this host does not have; host GPUs: {}",
-                    facts.gpu_list()
-                ),
-            )
-            .with_fix(fix),
-        );
+        out.push(amd_unknown_finding(u, facts, blind));
     }
     if !det.amd_signals.is_empty() && !facts.gpus.iter().any(|g| g.is_amd()) {
         let asked: Vec<String> = det.amd_signals.iter().map(|s| s.describe()).collect();
@@ -128,6 +111,75 @@ fn amd_findings<'a>(
         inp.scanned,
     ));
     v.gpus
+}
+
+/// A GPU the container names that the host does not have. A render node
+/// that is no AMD GPU's is an error only where the container then sees no
+/// AMD GPU (`blind`): beside one that is, it may be another vendor's
+/// (an integrated GPU's, with `--device=/dev/dri`), which ROCm skips.
+fn amd_unknown_finding(u: &AmdUnknown, facts: &HostFacts, blind: bool) -> Finding {
+    let hosts = format!("host GPUs: {}", facts.gpu_list());
+    let (f, fix) = match u.how {
+        Named::Cdi => (
+            Finding::error(
+                Check::Device,
+                format!(
+                    "CDI device {} asks for AMD GPU {}, which this host does not have; {hosts}",
+                    esc(&u.via),
+                    esc(&u.name)
+                ),
+            ),
+            "request a device of the host's AMD CDI spec (`amd-ctk cdi list`: amd.com/gpu=0 to N-1 in PCI bus order, or amd.com/gpu=all), or regenerate the spec with `amd-ctk cdi generate` if the GPUs changed".to_string(),
+        ),
+        Named::Env => (
+            Finding::error(
+                Check::Device,
+                format!(
+                    "{} asks for AMD GPU {}, which this host does not have; {hosts}",
+                    esc(&u.via),
+                    esc(&u.name)
+                ),
+            ),
+            "request an AMD GPU this host has (its index among the AMD GPUs, or its UUID as `gpu-guard host` lists them), or `all`".to_string(),
+        ),
+        Named::RenderNode => {
+            let message = format!(
+                "device {} is the render node of no AMD GPU on this host{}; {hosts}; AMD render nodes: {}",
+                esc(&u.via),
+                if blind {
+                    ": the container gets /dev/kfd and no AMD GPU's render node, so ROCm in it finds no GPU (hipErrorNoDevice)"
+                } else {
+                    " (another vendor's GPU, or none): ROCm does not use it"
+                },
+                amd_render_nodes(facts)
+            );
+            let f = if blind {
+                Finding::error(Check::Device, message)
+            } else {
+                Finding::warning(Check::Device, message)
+            };
+            (f, "pass the render node of an AMD GPU this host has (`gpu-guard host --json` gives each AMD GPU's render_node), e.g. `--device=/dev/kfd --device=/dev/dri/renderD128`, or every render node with `--device=/dev/dri`".to_string())
+        }
+    };
+    f.with_fix(fix)
+}
+
+/// The host's AMD render nodes, for messages.
+fn amd_render_nodes(facts: &HostFacts) -> String {
+    let nodes: Vec<String> = facts
+        .gpus
+        .iter()
+        .filter(|g| g.is_amd())
+        .filter_map(|g| {
+            let n = g.render_node.as_deref()?;
+            Some(format!("{} (AMD GPU {})", esc(n), g.index))
+        })
+        .collect();
+    if nodes.is_empty() {
+        "none known".to_string()
+    } else {
+        nodes.join(", ")
+    }
 }
 
 fn device_findings(det: &Detection, facts: &HostFacts, out: &mut Vec<Finding>) -> Vec<usize> {
@@ -170,10 +222,19 @@ fn device_findings(det: &Detection, facts: &HostFacts, out: &mut Vec<Finding>) -
     visible
 }
 
-/// Findings for the host faults the probe met.
-fn host_findings(host: &HostReport, visible: &[&Gpu], cfg: &Config, out: &mut Vec<Finding>) {
+/// Findings for the host faults the probe met. A container of AMD GPUs
+/// only (`amd_only`) does not need NVIDIA's driver: the probe's "no
+/// NVIDIA driver" is not its fault.
+fn host_findings(
+    host: &HostReport,
+    visible: &[&Gpu],
+    cfg: &Config,
+    amd_only: bool,
+    out: &mut Vec<Finding>,
+) {
     for p in &host.problems {
         let f = match &p.kind {
+            HostProblemKind::NoDriver if amd_only => continue,
             HostProblemKind::NoDriver | HostProblemKind::Untrusted => {
                 Finding::error(Check::Host, p.message.clone())
             }
@@ -247,7 +308,7 @@ fn host_and_requirement_findings<'a>(
             let amd = amd_findings(inp, facts, &nvidia, findings);
             visible = nvidia.iter().chain(&amd).copied().collect();
             d.visible_gpus = Some(visible.iter().map(|g| g.index).collect());
-            host_findings(host, &visible, cfg, findings);
+            host_findings(host, &visible, cfg, det.amd_only, findings);
             findings.extend(crate::core::health::findings(
                 &visible,
                 &facts.gpus,
@@ -280,7 +341,7 @@ fn host_and_requirement_findings<'a>(
             }
         }
         None => {
-            host_findings(host, &visible, cfg, findings);
+            host_findings(host, &visible, cfg, det.amd_only, findings);
             if host.problems.is_empty() {
                 findings.push(Finding::error(
                     Check::Host,

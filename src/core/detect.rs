@@ -60,6 +60,8 @@
 
 mod devices;
 
+pub use devices::{AmdNodes, RenderNode};
+
 use crate::core::container::Container;
 use crate::core::facts::HostFacts;
 use crate::core::policy::{DetectConfig, EnvRequests, NvidiaDeviceSettings};
@@ -165,6 +167,9 @@ pub struct Detection {
     /// the qualified name. core::amd::visible says which GPUs they are;
     /// they are in `cdi_devices` too, for the spec check (core::cdi).
     pub amd_cdi: Vec<DeviceRef>,
+    /// AMD's device nodes, which of them (devices::AmdNodes): the render
+    /// nodes by minor, whether every render node or `/dev/kfd` is given.
+    pub amd_nodes: AmdNodes,
     /// Names in `request.devices`: a list of 100,000 names must not cost
     /// 100,000² comparisons.
     named: HashSet<String>,
@@ -359,6 +364,7 @@ pub fn classify_with(c: &Container, cfg: &DetectConfig) -> Detection {
     }
     d.amd_signals = std::mem::take(&mut attached.amd_signals);
     d.amd_cdi = std::mem::take(&mut attached.amd_cdi);
+    d.amd_nodes = std::mem::take(&mut attached.amd_nodes);
     if c.assume_attached || !d.amd_signals.is_empty() || chains_amd_runtime(c) {
         if let Some(v) = amd_env_request(c) {
             d.amd_signals.push(Signal::AmdVisibleDevices(v.to_string()));
@@ -856,5 +862,45 @@ mod tests {
         let (_, unknown) = r("5,GPU-zzz");
         assert_eq!(unknown.len(), 2);
         assert_eq!(unknown[0].device.name, "5");
+    }
+
+    #[test]
+    fn amd_render_nodes_by_number_whatever_their_path() {
+        use crate::core::container::DeviceNode;
+        use crate::core::device_table::HostMajors;
+        let node = |path: &str, major, minor| DeviceNode {
+            path: path.into(),
+            kind: "c".into(),
+            major,
+            minor,
+        };
+        let c = Container {
+            device_nodes: vec![
+                node("/dev/kfd", 235, 0),
+                node("/dev/gpu-b", 226, 129),
+                node("/dev/dri/renderD129", 226, 129),
+                node("/dev/dri/card1", 226, 1),
+            ],
+            ..Default::default()
+        };
+        let cfg = DetectConfig {
+            majors: HostMajors::new([("kfd".to_string(), 235)]),
+            ..Default::default()
+        };
+        let d = classify_with(&c, &cfg);
+        assert!(d.gpu && d.amd_only);
+        assert!(d.amd_nodes.kfd && !d.amd_nodes.all_render);
+        let minors: Vec<u32> = d.amd_nodes.render.iter().map(|n| n.minor).collect();
+        assert_eq!(minors, [129], "once, the card node not a render node");
+        assert_eq!(d.amd_nodes.render[0].shown, "/dev/gpu-b (c 226:129)");
+        // Without the host's kfd major, /dev/kfd counts by its path.
+        let d = classify(&c);
+        assert!(d.amd_nodes.kfd && d.amd_nodes.render.len() == 1);
+        let only_kfd = Container {
+            device_nodes: vec![node("/dev/kfd", 235, 0)],
+            ..Default::default()
+        };
+        let d = classify(&only_kfd);
+        assert!(d.gpu && d.amd_only && d.amd_nodes.render.is_empty());
     }
 }

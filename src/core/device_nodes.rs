@@ -1,5 +1,8 @@
-//! The NVIDIA device nodes a GPU container will use, judged (no I/O; the
-//! host side, crate::host::devnodes, reads them): `/dev/nvidiactl`,
+//! The device nodes a GPU container will use, judged (no I/O; the host
+//! side, crate::host::devnodes, reads them): the checks are every
+//! vendor's ([`judge`]), the wording and the faults each vendor's
+//! ([`Vendor`]; AMD's `/dev/kfd` and render nodes in core::amd::nodes).
+//! NVIDIA's: `/dev/nvidiactl`,
 //! `/dev/nvidia-uvm` (CUDA needs it) and `/dev/nvidiaN` of each GPU the
 //! container gets. NVIDIA's stack gives a container the host's nodes:
 //! libnvidia-container bind-mounts them (nvc_mount.c `mount_device`) and a
@@ -146,12 +149,39 @@ fn node_fault(n: &Node) -> Option<(bool, String, String)> {
     }
 }
 
+/// How one vendor's nodes are judged and worded: the checks are the same
+/// for every vendor's nodes (a character device of the driver's major
+/// that the container's user can open for reading and writing), what a
+/// fault means and how it is fixed are the vendor's.
+pub struct Vendor {
+    /// The fault of one node whatever the user: (is an error, message,
+    /// fix), None when it is a character device of its driver's major.
+    pub fault: fn(&Node) -> Option<(bool, String, String)>,
+    /// What the GPU runtime in the container reports without the node.
+    pub fails: &'static str,
+    /// How the nodes are made open to every user.
+    pub open_to_all: &'static str,
+}
+
+/// NVIDIA's nodes.
+pub const NVIDIA: Vendor = Vendor {
+    fault: node_fault,
+    fails: "CUDA will report \"no CUDA-capable device is detected\"",
+    open_to_all: "the driver's NVreg_DeviceFileMode=0666, or nvidia-modprobe's defaults",
+};
+
 /// The `host` findings for a container whose user is `user` (None: not
-/// judged for access) and that uses `nodes`.
+/// judged for access) and that uses NVIDIA's `nodes`.
 pub fn findings(nodes: &[Node], user: Option<&User>) -> Vec<Finding> {
+    judge(nodes, user, &NVIDIA)
+}
+
+/// The `host` findings for a container whose user is `user` (None: not
+/// judged for access) and that uses `vendor`'s `nodes`.
+pub fn judge(nodes: &[Node], user: Option<&User>, vendor: &Vendor) -> Vec<Finding> {
     let mut out = Vec::new();
     for n in nodes {
-        if let Some((error, message, fix)) = node_fault(n) {
+        if let Some((error, message, fix)) = (vendor.fault)(n) {
             let f = if error {
                 Finding::error(Check::Host, message)
             } else {
@@ -160,56 +190,59 @@ pub fn findings(nodes: &[Node], user: Option<&User>) -> Vec<Finding> {
             out.push(f.with_fix(fix));
             continue;
         }
-        let (
-            NodeKind::Char {
-                mode,
-                uid,
-                gid,
-                group,
-                ..
-            },
-            Some(u),
-        ) = (&n.kind, user)
-        else {
-            continue;
-        };
-        if can_open(u, *mode, *uid, *gid) {
-            continue;
+        if let Some(f) = access_finding(n, user, vendor) {
+            out.push(f);
         }
-        let who = match &group {
-            Some(g) => format!("add group {g} ({gid})"),
-            None => format!("add gid {gid}"),
-        };
-        out.push(
-            Finding::error(
-                Check::Host,
-                format!(
-                    "{} is {} ({}) and the container runs as uid {} gid {}{}: it cannot open it, and CUDA will report \"no CUDA-capable device is detected\"",
-                    n.path,
-                    mode_text(*mode),
-                    owner_text(*uid, *gid, group),
-                    u.uid,
-                    u.gid,
-                    if u.additional_gids.is_empty() {
-                        String::new()
-                    } else {
-                        format!(
-                            " (additional gids {})",
-                            u.additional_gids
-                                .iter()
-                                .map(u32::to_string)
-                                .collect::<Vec<_>>()
-                                .join(",")
-                        )
-                    }
-                ),
-            )
-            .with_fix(format!(
-                "{who} to the container (`docker run --group-add {gid}`, a pod's securityContext.supplementalGroups), or make the nodes accessible to all (the driver's NVreg_DeviceFileMode=0666, or nvidia-modprobe's defaults)"
-            )),
-        );
     }
     out
+}
+
+/// The finding of a character device `user` cannot open, if it cannot.
+fn access_finding(n: &Node, user: Option<&User>, vendor: &Vendor) -> Option<Finding> {
+    let (
+        NodeKind::Char {
+            mode,
+            uid,
+            gid,
+            group,
+            ..
+        },
+        Some(u),
+    ) = (&n.kind, user)
+    else {
+        return None;
+    };
+    if can_open(u, *mode, *uid, *gid) {
+        return None;
+    }
+    let who = match &group {
+        Some(g) => format!("add group {g} ({gid})"),
+        None => format!("add gid {gid}"),
+    };
+    let extra = if u.additional_gids.is_empty() {
+        String::new()
+    } else {
+        let gids: Vec<String> = u.additional_gids.iter().map(u32::to_string).collect();
+        format!(" (additional gids {})", gids.join(","))
+    };
+    Some(
+        Finding::error(
+            Check::Host,
+            format!(
+                "{} is {} ({}) and the container runs as uid {} gid {}{extra}: it cannot open it, and {}",
+                n.path,
+                mode_text(*mode),
+                owner_text(*uid, *gid, group),
+                u.uid,
+                u.gid,
+                vendor.fails
+            ),
+        )
+        .with_fix(format!(
+            "{who} to the container (`docker run --group-add {gid}`, a pod's securityContext.supplementalGroups), or make the nodes accessible to all ({})",
+            vendor.open_to_all
+        )),
+    )
 }
 
 /// The host's node problems for `gpu-guard host` and `doctor`, one line

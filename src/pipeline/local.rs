@@ -9,9 +9,11 @@
 //!   half) and the size of a bind-mounted `/dev/shm`'s source (statfs(2));
 //! - the CDI spec check of the devices the container asks for
 //!   (`host.cdi_spec_dirs`, core::cdi);
-//! - the NVIDIA device nodes it will use (core::device_nodes), on a host
-//!   that is probed (not described by `host.facts_file`), while the health
-//!   checks are on (`[health]`);
+//! - the device nodes it will use (core::device_nodes): NVIDIA's for its
+//!   NVIDIA GPUs, AMD's (`/dev/kfd` and the render nodes of the AMD GPUs
+//!   it gets, core::amd::nodes) for its AMD GPUs, on a host that is
+//!   probed (not described by `host.facts_file`), while the health checks
+//!   are on (`[health]`);
 //! - for `tuning.numa = "pin"`, the CPUs online and the memory nodes
 //!   (sysfs), which a cpuset may name.
 //!
@@ -57,7 +59,7 @@ pub(crate) fn read(
     let paths = crate::host::ProbePaths::from_env();
     // Part of the start-time health checks: off with them ([health]).
     let probed = cfg.host.facts_file.is_empty() && cfg.health.on();
-    if let Some(f) = facts.filter(|f| f.driver_version.is_some() && probed) {
+    if let Some(f) = facts.filter(|_| probed) {
         out.device_nodes = device_nodes(c, det, f, &paths);
     }
     if cfg.tuning.numa == NumaMode::Pin && !c.cpuset.is_set() {
@@ -70,22 +72,43 @@ pub(crate) fn read(
     out
 }
 
-/// The device-node findings of a container given its GPUs on this host.
+/// The device-node findings of a container given its GPUs on this host:
+/// NVIDIA's nodes where it gets NVIDIA GPUs from a host with NVIDIA's
+/// driver, AMD's where it gets AMD GPUs.
 fn device_nodes(
     c: &Container,
     det: &Detection,
     facts: &HostFacts,
     paths: &crate::host::ProbePaths,
 ) -> Vec<crate::core::decision::Finding> {
-    let (visible, _) = crate::core::detect::resolve(&det.request, facts);
-    let names = crate::host::devnodes::nvidia_names(visible.iter().map(|i| &facts.gpus[*i]));
-    let nodes = crate::host::devnodes::read(
-        &paths.dev,
-        paths.devices.as_deref(),
-        &names,
-        std::path::Path::new("/etc/group"),
-    );
-    crate::core::device_nodes::findings(&nodes, container_user(c).as_ref())
+    let user = container_user(c);
+    let group = std::path::Path::new("/etc/group");
+    let mut out = Vec::new();
+    if !det.amd_only && facts.driver_version.is_some() {
+        let (visible, _) = crate::core::detect::resolve(&det.request, facts);
+        let names = crate::host::devnodes::nvidia_names(visible.iter().map(|i| &facts.gpus[*i]));
+        let nodes =
+            crate::host::devnodes::read(&paths.dev, paths.devices.as_deref(), &names, group);
+        out.extend(crate::core::device_nodes::findings(&nodes, user.as_ref()));
+    }
+    let amd = crate::core::amd::visible::amd_gpus(c, det, facts);
+    if !amd.gpus.is_empty() {
+        let renders: Vec<String> = amd
+            .gpus
+            .iter()
+            .filter_map(|g| g.render_node.clone())
+            .collect();
+        // amdkfd's major is the host's /proc/devices' `kfd`: under the
+        // host root the KFD topology was read from.
+        let devices = paths.devices.clone().or_else(|| {
+            (paths.host_root != std::path::Path::new("/"))
+                .then(|| paths.host_root.join("proc/devices"))
+        });
+        let nodes =
+            crate::host::devnodes::read_amd(&paths.dev, devices.as_deref(), &renders, group);
+        out.extend(crate::core::amd::nodes::findings(&nodes, user.as_ref()));
+    }
+    out
 }
 
 /// The user runc runs the container's process as, when its ids are the

@@ -76,6 +76,16 @@ fn bundle(dir: &TempDir, lib: Option<&str>, devices: &[(&str, u32, u32)], env: &
 
 const KFD: [(&str, u32, u32); 2] = [("/dev/kfd", 235, 0), ("/dev/dri/renderD128", 226, 128)];
 
+/// `--device=/dev/kfd --device=/dev/dri` on the MI300X host: its two GPUs'
+/// render nodes (KFD `drm_render_minor` 128 and 136) and their card nodes.
+const MI300X_ALL: [(&str, u32, u32); 5] = [
+    ("/dev/kfd", 235, 0),
+    ("/dev/dri/card0", 226, 0),
+    ("/dev/dri/renderD128", 226, 128),
+    ("/dev/dri/card1", 226, 1),
+    ("/dev/dri/renderD136", 226, 136),
+];
+
 fn check(dir: &TempDir, b: &Path, host: &Path, extra: &[&str]) -> (i32, Value) {
     let o = Command::new(BIN)
         .arg("--config")
@@ -106,7 +116,7 @@ fn of_check<'a>(d: &'a Value, check: &str) -> Vec<&'a Value> {
 fn code_objects_are_judged_per_visible_gpu_with_the_container_env() {
     let dir = TempDir::new("amd-decide");
     let mi300x = facts(&dir, "mi300x");
-    let b = bundle(&dir, Some("hipcc-multi.so"), &KFD, &[]);
+    let b = bundle(&dir, Some("hipcc-multi.so"), &MI300X_ALL, &[]);
     let (_, d) = check(&dir, &b, &mi300x, &[]);
     assert_eq!(d["verdict"], "refuse", "{d}");
     let f = of_check(&d, "kernel-image");
@@ -129,6 +139,7 @@ fn code_objects_are_judged_per_visible_gpu_with_the_container_env() {
         "{d}"
     );
 
+    let b = bundle(&dir, Some("hipcc-multi.so"), &KFD, &[]);
     // MI210: gfx90a, XNACK per process. The library's gfx90a is xnack+ only:
     // refused with the default (off), loadable with HSA_XNACK=1.
     let mi210 = facts(&dir, "mi210");
@@ -250,4 +261,110 @@ fn an_image_for_the_other_vendor_is_a_vendor_error_both_ways() {
         "{d}"
     );
     assert_eq!(d["verdict"], "refuse");
+}
+
+/// The messages of `d`'s findings of `check`, joined.
+fn messages(d: &Value, check: &str) -> String {
+    of_check(d, check)
+        .iter()
+        .map(|f| f["message"].as_str().unwrap().to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn render_nodes_select_the_gpus_by_device_number() {
+    let dir = TempDir::new("amd-render");
+    let mi300x = facts(&dir, "mi300x");
+    // `--device=/dev/kfd --device=/dev/dri/renderD136`, the node renamed:
+    // the GPU whose KFD drm_render_minor is 136, AMD GPU 1, only.
+    let one = [("/dev/kfd", 235, 0), ("/dev/gpu-b", 226, 136)];
+    let b = bundle(&dir, Some("hipcc-multi.so"), &one, &[]);
+    let (code, d) = check(&dir, &b, &mi300x, &[]);
+    assert_eq!((code, &d["visible_gpus"]), (1, &json!([1])), "{d}");
+    let m = messages(&d, "kernel-image");
+    assert!(m.starts_with("AMD GPU 1 ") && m.contains("gfx942"), "{m}");
+    assert!(!m.contains("GPU 0") && !m.contains("GPUs 0"), "{m}");
+    // `/dev/kfd` alone, and every render node (`--device=/dev/dri`): both.
+    for nodes in [&one[..1], &MI300X_ALL[..]] {
+        let b = bundle(&dir, Some("hipcc-multi.so"), nodes, &[]);
+        let (_, d) = check(&dir, &b, &mi300x, &[]);
+        assert_eq!(d["visible_gpus"], json!([0, 1]), "{nodes:?}: {d}");
+        assert!(of_check(&d, "device").is_empty(), "{d}");
+    }
+    // A CUDA image on the render node of GPU 0: the vendor finding names
+    // that GPU only (a fresh rootfs: no HIP library).
+    let dir = TempDir::new("amd-render-cuda");
+    let b = bundle(
+        &dir,
+        None,
+        &[("/dev/kfd", 235, 0), ("/dev/dri/renderD128", 226, 128)],
+        &["CUDA_VERSION=12.4.1", "NVIDIA_REQUIRE_CUDA=cuda>=12.4"],
+    );
+    let (_, d) = check(&dir, &b, &mi300x, &[]);
+    let m = messages(&d, "vendor");
+    assert!(m.contains("AMD GPU 0") && !m.contains("GPU 1"), "{m}");
+}
+
+#[test]
+fn a_render_node_of_no_amd_gpu_is_named() {
+    let dir = TempDir::new("amd-render-unknown");
+    let mi300x = facts(&dir, "mi300x");
+    // /dev/kfd and only a render node no AMD GPU has: ROCm sees no GPU.
+    let b = bundle(
+        &dir,
+        None,
+        &[("/dev/kfd", 235, 0), ("/dev/dri/renderD131", 226, 131)],
+        &[],
+    );
+    let (code, d) = check(&dir, &b, &mi300x, &[]);
+    assert_eq!((code, d["verdict"].as_str()), (1, Some("refuse")), "{d}");
+    assert_eq!(d["visible_gpus"], json!([]), "{d}");
+    let f = of_check(&d, "device");
+    assert_eq!(f.len(), 1, "{d}");
+    assert_eq!(f[0]["severity"], "error");
+    let m = f[0]["message"].as_str().unwrap();
+    for want in [
+        "/dev/dri/renderD131 (c 226:131)",
+        "render node of no AMD GPU",
+        "finds no GPU",
+        "/dev/dri/renderD128 (AMD GPU 0), /dev/dri/renderD136 (AMD GPU 1)",
+    ] {
+        assert!(m.contains(want), "{want}: {m}");
+    }
+    assert!(
+        f[0]["fix"].as_str().unwrap().contains("--device=/dev/dri"),
+        "{d}"
+    );
+    // Beside an AMD GPU's node (another vendor's GPU in `--device=/dev/dri`):
+    // a warning, and the container gets that GPU.
+    let b = bundle(
+        &dir,
+        None,
+        &[
+            ("/dev/kfd", 235, 0),
+            ("/dev/dri/renderD129", 226, 129),
+            ("/dev/dri/renderD136", 226, 136),
+        ],
+        &[],
+    );
+    let (_, d) = check(&dir, &b, &mi300x, &[]);
+    assert_eq!(d["visible_gpus"], json!([1]), "{d}");
+    let f = of_check(&d, "device");
+    assert_eq!(f.len(), 1, "{d}");
+    assert_eq!(f[0]["severity"], "warning", "{d}");
+    assert!(
+        f[0]["message"].as_str().unwrap().contains("renderD129"),
+        "{d}"
+    );
+    // A node path with a control character is escaped.
+    let b = bundle(
+        &dir,
+        None,
+        &[("/dev/kfd", 235, 0), ("/dev/r\x1b[2J", 226, 131)],
+        &[],
+    );
+    let (_, d) = check(&dir, &b, &mi300x, &[]);
+    let m = messages(&d, "device");
+    assert!(m.contains("/dev/r") && !m.contains('\x1b'), "{m}");
 }

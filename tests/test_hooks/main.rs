@@ -29,6 +29,7 @@ mod support;
 mod image_support;
 mod probe_common;
 
+mod amd_device_nodes;
 mod decision_records;
 mod doctor_nvml;
 mod driver_root;

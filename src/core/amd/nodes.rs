@@ -22,7 +22,8 @@
 //!   warning: only containers running as root, or given that group, can
 //!   use the GPU.
 
-use crate::core::device_nodes::{mode_text, Node, NodeKind};
+use crate::core::decision::Finding;
+use crate::core::device_nodes::{judge, mode_text, Node, NodeKind, User, Vendor};
 
 /// The groups AMD's instructions give a container for its GPU nodes.
 pub const GPU_GROUPS: [&str; 2] = ["render", "video"];
@@ -125,6 +126,22 @@ fn access_problem(n: &Node) -> Option<String> {
     ))
 }
 
+/// AMD's nodes as a container's start judges them (core::device_nodes):
+/// this module's faults, and ROCm's words for a node it cannot open.
+pub const AMD: Vendor = Vendor {
+    fault: node_fault,
+    fails: "ROCm in it finds no GPU (\"No HIP GPUs are available\", hipErrorNoDevice)",
+    open_to_all: "a udev rule such as `KERNEL==\"kfd\", MODE=\"0666\"` and `SUBSYSTEM==\"drm\", KERNEL==\"renderD*\", MODE=\"0666\"`; AMD's instructions give containers group render instead",
+};
+
+/// The `host` findings for a container whose user is `user` (None: not
+/// judged for access) and that uses AMD's `nodes` (`/dev/kfd`, its GPUs'
+/// render nodes): missing, not a character device of amdkfd's or DRM's
+/// major, or not open to its user.
+pub fn findings(nodes: &[Node], user: Option<&User>) -> Vec<Finding> {
+    judge(nodes, user, &AMD)
+}
+
 /// The host's AMD node problems for `doctor`, one line each: (is an
 /// error, message, fix).
 pub fn host_problems(nodes: &[Node]) -> Vec<(bool, String, String)> {
@@ -193,5 +210,32 @@ mod tests {
         assert!(!p[3].0 && p[3].1.contains("only its owner"));
         assert!(p[4].0 && p[4].1.contains("is a directory"));
         assert!(p[4].2.contains("modprobe amdgpu"));
+    }
+
+    #[test]
+    fn start_findings_judge_the_container_user_as_nvidias_do() {
+        let nodes = [
+            node("/dev/kfd", 509, 0o660, Some("render"), Some(509)),
+            Node {
+                path: "/dev/dri/renderD136".into(),
+                kind: NodeKind::Missing,
+                expected_major: Some(226),
+                registry_read: true,
+            },
+        ];
+        let user = |extra: Vec<u32>| User {
+            uid: 1000,
+            gid: 1000,
+            additional_gids: extra,
+            dac_override: false,
+        };
+        let f = findings(&nodes, Some(&user(vec![])));
+        assert_eq!(f.len(), 2, "{f:?}");
+        assert!(f[0].message.contains("ROCm in it finds no GPU"), "{f:?}");
+        assert!(f[0].fix.as_deref().unwrap().contains("--group-add 109"));
+        assert!(f[1].message.contains("renderD136 is missing"), "{f:?}");
+        assert_eq!(findings(&nodes, Some(&user(vec![109]))).len(), 1);
+        // Without a user (a user namespace), only the faults.
+        assert_eq!(findings(&nodes, None).len(), 1);
     }
 }

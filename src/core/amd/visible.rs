@@ -1,13 +1,27 @@
 //! Which of the host's AMD GPUs a container gets: the one function that
-//! says so ([`amd_gpus`]), so that a finer rule (render nodes mapped to
-//! KFD nodes through `drm_render_minor`) changes it in one place.
+//! says so ([`amd_gpus`]), which every judgement of AMD GPUs (code
+//! objects, ROCm, health, vendor, placement) takes its GPUs from.
 //!
 //! The rule here: a container with AMD signals (core::detect: `/dev/kfd`
 //! or render nodes in its spec, CDI devices of kind `amd.com/gpu`, or
-//! `AMD_VISIBLE_DEVICES` where GPUs count as attached) gets the GPUs its
-//! CDI devices and `AMD_VISIBLE_DEVICES` name, else all of the host's AMD
-//! GPUs (`/dev/kfd` opens every GPU the render nodes allow, and
-//! `docker run --device=/dev/kfd --device=/dev/dri` passes them all).
+//! `AMD_VISIBLE_DEVICES` where GPUs count as attached) gets
+//! 1. the GPUs its CDI devices and `AMD_VISIBLE_DEVICES` name, where they
+//!    name some: they are what the orchestrator chose, and the nodes the
+//!    CDI runtime or AMD's runtime injects are those GPUs';
+//! 2. else the GPUs of the DRM render nodes it gets, matched by device
+//!    number: `/dev/kfd` opens no GPU by itself, ROCR-Runtime's libhsakmt
+//!    opens `/dev/dri/renderD<drm_render_minor>` of each KFD node and
+//!    leaves out a GPU whose render node the process cannot open
+//!    (libhsakmt/src/topology.c, `drm_render_minor`; amdgpu's KFD sets it
+//!    from the DRM render minor, linux drivers/gpu/drm/amd/amdkfd/
+//!    kfd_topology.c). `docker run --device=/dev/kfd
+//!    --device=/dev/dri/renderD129` gets the GPU whose render minor is
+//!    129. A render node that is no AMD GPU's on this host (another
+//!    vendor's, such as an integrated GPU's in `--device=/dev/dri`, or one
+//!    the host lacks) is named in `unknown`;
+//! 3. else, `/dev/kfd` alone or a rule for every render node, all of the
+//!    host's AMD GPUs (`docker run --device=/dev/kfd --device=/dev/dri`
+//!    passes every render node, and so all of them match).
 //!
 //! - `AMD_VISIBLE_DEVICES` is read as AMD's container runtime reads it
 //!   (ROCm/container-toolkit, `internal/amdgpu`: `all`, `none`/`void`,
@@ -22,22 +36,34 @@
 //!   tool writes, and is named as one the host does not have.
 
 use crate::core::container::Container;
-use crate::core::detect::{Detection, DeviceRef};
+use crate::core::detect::{Detection, DeviceRef, RenderNode};
 use crate::core::facts::{Gpu, HostFacts};
+use std::collections::HashSet;
 
 /// The most names of one `AMD_VISIBLE_DEVICES` read, and the widest range.
 const MAX_NAMES: usize = 1024;
 
 pub use crate::core::detect::amd_env_request as env_request;
 
+/// How the container named a GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Named {
+    /// `AMD_VISIBLE_DEVICES`.
+    Env,
+    /// A CDI device (`amd.com/gpu=7`).
+    Cdi,
+    /// A DRM render node in its spec, by number.
+    RenderNode,
+}
+
 /// A GPU the container names that the host does not have.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AmdUnknown {
-    /// What named it: `AMD_VISIBLE_DEVICES`, or the CDI device as written.
+    /// What named it: `AMD_VISIBLE_DEVICES`, the CDI device as written, or
+    /// the render node as the spec gives it (`/dev/dri/r1 (c 226:131)`).
     pub via: String,
     pub name: String,
-    /// It is a CDI device (`amd.com/gpu=7`).
-    pub cdi: bool,
+    pub how: Named,
 }
 
 /// The AMD GPUs a container gets, and the names it asked for that the
@@ -66,15 +92,58 @@ pub fn amd_gpus<'a>(c: &Container, det: &Detection, facts: &'a HostFacts) -> Amd
     }
     let amd: Vec<&Gpu> = facts.gpus.iter().filter(|g| g.is_amd()).collect();
     let env = env_request(c);
-    if det.amd_cdi.is_empty() && env.map_or(true, |v| v == "all") {
-        out.gpus = amd;
+    if !det.amd_cdi.is_empty() || env.is_some_and(|v| v != "all") {
+        cdi_gpus(&det.amd_cdi, &amd, &mut out);
+        if let Some(list) = env {
+            env_gpus(list, &amd, &mut out);
+        }
         return out;
     }
-    cdi_gpus(&det.amd_cdi, &amd, &mut out);
-    if let Some(list) = env {
-        env_gpus(list, &amd, &mut out);
+    let nodes = &det.amd_nodes;
+    if env.is_none() && !nodes.all_render && !nodes.render.is_empty() {
+        render_gpus(&nodes.render, &amd, &mut out);
+    } else {
+        out.gpus = amd;
     }
     out
+}
+
+/// The minor of a GPU's render node (`/dev/dri/renderD128`: 128).
+pub fn render_minor(g: &Gpu) -> Option<u32> {
+    let m = g.render_node.as_deref()?.strip_prefix("/dev/dri/renderD")?;
+    (!m.is_empty() && m.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| m.parse().ok())
+        .flatten()
+}
+
+/// The GPUs of the render nodes `nodes`, in KFD order, and the nodes that
+/// are no AMD GPU's. Host facts that give no GPU a render node (a facts
+/// file written without them) cannot say which: then every GPU.
+fn render_gpus<'a>(nodes: &[RenderNode], amd: &[&'a Gpu], out: &mut AmdVisible<'a>) {
+    let minors: Vec<Option<u32>> = amd.iter().map(|g| render_minor(g)).collect();
+    if minors.iter().all(Option::is_none) {
+        out.add(amd.iter().copied());
+        return;
+    }
+    let given: HashSet<u32> = nodes.iter().map(|n| n.minor).collect();
+    out.add(
+        amd.iter()
+            .zip(&minors)
+            .filter(|(_, m)| m.is_some_and(|m| given.contains(&m)))
+            .map(|(g, _)| *g),
+    );
+    let known: HashSet<u32> = minors.into_iter().flatten().collect();
+    for n in nodes
+        .iter()
+        .filter(|n| !known.contains(&n.minor))
+        .take(MAX_NAMES)
+    {
+        out.unknown.push(AmdUnknown {
+            via: n.shown.clone(),
+            name: format!("/dev/dri/renderD{}", n.minor),
+            how: Named::RenderNode,
+        });
+    }
 }
 
 /// The GPUs of AMD CDI devices, in amd-ctk's numbering.
@@ -97,7 +166,7 @@ fn cdi_gpus<'a>(devices: &[DeviceRef], amd: &[&'a Gpu], out: &mut AmdVisible<'a>
             None => out.unknown.push(AmdUnknown {
                 via: d.written.clone().unwrap_or_else(|| d.name.clone()),
                 name: d.name.clone(),
-                cdi: true,
+                how: Named::Cdi,
             }),
         }
     }
@@ -131,7 +200,7 @@ fn env_gpus<'a>(list: &str, amd: &[&'a Gpu], out: &mut AmdVisible<'a>) {
             out.unknown.push(AmdUnknown {
                 via: "AMD_VISIBLE_DEVICES".into(),
                 name: name.to_string(),
-                cdi: false,
+                how: Named::Env,
             });
         }
         out.add(found);
@@ -228,10 +297,47 @@ mod tests {
         assert_eq!(uuids(&v), ["GPU-bbbb"]);
         let via: Vec<&str> = v.unknown.iter().map(|u| u.via.as_str()).collect();
         assert_eq!(via, ["amd.com/gpu=9", "amd.com/gpu=x"]);
-        assert!(v.unknown.iter().all(|u| u.cdi));
+        assert!(v.unknown.iter().all(|u| u.how == Named::Cdi));
         det.amd_cdi[1].name = "all".into();
         assert_eq!(amd_gpus(&c, &det, &h).gpus.len(), 3);
         assert_eq!(range("3-1"), None);
         assert_eq!(range("0-99999999"), None);
+    }
+
+    #[test]
+    fn render_nodes_select_by_their_minor() {
+        let mut h = host();
+        for (g, minor) in h.gpus[1..].iter_mut().zip([128, 136, 144]) {
+            g.render_node = Some(format!("/dev/dri/renderD{minor}"));
+        }
+        let uuids = |v: &AmdVisible| v.gpus.iter().map(|g| g.uuid.clone()).collect::<Vec<_>>();
+        let node = |minor: u32| RenderNode {
+            minor,
+            shown: format!("/dev/r{minor} (c 226:{minor})"),
+        };
+        let (c, mut det) = with(&[]);
+        det.amd_nodes.render = vec![node(144), node(128), node(131)];
+        let v = amd_gpus(&c, &det, &h);
+        assert_eq!(uuids(&v), ["GPU-aaaa", "GPU-cccc"], "KFD order");
+        assert_eq!(v.unknown.len(), 1);
+        assert_eq!(v.unknown[0].how, Named::RenderNode);
+        assert_eq!(v.unknown[0].name, "/dev/dri/renderD131");
+        assert_eq!(v.unknown[0].via, "/dev/r131 (c 226:131)");
+        // A rule for every render node: every GPU.
+        det.amd_nodes.all_render = true;
+        assert_eq!(amd_gpus(&c, &det, &h).gpus.len(), 3);
+        det.amd_nodes.all_render = false;
+        // AMD_VISIBLE_DEVICES that selects decides, as CDI devices do.
+        let (c2, _) = with(&[("AMD_VISIBLE_DEVICES", "1")]);
+        assert_eq!(uuids(&amd_gpus(&c2, &det, &h)), ["GPU-bbbb"]);
+        // Facts without render nodes cannot map them: every GPU.
+        let bare = host();
+        let v = amd_gpus(&c, &det, &bare);
+        assert_eq!(v.gpus.len(), 3);
+        assert!(v.unknown.is_empty());
+        // A hostile render_node in a facts file names no minor.
+        h.gpus[1].render_node = Some("/dev/dri/renderD1x".into());
+        assert_eq!(render_minor(&h.gpus[1]), None);
+        assert_eq!(render_minor(&h.gpus[3]), Some(144));
     }
 }

@@ -4,12 +4,58 @@
 //! were read, any `/dev/nvidia*` path. A node of NVIDIA's GPU class names
 //! the GPU with that minor number (`minor:N`, resolved against the host's
 //! `minor_number`s); the shared nodes name none; a rule for every minor
-//! names every GPU. AMD's nodes are recorded in `amd_signals` only.
+//! names every GPU. AMD's nodes are recorded in `amd_signals`, and which
+//! they are in [`AmdNodes`]: `/dev/kfd` opens no GPU by itself (amdkfd
+//! gives a process the GPUs whose render node it may open: ROCR-Runtime
+//! libhsakmt `hsaKmtOpenKFD` then opens `/dev/dri/renderD<drm_render_minor>`
+//! per KFD node and leaves out a GPU whose node it cannot open), so the
+//! render nodes, by minor, say which GPUs the container gets.
 
 use super::{Detection, Signal};
 use crate::core::container::{Container, DeviceNode, MountSource};
 use crate::core::device_access::{node_source, rule_grants};
 use crate::core::device_table::{class_of, DeviceClass, HostMajors, Role, Vendor};
+use std::collections::HashSet;
+
+/// A DRM render node the container gets, by number.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RenderNode {
+    /// Its minor: the AMD GPU whose KFD node has this `drm_render_minor`.
+    pub minor: u32,
+    /// How the spec gives it, for messages (`/dev/dri/r1 (c 226:129)`).
+    pub shown: String,
+}
+
+/// AMD's nodes a container gets, beside the signals.
+#[derive(Clone, Debug, Default)]
+pub struct AmdNodes {
+    /// The render nodes, each minor once, in the order first given.
+    pub render: Vec<RenderNode>,
+    /// A device cgroup rule gives every render node (`c 226:* rwm`).
+    pub all_render: bool,
+    /// `/dev/kfd` (amdkfd's major), by node, mount or rule.
+    pub kfd: bool,
+    /// Minors in `render`: a spec of 100,000 nodes must not cost
+    /// 100,000² comparisons.
+    minors: HashSet<u32>,
+}
+
+impl AmdNodes {
+    fn add(&mut self, class: &DeviceClass, minor: Option<u32>, shown: String) {
+        match (class.role, minor) {
+            (Role::Compute, _) => self.kfd = true,
+            (Role::Render, None) => self.all_render = true,
+            (Role::Render, Some(m)) if self.minors.insert(m) => {
+                self.render.push(RenderNode { minor: m, shown });
+            }
+            _ => {}
+        }
+    }
+}
+
+/// amdkfd's node (linux drivers/gpu/drm/amd/amdkfd/kfd_chardev.c,
+/// `kfd_device_name`).
+const KFD_PATH: &str = "/dev/kfd";
 
 /// Every device signal of `c` on a host with `majors`.
 pub(super) fn signals(c: &Container, majors: &HostMajors, d: &mut Detection) {
@@ -53,6 +99,8 @@ fn record(d: &mut Detection, node: Node, signal: Signal, via: &str) {
     } = node;
     if class.vendor != Vendor::Nvidia {
         d.amd_signals.push(signal);
+        let shown = format!("{path} (c {major}:{minor})");
+        d.amd_nodes.add(class, Some(minor), shown);
         return;
     }
     d.gpu = true;
@@ -78,13 +126,18 @@ fn add_minor_by_name(d: &mut Detection, path: &str, via: &str) {
 
 /// Nodes in `linux.devices`: by number; a `/dev/nvidia*` path whose
 /// numbers name no GPU device (or a view built without numbers) still
-/// counts, by name.
+/// counts, by name, and so does `/dev/kfd`: amdkfd's major is dynamic,
+/// and a host (or a `check` run elsewhere) without amdkfd registered
+/// cannot tell it by number.
 fn node_signals(c: &Container, majors: &HostMajors, d: &mut Detection) {
     let by_name = |d: &mut Detection, path: &str| {
         if path.starts_with("/dev/nvidia") {
             d.gpu = true;
             d.signals.push(Signal::DeviceNode(path.to_string()));
             add_minor_by_name(d, path, "linux.devices");
+        } else if path == KFD_PATH {
+            d.amd_signals.push(Signal::DeviceNode(path.to_string()));
+            d.amd_nodes.kfd = true;
         }
     };
     if c.device_nodes.is_empty() {
@@ -173,6 +226,8 @@ fn rule_signals(c: &Container, majors: &HostMajors, d: &mut Detection) {
     for g in grants {
         let signal = Signal::DeviceRule(format!("{} with {source}", g.describe()));
         if g.class.vendor != Vendor::Nvidia {
+            let shown = format!("device cgroup rule c {}:{}", g.major, g.minor.unwrap_or(0));
+            d.amd_nodes.add(g.class, g.minor, shown);
             d.amd_signals.push(signal);
             continue;
         }
