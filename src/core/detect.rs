@@ -362,6 +362,16 @@ pub fn classify_with(c: &Container, cfg: &DetectConfig) -> Detection {
     } else {
         d.merge(env);
     }
+    if !attached.amd_nodes.kfd && attached.amd_cdi.is_empty() {
+        // Render nodes without `/dev/kfd` give graphics and video only
+        // (VA-API, Vulkan, OpenGL), often of another vendor's GPU: NVIDIA's
+        // CDI specs list nvidia-drm's render nodes, media servers get an
+        // iGPU's. ROCm computes through amdkfd: ROCR-Runtime opens
+        // `/dev/kfd` before any render node (libhsakmt `hsaKmtOpenKFD`),
+        // and AMD's docs give containers both (`--device=/dev/kfd
+        // --device=/dev/dri`). Such a container asks for no AMD GPU.
+        attached.amd_signals.clear();
+    }
     d.amd_signals = std::mem::take(&mut attached.amd_signals);
     d.amd_cdi = std::mem::take(&mut attached.amd_cdi);
     d.amd_nodes = std::mem::take(&mut attached.amd_nodes);
@@ -862,6 +872,52 @@ mod tests {
         let (_, unknown) = r("5,GPU-zzz");
         assert_eq!(unknown.len(), 2);
         assert_eq!(unknown[0].device.name, "5");
+    }
+
+    #[test]
+    fn render_nodes_without_kfd_ask_for_no_amd_gpu() {
+        use crate::core::container::DeviceNode;
+        use crate::core::device_table::HostMajors;
+        let node = |path: &str, major, minor| DeviceNode {
+            path: path.into(),
+            kind: "c".into(),
+            major,
+            minor,
+        };
+        let cfg = DetectConfig {
+            majors: HostMajors::new([("kfd".to_string(), 235)]),
+            ..Default::default()
+        };
+        // An iGPU's render node (a media server): not a GPU container.
+        let igpu = Container {
+            device_nodes: vec![node("/dev/dri/renderD128", 226, 128)],
+            ..Default::default()
+        };
+        let d = classify_with(&igpu, &cfg);
+        assert!(!d.gpu && d.amd_signals.is_empty(), "{d:?}");
+        // NVIDIA's CDI edits: a GPU and nvidia-drm's render node.
+        let nvidia = Container {
+            device_nodes: vec![
+                node("/dev/nvidia0", 195, 0),
+                node("/dev/dri/renderD128", 226, 128),
+            ],
+            ..Default::default()
+        };
+        let d = classify_with(&nvidia, &cfg);
+        assert!(d.gpu && !d.amd_only && d.amd_signals.is_empty(), "{d:?}");
+        // With `/dev/kfd` the same render node selects an AMD GPU.
+        let rocm = Container {
+            device_nodes: vec![
+                node("/dev/kfd", 235, 0),
+                node("/dev/dri/renderD128", 226, 128),
+            ],
+            ..Default::default()
+        };
+        let d = classify_with(&rocm, &cfg);
+        assert!(
+            d.gpu && d.amd_only && d.amd_nodes.render.len() == 1,
+            "{d:?}"
+        );
     }
 
     #[test]

@@ -368,3 +368,42 @@ fn a_render_node_of_no_amd_gpu_is_named() {
     let m = messages(&d, "device");
     assert!(m.contains("/dev/r") && !m.contains('\x1b'), "{m}");
 }
+
+#[test]
+fn render_nodes_without_kfd_are_no_amd_request() {
+    let dir = TempDir::new("amd-render-no-kfd");
+    let a100 = data("hosts/a100.json");
+    // A media server given an iGPU's render node on an NVIDIA host: not a
+    // GPU container, nothing refused.
+    let b = bundle(&dir, None, &[("/dev/dri/renderD128", 226, 128)], &[]);
+    let (code, d) = check(&dir, &b, &a100, &[]);
+    assert_eq!((code, d["verdict"].as_str()), (0, Some("skip")), "{d}");
+    // NVIDIA's CDI edits (a GPU and nvidia-drm's render node): judged as
+    // NVIDIA's alone, no AMD finding.
+    let b = bundle(
+        &dir,
+        None,
+        &[
+            ("/dev/nvidiactl", 195, 255),
+            ("/dev/nvidia0", 195, 0),
+            ("/dev/dri/renderD128", 226, 128),
+        ],
+        &["NVIDIA_VISIBLE_DEVICES=all"],
+    );
+    let (code, d) = check(&dir, &b, &a100, &[]);
+    assert_eq!((code, d["verdict"].as_str()), (0, Some("allow")), "{d}");
+    assert!(
+        of_check(&d, "device").is_empty() && of_check(&d, "vendor").is_empty(),
+        "{d}"
+    );
+    // On an AMD host, a render node alone opens no ROCm GPU either.
+    let mi300x = facts(&dir, "mi300x");
+    let b = bundle(
+        &dir,
+        Some("hipcc-multi.so"),
+        &[("/dev/dri/renderD128", 226, 128)],
+        &[],
+    );
+    let (_, d) = check(&dir, &b, &mi300x, &[]);
+    assert_eq!(d["verdict"], "skip", "{d}");
+}
