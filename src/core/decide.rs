@@ -384,7 +384,17 @@ pub fn decide(inp: &Inputs) -> Decision {
     findings.extend(inp.local.device_nodes.iter().cloned());
 
     if inp.stage == SpecAccess::Edit {
-        let (env, mut tf) = tuning::plan(c, &visible, &cfg.tuning);
+        let (env, mut tf) = if inp.detection.amd_only {
+            // The env rules tune CUDA's stack (CUDA_*, PyTorch's and
+            // TensorFlow's CUDA allocators), and on ROCm they can harm:
+            // TensorFlow's ROCm build aborts when TF_GPU_ALLOCATOR asks
+            // for cuda_malloc_async (gpu_cudamallocasync_allocator.cc
+            // without TF_CUDA_MALLOC_ASYNC_SUPPORTED: LOG(FATAL)). An AMD
+            // GPU container gets the limits, the cpuset and /dev/shm only.
+            (Default::default(), Vec::new())
+        } else {
+            tuning::plan(c, &visible, &cfg.tuning)
+        };
         d.edits.env = env;
         d.edits.rlimits = tuning::rlimits_over(c, &cfg.tuning, &inp.local.rlimits);
         findings.append(&mut tf);

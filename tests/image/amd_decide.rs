@@ -407,3 +407,44 @@ fn render_nodes_without_kfd_are_no_amd_request() {
     let (_, d) = check(&dir, &b, &mi300x, &[]);
     assert_eq!(d["verdict"], "skip", "{d}");
 }
+
+#[test]
+fn amd_gpu_containers_get_the_policy_but_not_cudas_env_tuning() {
+    let dir = TempDir::new("amd-tuning");
+    let mi210 = facts(&dir, "mi210");
+    let caps = ["CAP_SYS_ADMIN", "CAP_CHOWN"];
+    let with_caps = |b: &Path| {
+        let p = b.join("config.json");
+        let mut spec: Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+        spec["process"]["capabilities"] =
+            json!({ "bounding": caps, "effective": caps, "permitted": caps });
+        std::fs::write(&p, spec.to_string()).unwrap();
+    };
+    let b = bundle(&dir, None, &KFD, &[]);
+    with_caps(&b);
+    let (code, d) = check(&dir, &b, &mi210, &[]);
+    assert_eq!((code, d["verdict"].as_str()), (0, Some("allow")), "{d}");
+    // The host policy holds for an AMD GPU container as for NVIDIA's.
+    assert_eq!(
+        d["edits"]["capabilities_dropped"],
+        json!(["CAP_SYS_ADMIN"]),
+        "{d}"
+    );
+    assert_eq!(d["edits"]["no_new_privileges"], true, "{d}");
+    // CUDA's env tuning does not reach it: TensorFlow's ROCm build aborts
+    // on TF_GPU_ALLOCATOR=cuda_malloc_async.
+    let env = d["edits"]["env"].as_object().cloned().unwrap_or_default();
+    assert!(env.is_empty(), "{d}");
+    // An NVIDIA GPU container on an NVIDIA host still gets it.
+    let b = bundle(
+        &dir,
+        None,
+        &[("/dev/nvidiactl", 195, 255), ("/dev/nvidia0", 195, 0)],
+        &["NVIDIA_VISIBLE_DEVICES=all"],
+    );
+    let (_, d) = check(&dir, &b, &data("hosts/a100.json"), &[]);
+    assert_eq!(
+        d["edits"]["env"]["TF_GPU_ALLOCATOR"], "cuda_malloc_async",
+        "{d}"
+    );
+}
