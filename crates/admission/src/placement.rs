@@ -115,6 +115,24 @@ pub fn place(needs: &Needs, env: &[(String, String)], cfg: &Config) -> Placement
     }
 }
 
+/// `terms` (placed once per image and env) for a container that asks for
+/// `n` GPUs: a node labelled with fewer healthy GPUs is not chosen, as
+/// `check --affinity --gpu-count N` writes it
+/// (gpu_guard::fleet::label_affinity::with_gpu_count).
+pub fn for_gpu_count(terms: &[NodeSelectorTerm], n: u32) -> Vec<NodeSelectorTerm> {
+    let too_few: Vec<String> = (0..n.max(1)).map(|x| x.to_string()).collect();
+    let mut out = terms.to_vec();
+    for e in out
+        .iter_mut()
+        .flat_map(|t| t.match_expressions.iter_mut().flatten())
+    {
+        if e.key == gpu_guard::fleet::labels::HEALTHY && e.operator == "NotIn" {
+            e.values = Some(too_few.clone());
+        }
+    }
+    out
+}
+
 fn k8s_term(t: &gpu_guard::fleet::selector::Term) -> NodeSelectorTerm {
     let exprs = t
         .match_expressions

@@ -32,6 +32,9 @@ pub struct GpuContainer {
     pub reason: String,
     /// Its own env, set over the image's.
     pub env: Overlay,
+    /// The GPUs it asks for: its resource's quantity (an extended
+    /// resource is a whole number), 1 for an env request.
+    pub gpus: u32,
 }
 
 fn nonzero(q: &Quantity) -> bool {
@@ -46,16 +49,19 @@ fn nonzero(q: &Quantity) -> bool {
 /// AMD's device plugin's resource.
 pub const AMD_RESOURCE: &str = "amd.com/gpu";
 
-/// The GPU resource the container asks for, as `name: quantity`, and
-/// whether it is AMD's.
-fn gpu_resource(c: &Container) -> Option<(String, bool)> {
+/// The GPU resource the container asks for, as `name: quantity`, whether
+/// it is AMD's, and how many.
+fn gpu_resource(c: &Container) -> Option<(String, bool, u32)> {
     let r = c.resources.as_ref()?;
     let maps: [&Option<BTreeMap<String, Quantity>>; 2] = [&r.limits, &r.requests];
     for m in maps.into_iter().flatten() {
         for (k, v) in m {
             let amd = k == AMD_RESOURCE;
             if (amd || k.starts_with("nvidia.com/")) && nonzero(v) {
-                return Some((format!("{k}: {}", v.0), amd));
+                // Kubernetes takes extended resources in whole numbers;
+                // another spelling counts as one GPU.
+                let n = v.0.trim().parse::<u32>().unwrap_or(1).max(1);
+                return Some((format!("{k}: {}", v.0), amd, n));
             }
         }
     }
@@ -81,14 +87,14 @@ pub fn gpu_containers(pod: &Pod, namespace: &str) -> Vec<GpuContainer> {
     init.chain(main)
         .filter_map(|(c, init)| {
             let mut env = overlay(pod, namespace, c);
-            let reason = match gpu_resource(c) {
-                Some((r, amd)) => {
+            let (reason, gpus) = match gpu_resource(c) {
+                Some((r, amd, n)) => {
                     if amd && env.get("AMD_VISIBLE_DEVICES").is_none() {
                         env.env.push(("AMD_VISIBLE_DEVICES".into(), "all".into()));
                     }
-                    r
+                    (r, n)
                 }
-                None => env_request(&env)?,
+                None => (env_request(&env)?, 1),
             };
             Some(GpuContainer {
                 name: c.name.clone(),
@@ -96,6 +102,7 @@ pub fn gpu_containers(pod: &Pod, namespace: &str) -> Vec<GpuContainer> {
                 init,
                 reason,
                 env,
+                gpus,
             })
         })
         .collect()

@@ -220,7 +220,7 @@ fn gather<R>(
             }) => {
                 // Empty terms: any node; nothing to AND.
                 if !terms.is_empty() {
-                    lists.push(terms.clone());
+                    lists.push(crate::placement::for_gpu_count(terms, p.c.gpus));
                 }
                 summaries.push(format!("{}: {summary}", p.c.name));
                 notes.extend(

@@ -263,3 +263,36 @@ fn amd_pods_are_placed_by_their_code_objects() {
         "{msg}"
     );
 }
+
+/// Each pod by its own GPU count: the image is placed once, and a pod that
+/// asks for 4 GPUs is kept off a node labelled with 2 healthy ones, which
+/// the same image's 1-GPU pod may use.
+#[test]
+fn pods_are_kept_off_nodes_with_fewer_healthy_gpus_than_they_ask_for() {
+    let Some(reg) = Registry::start(false, false) else {
+        return;
+    };
+    push_image(&reg, "c5/app", "1", &["NVIDIA_REQUIRE_CUDA=cuda>=12.4"]);
+    let Some(h) = Hook::start(&[plain(&reg)]) else {
+        return;
+    };
+    let img = format!("{}/c5/app:1", reg.host);
+    let with_healthy = |n: &str| {
+        let mut l = gfd_labels("550.54.15", "12.4");
+        l.insert("gpu-guard.io/gpu.healthy".into(), n.into());
+        l
+    };
+    let asking = |gpus: &str| {
+        let mut p = pod("p", &[("g", &img, serde_json::Value::Null)]);
+        p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = json!(gpus);
+        p
+    };
+    let (resp, four, _) = h.review(&asking("4"));
+    assert_eq!(resp["allowed"], true, "{resp}");
+    assert!(admits(&four, &with_healthy("8")), "{four}");
+    assert!(admits(&four, &with_healthy("4")), "{four}");
+    assert!(!admits(&four, &with_healthy("2")), "{four}");
+    let (_, one, _) = h.review(&asking("1"));
+    assert!(admits(&one, &with_healthy("2")), "{one}");
+    assert!(!admits(&one, &with_healthy("0")), "{one}");
+}
