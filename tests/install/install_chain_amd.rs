@@ -11,6 +11,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use crate::install_support::on_host_root as gg;
 use crate::install_support::*;
 use gpu_guard::install::Engine;
 
@@ -34,24 +35,6 @@ fn put(root: &Path, rel: &str, text: &str) -> PathBuf {
     fs::create_dir_all(p.parent().unwrap()).unwrap();
     fs::write(&p, text).unwrap();
     p
-}
-
-fn gg(root: &Path, args: &[&str]) -> (Option<i32>, String) {
-    let out = bin()
-        .args(args)
-        .args(["--bin-dir", "/usr/bin", "--host-root"])
-        .arg(root)
-        .env_remove("GPU_GUARD_CONFIG")
-        .output()
-        .unwrap();
-    (
-        out.status.code(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
 }
 
 fn chain(root: &Path, engine: &str) -> PathBuf {

@@ -8,6 +8,7 @@
 //! `{{ .SystemdCgroup }}` as true) and hand the result to the real
 //! `containerd config dump`.
 
+use crate::install_support::on_host_root as gg;
 use crate::install_support::*;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -29,24 +30,6 @@ fn k3s_root(tag: &str, dir: &str, base: Option<&str>) -> PathBuf {
         fs::write(d.join("config.toml"), b).unwrap();
     }
     root
-}
-
-fn gg(root: &Path, args: &[&str]) -> (Option<i32>, String) {
-    let o = bin()
-        .args(args)
-        .args(["--bin-dir", "/usr/bin", "--host-root"])
-        .arg(root)
-        .env_remove("GPU_GUARD_CONFIG")
-        .output()
-        .unwrap();
-    (
-        o.status.code(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        ),
-    )
 }
 
 /// What k3s writes to config.toml from the template at its next start.

@@ -92,3 +92,23 @@ pub fn files_under(dir: &Path) -> Vec<String> {
 pub fn bin() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_gpu-guard"))
 }
+
+/// `gpu-guard ARGS --bin-dir /usr/bin --host-root ROOT` without the
+/// caller's config: its exit status and everything it printed.
+pub fn on_host_root(root: &Path, args: &[&str]) -> (Option<i32>, String) {
+    let o = bin()
+        .args(args)
+        .args(["--bin-dir", "/usr/bin", "--host-root"])
+        .arg(root)
+        .env_remove("GPU_GUARD_CONFIG")
+        .output()
+        .unwrap();
+    (
+        o.status.code(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ),
+    )
+}

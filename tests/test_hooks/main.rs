@@ -50,3 +50,17 @@ mod wrapper_devices;
 mod wrapper_engines;
 mod wrapper_fail_closed;
 mod wrapper_policy;
+
+/// A finished process's exit status (-1: ended by a signal).
+pub(crate) fn code(o: &std::process::Output) -> i32 {
+    o.status.code().unwrap_or(-1)
+}
+
+/// What a finished process printed, stdout then stderr.
+pub(crate) fn shown(o: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}

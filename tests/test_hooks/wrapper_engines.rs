@@ -7,6 +7,7 @@
 //! runtimes; integration/test-docker.sh, test-cri.sh and test-runc.sh run
 //! the same through the real engines and runc.
 
+use crate::{code, shown};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -149,18 +150,6 @@ impl Drop for Tmp {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-fn code(o: &Output) -> i32 {
-    o.status.code().unwrap_or(-1)
-}
-
-fn shown(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// A spec with `env`, docker's capabilities, `extra` JSON members.

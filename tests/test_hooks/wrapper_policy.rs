@@ -4,6 +4,7 @@
 //! integration/test-spec-parity.sh runs the same spellings under a real
 //! runc.
 
+use crate::{code, shown};
 use gpu_guard::core::container::Container;
 use gpu_guard::oci::spec_file::LoadedProcess;
 use std::path::{Path, PathBuf};
@@ -128,18 +129,6 @@ impl Drop for Tmp {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-fn code(o: &Output) -> i32 {
-    o.status.code().unwrap_or(-1)
-}
-
-fn shown(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// A spec whose process has docker's capabilities and runs as `uid`.
