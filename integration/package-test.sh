@@ -26,7 +26,7 @@ skip() {
 }
 
 [ "$(id -u)" = 0 ] || fail "must run as root (dpkg -i)"
-for tool in dpkg rpm jq cargo-deb cargo-generate-rpm; do
+for tool in dpkg dpkg-deb rpm rpmbuild jq; do
     command -v "$tool" >/dev/null || fail "$tool is not installed"
 done
 if dpkg -s gpu-guard >/dev/null 2>&1; then
@@ -35,7 +35,8 @@ fi
 
 packaging/build-packages.sh
 deb=$(ls target/x86_64-unknown-linux-gnu/debian/gpu-guard_*.deb)
-rpmfile=$(ls target/x86_64-unknown-linux-gnu/generate-rpm/gpu-guard-0*.rpm)
+rpmfile=$(ls target/x86_64-unknown-linux-gnu/rpm/gpu-guard-0*.rpm)
+net_deb=$(ls target/x86_64-unknown-linux-gnu/debian/gpu-guard-admission_*.deb)
 
 work=$(mktemp -d)
 daemon_json=/etc/docker/daemon.json
@@ -52,6 +53,9 @@ cleanup() {
         wait "$started_dockerd" 2>/dev/null || true
     fi
     # Never leave the package (and its hooks) on the machine for later tests.
+    if dpkg -s gpu-guard-admission >/dev/null 2>&1; then
+        dpkg --purge gpu-guard-admission >/dev/null 2>&1 || true
+    fi
     if dpkg -s gpu-guard >/dev/null 2>&1; then
         dpkg --purge gpu-guard >/dev/null 2>&1 || true
     fi
@@ -92,6 +96,15 @@ podman_gpu_setup() {
 }
 podman_gpu_setup
 podman_before=$(podman_gpu_run)
+
+# --- what the packages need ---------------------------------------------------
+# The release build needs glibc 2.17's symbols and no newer, so the .deb
+# must install on every distribution that has them (Debian 10, Ubuntu 20.04).
+[ "$(dpkg-deb -f "$deb" Depends)" = "libc6 (>= 2.17)" ] || fail "gpu-guard .deb Depends: $(dpkg-deb -f "$deb" Depends)"
+version=$(dpkg-deb -f "$deb" Version)
+[ "$(dpkg-deb -f "$net_deb" Depends)" = "gpu-guard (= $version), libc6 (>= 2.17)" ] \
+    || fail "gpu-guard-admission .deb Depends: $(dpkg-deb -f "$net_deb" Depends)"
+pass ".deb dependencies: libc6 (>= 2.17); gpu-guard-admission on this very gpu-guard"
 
 # --- install -----------------------------------------------------------------
 # What the state directory held before: an earlier install, or another test,
@@ -213,6 +226,15 @@ if [ -n "$started_dockerd" ]; then
     started_dockerd=""
 fi
 
+# --- the network package on top, and its dependency honoured ----------------
+dpkg -i "$net_deb" >/dev/null
+[ -x /usr/bin/gpu-guard-admission ] || fail "/usr/bin/gpu-guard-admission missing after dpkg -i"
+/usr/bin/gpu-guard check --image docker://127.0.0.1:9/none:1 --plain-http >/dev/null 2>"$work/net.err" || true
+grep -q '^gpu-guard: cannot run ' "$work/net.err" && fail "gpu-guard cannot exec the installed gpu-guard-admission: $(cat "$work/net.err")"
+if dpkg -r gpu-guard >/dev/null 2>&1; then fail "dpkg -r gpu-guard went through with gpu-guard-admission installed"; fi
+dpkg --purge gpu-guard-admission >/dev/null
+pass "gpu-guard-admission installs on gpu-guard, runs under it, and holds it installed"
+
 # --- remove, then purge -------------------------------------------------------
 dpkg -r gpu-guard
 if [ -e "$daemon_json" ]; then
@@ -264,5 +286,8 @@ for want in "postinstall scriptlet" "preuninstall scriptlet" "postuninstall scri
     'gpu-guard uninstall "$engine"' 'gpu-guard install $engine' "rm -rf /run/gpu-guard /var/lib/gpu-guard"; do
     grep -qF "$want" <<<"$scripts" || fail "rpm scriptlets lack: $want"
 done
-pass "rpm: file list, noreplace conffile, scriptlets"
+links=$(rpm -qp --qf '[%{FILENAMES} -> %{FILELINKTOS}\n]' "$rpmfile" | grep -v -- '-> $' | sort)
+[ "$links" = "$(printf '%s\n' '/usr/bin/gpu-guard-runtime -> gpu-guard' '/usr/bin/kubectl-gpu_guard -> gpu-guard')" ] \
+    || fail "rpm symlinks: $links"
+pass "rpm: file list, noreplace conffile, scriptlets, argv[0] names linked to the binary"
 echo "package-test: all checks passed"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what gpu-guard's demo and tests need on a fresh Debian 12 machine
-# (as root): container engines, busybox-static for test rootfs, jq, rpm, the
-# NVIDIA PyPI tools used as reference peers, the cargo packagers, and the
-# release build's zig toolchain (ziglang, cargo-zigbuild).
+# (as root): container engines, busybox-static for test rootfs, jq, rpm
+# (rpmbuild; dpkg-deb is dpkg's), the NVIDIA PyPI tools used as reference
+# peers, and the release build's zig toolchain (ziglang, cargo-zigbuild).
+# Nothing is compiled here: every tool comes as a package or a wheel.
 # Idempotent: only what is missing is installed.
 set -euo pipefail
 
@@ -15,6 +16,9 @@ need containerd containerd
 need ctr containerd
 need jq jq
 need rpm rpm
+need rpmbuild rpm
+# objdump: the glibc version the .deb depends on (packaging/build-packages.sh).
+need objdump binutils
 need hyperfine hyperfine
 # Registry images: a private distribution 2.8 registry on
 # 127.0.0.1 for the tests and benchmarks (its packaged service is not used:
@@ -96,8 +100,11 @@ has_py yaml || pip_want+=(PyYAML)
 # Prometheus' own text parser, which test-metrics.sh reads the metrics textfile with.
 has_py prometheus_client || pip_want+=(prometheus-client)
 # zig's toolchain (with glibc 2.17's symbol versions) for the release build
-# (packaging/build-release.sh, through cargo-zigbuild below).
+# (packaging/build-release.sh), and cargo-zigbuild, which drives it: its
+# own project publishes the binary on PyPI (the same 0.24 release
+# `cargo install` builds from source in about a minute on two cores).
 has_py ziglang || pip_want+=(ziglang)
+command -v cargo-zigbuild >/dev/null 2>&1 || pip_want+=(cargo-zigbuild)
 for p in nvidia-cuda-nvcc nvidia-cuda-cuobjdump nvidia-curand; do
     python3 -m pip show -q "$p" >/dev/null 2>&1 || pip_want+=("$p")
 done
@@ -109,8 +116,3 @@ if [ ${#pip_want[@]} -gt 0 ]; then
         python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --break-system-packages "${pip_want[@]}"
 fi
 
-# The packagers, and cargo-zigbuild: the release build links against glibc
-# 2.17 with zig (packaging/build-release.sh).
-for tool in cargo-deb cargo-generate-rpm cargo-zigbuild; do
-    command -v "$tool" >/dev/null 2>&1 || cargo install --locked -q "$tool"
-done

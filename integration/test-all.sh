@@ -1,57 +1,154 @@
 #!/usr/bin/env bash
 # Every test gpu-guard has: unit and integration tests (cargo test, the whole
 # workspace, including the fake NVML library under real nvml-wrapper and the
-# scanner against NVIDIA's cuobjdump; then again without the test-hooks
-# feature), the real-engine tests (runc, podman, docker), the Kubernetes
-# manifest validation and the package flow (.deb installed, engines
-# registered, engine tests against the installed binary, purge; .rpm
-# contents). Run as root on Debian 12: sudo integration/test-all.sh
+# scanner against NVIDIA's cuobjdump), the real-engine tests (runc, podman,
+# docker, containerd's CRI), the Kubernetes manifest validation and the
+# package flow (.deb installed, engines registered, engine tests against
+# the installed binary, purge; .rpm contents). Run as root on Debian 12:
+# sudo integration/test-all.sh
 #
-# Prints a summary and exits non-zero when anything failed. With
-# GPU_GUARD_CI=1 (CI), a test that cannot run is a failure, not a skip.
+# Built once, run side by side (two cores are enough):
+#   1. the release build (glibc 2.17: what the packages, the DaemonSet image
+#      and every test below but test_hooks run) and cargo's test build
+#      (with test-hooks), at the same time: the release build's LTO links
+#      run on one thread and leave the other core to the test build;
+#   2. four lanes at once: two of cargo's test executables (run as
+#      `cargo test` runs them), and two of engine scripts that share no
+#      daemon or engine config. The integration tests run against the
+#      release build (GPU_GUARD_TEST_BIN_DIR, tests/support), which has no
+#      test-hooks, so the shipped binaries pass the same tests; test_hooks
+#      runs cargo's test-hooks build. The engine scripts run the release
+#      build too.
+#
+# Prints each step's time and a summary; exits non-zero when anything
+# failed. With GPU_GUARD_CI=1 (CI), a test that cannot run is a failure,
+# not a skip.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 [ "$(id -u)" = 0 ] || { echo "test-all: run as root (runc, podman, docker, dpkg need it)" >&2; exit 1; }
 
 integration/setup.sh || { echo "test-all: setup failed" >&2; exit 1; }
 
-results=()
-failed=0
-step() { # NAME COMMAND...
-    local name=$1
+RELEASE_DIR=$PWD/target/x86_64-unknown-linux-gnu/release
+LOGS=$(mktemp -d "${TMPDIR:-/tmp}/gpu-guard-test-all.XXXXXX")
+RESULTS=$LOGS/results
+: >"$RESULTS"
+exec 3>&1 # the terminal, for one line per finished step from any lane
+
+step() { # NAME COMMAND...: runs it, records PASS or FAIL with its time
+    local name=$1 t0=$SECONDS verdict=PASS
     shift
     echo
     echo "=== $name: $*"
-    local t0=$SECONDS
-    if "$@"; then
-        results+=("PASS  $name ($((SECONDS - t0)) s)")
-    else
-        results+=("FAIL  $name ($((SECONDS - t0)) s)")
-        failed=1
-    fi
+    "$@" || verdict=FAIL
+    printf '%s  %s (%d s)\n' "$verdict" "$name" $((SECONDS - t0)) | tee -a "$RESULTS" >&3
 }
 
-# The one release build (glibc 2.17, cargo-zigbuild): what the packages,
-# the DaemonSet image and the engine tests below use.
-step "release build (glibc 2.17)" packaging/build-release.sh
-step "cargo test" cargo test --workspace --features test-hooks --locked
-# Plain `cargo test` passes too: every test binary but test_hooks (Cargo.toml
-# required-features), built without the feature as a developer builds it.
-step "cargo test, no test-hooks" cargo test --workspace --locked
-step "runc" integration/test-runc.sh
-step "runc spec parity" integration/test-spec-parity.sh
-step "podman" integration/test-podman.sh
-step "docker" integration/test-docker.sh
-step "metrics textfile" integration/test-metrics.sh
-step "containerd CRI" integration/test-cri.sh
-step "failure modes" integration/test-failure-modes.sh
-step "kubernetes image" integration/test-k8s-image.sh
-step "check --image vs docker export" integration/test-image-docker.sh
-step "kubernetes manifests" integration/validate-k8s.sh
-step "packages (.deb install/purge, .rpm)" integration/package-test.sh
+lane_pids=()
+lane_names=()
+lane() { # NAME FUNCTION: runs FUNCTION in the background, its output in a log
+    "$2" >"$LOGS/$1.log" 2>&1 </dev/null &
+    lane_pids+=($!)
+    lane_names+=("$1")
+}
+wait_lanes() { # prints each lane's log once it has ended
+    local i
+    for i in "${!lane_pids[@]}"; do
+        wait "${lane_pids[$i]}"
+        echo
+        echo "##### ${lane_names[$i]}"
+        cat "$LOGS/${lane_names[$i]}.log"
+    done
+    lane_pids=()
+    lane_names=()
+}
+
+# --- 1. the two builds ------------------------------------------------------
+release_build() { step "release build (glibc 2.17)" packaging/build-release.sh; }
+# The test executables, one line each: target name, kind, path, package dir.
+build_tests() {
+    (
+        set -o pipefail
+        cargo test --workspace --features test-hooks --locked --no-run --message-format=json-render-diagnostics |
+            jq -r 'select(.reason == "compiler-artifact" and .profile.test and .executable != null)
+                | [.target.name, .target.kind[0], .executable, (.manifest_path | sub("/Cargo.toml$"; ""))]
+                | @tsv' >"$LOGS/test-binaries"
+    )
+}
+test_build() { step "test build" build_tests; }
+lane release release_build
+lane test-build test_build
+wait_lanes
+
+# --- 2. tests and engines ---------------------------------------------------
+# The test executables run as `cargo test` runs them (in their package's
+# directory), but two at a time: cargo holds its build lock while tests
+# run, so two `cargo test`s would take turns. Unit tests are `unit`.
+run_tests() { # TARGET...: every test executable of these targets
+    local want=" $* " name kind exe dir key rc=0
+    while IFS=$'\t' read -r name kind exe dir; do
+        key=$name
+        [ "$kind" = test ] || key=unit
+        [[ $want == *" $key "* ]] || continue
+        echo "--- $name ($kind): $exe"
+        (cd "$dir" && GPU_GUARD_TEST_BIN_DIR=$RELEASE_DIR "$exe") || rc=1
+    done <"$LOGS/test-binaries"
+    return $rc
+}
+TESTS_A="decide install it"
+TESTS_B="unit image test_hooks"
+every_test_binary_runs() { # nothing the build made is left out of both lanes
+    local name kind exe dir key left=0
+    while IFS=$'\t' read -r name kind exe dir; do
+        key=$name
+        [ "$kind" = test ] || key=unit
+        [[ " $TESTS_A $TESTS_B " == *" $key "* ]] || { echo "not run: $name ($kind) $exe"; left=1; }
+    done <"$LOGS/test-binaries"
+    [ -s "$LOGS/test-binaries" ] && [ $left = 0 ]
+}
+tests_a() {
+    # `it`: the admission and node-agent crates' integration tests.
+    step "cargo tests: $TESTS_A" run_tests $TESTS_A
+}
+tests_b() {
+    step "cargo tests: $TESTS_B" run_tests $TESTS_B
+}
+engines_a() {
+    step "runc" integration/test-runc.sh
+    step "runc spec parity" integration/test-spec-parity.sh
+    step "metrics textfile" integration/test-metrics.sh
+    step "containerd CRI" integration/test-cri.sh
+    step "failure modes" integration/test-failure-modes.sh
+    step "kubernetes manifests" integration/validate-k8s.sh
+}
+engines_b() {
+    # docker and podman: the package step installs gpu-guard into this
+    # host's own engine configs, so nothing else here uses them meanwhile.
+    step "podman" integration/test-podman.sh
+    step "docker" integration/test-docker.sh
+    step "kubernetes image" integration/test-k8s-image.sh
+    step "check --image vs docker export" integration/test-image-docker.sh
+    step "packages (.deb install/purge, .rpm)" integration/package-test.sh
+}
+# The engine scripts run the release build (integration/lib.sh would take
+# the newer of it and cargo's debug build, which has test-hooks).
+export GPU_GUARD_BIN=$RELEASE_DIR/gpu-guard
+step "every test binary in a lane" every_test_binary_runs
+if grep -q '^FAIL' "$RESULTS"; then
+    echo "test-all: a build failed; no tests run" >&2
+else
+    lane tests-a tests_a
+    lane tests-b tests_b
+    lane engines-a engines_a
+    lane engines-b engines_b
+    wait_lanes
+fi
 
 echo
 echo "=== summary"
-printf '%s\n' "${results[@]}"
+cat "$RESULTS"
 echo "total: $SECONDS s"
-exit $failed
+status=0
+grep -q '^FAIL' "$RESULTS" && status=1
+rm -rf "$LOGS"
+exit $status

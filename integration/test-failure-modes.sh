@@ -11,12 +11,18 @@
 . "$(dirname "$0")/lib.sh"
 
 need_root
-need_cmd runc podman jq python3 cargo pgrep sha256sum
+need_cmd runc podman jq python3 pgrep sha256sum
 [ -x "$GG" ] || skip_or_fail "gpu-guard binary $GG not built"
 
 new_scratch
-(cd "$REPO_DIR" && cargo build -q -p fake-nvml) >&2 || { fail "cannot build the fake NVML library"; finish; }
-FAKE_LIB="$REPO_DIR/target/debug/libfake_nvml.so"
+# The fake NVML library of the release build (the whole workspace), else
+# of a debug build.
+FAKE_LIB="$RELEASE_DIR/libfake_nvml.so"
+if [ ! -f "$FAKE_LIB" ]; then
+    need_cmd cargo
+    (cd "$REPO_DIR" && cargo build -q -p fake-nvml) >&2 || { fail "cannot build the fake NVML library"; finish; }
+    FAKE_LIB="$REPO_DIR/target/debug/libfake_nvml.so"
+fi
 [ -f "$FAKE_LIB" ] || { fail "no $FAKE_LIB"; finish; }
 FACTS="$HOSTS_DIR/a100.json"
 mkdir -p "$T/bin"

@@ -168,8 +168,12 @@ echo "validate-k8s: ${#manifests[@]} manifests, $failed failed"
 # label-only ones of official nvidia/cuda requirements, and --nodes ones
 # (name patches, "admits none"). The API server's value-count rules are
 # tested in tests/image/fleet_affinity_exact.rs; this checks the schema.
-cargo build --quiet
-BIN=target/debug/gpu-guard
+# The binary: $GPU_GUARD_BIN, else the release build's, else a debug build.
+BIN=${GPU_GUARD_BIN:-target/x86_64-unknown-linux-gnu/release/gpu-guard}
+if [ ! -x "$BIN" ]; then
+    cargo build --quiet
+    BIN=target/debug/gpu-guard
+fi
 work=$(mktemp -d)
 trap 'rm -f "$bad"; rm -rf "$tmpd" "$rendered" "$work"' EXIT
 printf '[host]\ncache_file = ""\n[log]\nsyslog = false\n' >"$work/config.toml"

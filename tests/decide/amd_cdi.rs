@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_gpu-guard");
+static BIN: std::sync::LazyLock<&str> = std::sync::LazyLock::new(crate::support::gpu_guard);
 
 /// MI300X facts as `host --json` reads them, the two GPUs' bus ids
 /// swapped so that KFD's order (the facts' index) is not amd-ctk's.
@@ -24,7 +24,7 @@ fn facts(dir: &TempDir) -> PathBuf {
         "[host]\nnvml_library = \"/nonexistent/libnvidia-ml.so.1\"\ncache_file = \"\"\n",
     )
     .unwrap();
-    let o = Command::new(BIN)
+    let o = Command::new(*BIN)
         .arg("--config")
         .arg(&cfg)
         .args(["host", "--json", "--host-root"])
@@ -66,7 +66,7 @@ fn check(dir: &TempDir, cfg: &Path, devices: &str) -> (i32, Value) {
     });
     let path = dir.join("spec.json");
     std::fs::write(&path, spec.to_string()).unwrap();
-    let o = Command::new(BIN)
+    let o = Command::new(*BIN)
         .env_remove("GPU_GUARD_CONFIG")
         .arg("--config")
         .arg(cfg)

@@ -10,7 +10,7 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const BIN: &str = env!("CARGO_BIN_EXE_gpu-guard");
+static BIN: std::sync::LazyLock<&str> = std::sync::LazyLock::new(crate::support::gpu_guard);
 
 fn tree(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -30,7 +30,7 @@ fn config(dir: &TempDir) -> PathBuf {
 }
 
 fn host(dir: &TempDir, args: &[&str], root: &Path) -> Output {
-    Command::new(BIN)
+    Command::new(*BIN)
         .arg("--config")
         .arg(config(dir))
         .arg("host")
@@ -260,7 +260,7 @@ fn check_reads_amd_facts_files() {
     let dir = TempDir::new("amd-facts");
     let f = dir.join("mi300x.json");
     std::fs::write(&f, serde_json::to_vec(&v).unwrap()).unwrap();
-    let o = Command::new(BIN)
+    let o = Command::new(*BIN)
         .args(["check", "--json", "--host"])
         .arg(&f)
         .args(["--env", "HSA_XNACK=1"])
@@ -278,7 +278,7 @@ fn check_reads_amd_facts_files() {
     let mut bad = v.clone();
     bad["gpus"][0]["vendor"] = "intel".into();
     std::fs::write(&f, serde_json::to_vec(&bad).unwrap()).unwrap();
-    let o = Command::new(BIN)
+    let o = Command::new(*BIN)
         .args(["check", "--host"])
         .arg(&f)
         .args(["--env", "HSA_XNACK=1"])

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-const BIN: &str = env!("CARGO_BIN_EXE_gpu-guard");
+static BIN: std::sync::LazyLock<&str> = std::sync::LazyLock::new(crate::support::gpu_guard);
 
 fn data(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -34,7 +34,7 @@ fn config(dir: &Path, profile: &str) -> PathBuf {
 }
 
 fn run(args: &[&str], stdin: Option<&[u8]>) -> Output {
-    let mut child = Command::new(BIN)
+    let mut child = Command::new(*BIN)
         .args(args)
         .env_remove("GPU_GUARD_CONFIG")
         .stdin(Stdio::piped())
@@ -534,7 +534,8 @@ fn precreate_edits_or_refuses() {
     // whose stderr podman shows; the policy edits still go in.
     // (Only this binary counts: tests/decide/precreate_handoff.rs.)
     let deferred = format!(
-        r#"{{"process":{{"env":["NVIDIA_VISIBLE_DEVICES=all","NVIDIA_REQUIRE_CUDA=cuda>=12.4"]}},"hooks":{{"prestart":[{{"path":"{BIN}","args":["gpu-guard","hook","prestart"]}}]}}}}"#
+        r#"{{"process":{{"env":["NVIDIA_VISIBLE_DEVICES=all","NVIDIA_REQUIRE_CUDA=cuda>=12.4"]}},"hooks":{{"prestart":[{{"path":"{}","args":["gpu-guard","hook","prestart"]}}]}}}}"#,
+        *BIN
     );
     let deferred = with_nvidia_hook(&deferred);
     let o = run(

@@ -143,7 +143,7 @@ fn check_reads_drop_ins_through_the_binary() {
     let main = d.join("config.toml");
     write(&main, "[log]\nsyslog = false\n");
     write(&d.join("config.d/50-x.toml"), "[host]\nfacts_fil = \"\"\n");
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-guard"))
+    let o = std::process::Command::new(crate::support::gpu_guard())
         .args(["--config", main.to_str().unwrap(), "check", "--env", "A=1"])
         .env_remove("GPU_GUARD_CONFIG")
         .output()
@@ -161,7 +161,7 @@ fn check_reads_drop_ins_through_the_binary() {
 }
 
 fn gg(config: &Path, args: &[&str]) -> (i32, String) {
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-guard"))
+    let o = std::process::Command::new(crate::support::gpu_guard())
         .arg("--config")
         .arg(config)
         .args(args)
@@ -236,7 +236,7 @@ fn check_and_host_show_the_chained_runtime() {
 fn runtime_path_naming_gpu_guard_is_an_error_not_a_loop() {
     let d = tmp("loop");
     let main = host_config(&d);
-    let me = env!("CARGO_BIN_EXE_gpu-guard");
+    let me = crate::support::gpu_guard();
     let link = d.join("runc");
     std::os::unix::fs::symlink(me, &link).unwrap();
     for target in [

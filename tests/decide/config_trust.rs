@@ -18,7 +18,7 @@ use std::time::Duration;
 use gpu_guard::config::{self, ConfigError, Loaded};
 use gpu_guard::core::policy::Mode;
 
-const BIN: &str = env!("CARGO_BIN_EXE_gpu-guard");
+static BIN: std::sync::LazyLock<&str> = std::sync::LazyLock::new(crate::support::gpu_guard);
 const NOBODY: u32 = 65534;
 
 struct Tmp(PathBuf);
@@ -108,7 +108,7 @@ fn refused(t: &Tmp, path: &Path, words: &[&str]) -> ConfigError {
 
 fn gg(config: &Path, args: &[&str], stdin: &[u8]) -> (i32, String, Vec<u8>) {
     use std::io::Write;
-    let mut child = Command::new(BIN)
+    let mut child = Command::new(*BIN)
         .arg("--config")
         .arg(config)
         .args(args)

@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_gpu-guard");
+static BIN: std::sync::LazyLock<&str> = std::sync::LazyLock::new(crate::support::gpu_guard);
 const T4_A10_GPU1: &str = "GPU-00000001-1c6e-4d64-9e0a-3c1f2a7b9ea1";
 const A100_MIG1: &str = "MIG-1c8d5f63-2b44-5e8f-9a32-7bad1e5f4c23";
 const UNATTACHED: &str =
@@ -558,7 +558,7 @@ fn env_only_container_is_judged_attached() {
 }
 
 fn run(args: &[&str]) -> (Option<i32>, String) {
-    let o = Command::new(BIN).args(args).output().unwrap();
+    let o = Command::new(*BIN).args(args).output().unwrap();
     (
         o.status.code(),
         String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr),

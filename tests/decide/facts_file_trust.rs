@@ -11,7 +11,7 @@ use std::process::Command;
 use crate::support::TempDir as Tmp;
 
 fn run(cfg: &Path, args: &[&str]) -> (Option<i32>, String) {
-    let o = Command::new(env!("CARGO_BIN_EXE_gpu-guard"))
+    let o = Command::new(crate::support::gpu_guard())
         .arg("--config")
         .arg(cfg)
         .args(args)

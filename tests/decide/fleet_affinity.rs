@@ -8,7 +8,7 @@ use serde_json::Value;
 use std::path::PathBuf;
 use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_gpu-guard");
+static BIN: std::sync::LazyLock<&str> = std::sync::LazyLock::new(crate::support::gpu_guard);
 
 fn data(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -20,7 +20,7 @@ fn check(nodes: &str, req: &str, extra: &[&str]) -> std::process::Output {
     let dir = crate::support::TempDir::new("aff");
     let cfg = dir.join("config.toml");
     std::fs::write(&cfg, "[host]\ncache_file = \"\"\n[log]\nsyslog = false\n").unwrap();
-    Command::new(BIN)
+    Command::new(*BIN)
         .env_remove("GPU_GUARD_CONFIG")
         .arg("--config")
         .arg(&cfg)
@@ -148,7 +148,7 @@ fn cuda_image_requirement_on_the_fleet() {
 fn without_nodes_the_requirements_alone() {
     let cfg = crate::support::tempdir("aff-alone").join("config.toml");
     std::fs::write(&cfg, "[log]\nsyslog = false\n").unwrap();
-    let o = Command::new(BIN)
+    let o = Command::new(*BIN)
         .env_remove("GPU_GUARD_CONFIG")
         .arg("--config")
         .arg(&cfg)

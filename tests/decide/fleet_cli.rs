@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const BIN: &str = env!("CARGO_BIN_EXE_gpu-guard");
+static BIN: std::sync::LazyLock<&str> = std::sync::LazyLock::new(crate::support::gpu_guard);
 const REQ: &str = "NVIDIA_REQUIRE_CUDA=cuda>=12.4 brand=tesla,driver>=535,driver<536";
 
 fn data(rel: &str) -> PathBuf {
@@ -32,7 +32,7 @@ fn config(dir: &Path, facts: Option<&Path>) -> PathBuf {
 }
 
 fn run(dir: &Path, args: &[&str]) -> Output {
-    Command::new(BIN)
+    Command::new(*BIN)
         .env_remove("GPU_GUARD_CONFIG")
         .arg("--config")
         .arg(config(dir, None))
@@ -305,7 +305,7 @@ fn hosts_dir_and_repeated_host() {
 fn node_labels_print_and_write() {
     let d = tmpdir("labels");
     let cfg = config(&d, Some(&data("hosts/t4-a10.json")));
-    let o = Command::new(BIN)
+    let o = Command::new(*BIN)
         .env_remove("GPU_GUARD_CONFIG")
         .args(["--config", cfg.to_str().unwrap(), "host", "--node-labels"])
         .output()
@@ -334,7 +334,7 @@ fn node_labels_print_and_write() {
     );
     let target = d.join("features.d/gpu-guard");
     std::fs::create_dir_all(target.parent().unwrap()).unwrap();
-    let w = Command::new(BIN)
+    let w = Command::new(*BIN)
         .env_remove("GPU_GUARD_CONFIG")
         .args([
             "--config",
@@ -355,7 +355,7 @@ fn node_labels_print_and_write() {
     );
     assert_eq!(std::fs::read_to_string(&target).unwrap(), out);
     // --write needs --node-labels.
-    let bad = Command::new(BIN)
+    let bad = Command::new(*BIN)
         .args(["--config", cfg.to_str().unwrap(), "host", "--write"])
         .output()
         .unwrap();
@@ -390,7 +390,8 @@ fn the_note_column_is_cut_only_on_a_terminal() {
     let on_tty = |extra: &str| {
         let cfg = config(&dir, None);
         let cmd = format!(
-            "{BIN} --config {} check --env NVIDIA_VISIBLE_DEVICES=all --env '{REQ}' --nodes {} {extra}",
+            "{} --config {} check --env NVIDIA_VISIBLE_DEVICES=all --env '{REQ}' --nodes {} {extra}",
+            *BIN,
             cfg.display(),
             data("nodes/fleet.json").display()
         );

@@ -12,7 +12,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-const BIN: &str = env!("CARGO_BIN_EXE_gpu-guard");
+static BIN: std::sync::LazyLock<&str> = std::sync::LazyLock::new(crate::support::gpu_guard);
 
 fn data(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -31,7 +31,7 @@ fn tmpdir(name: &str) -> PathBuf {
 }
 
 fn gg(dir: &Path, args: &[&str], stdin: Option<&[u8]>) -> Output {
-    let mut c = Command::new(BIN);
+    let mut c = Command::new(*BIN);
     c.env_remove("GPU_GUARD_CONFIG")
         .arg("--config")
         .arg(dir.join("config.toml"))

@@ -10,7 +10,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-const BIN: &str = env!("CARGO_BIN_EXE_gpu-guard");
+static BIN: std::sync::LazyLock<&str> = std::sync::LazyLock::new(crate::support::gpu_guard);
 
 use crate::support::TempDir as Tmp;
 
@@ -50,7 +50,7 @@ fn spec(caps: &[&str], env_extra: &[&str], annotations: &str) -> String {
 }
 
 fn precreate(cfg: &Path, input: &str) -> Output {
-    let mut child = Command::new(BIN)
+    let mut child = Command::new(*BIN)
         .args(["--config", cfg.to_str().unwrap(), "hook", "precreate"])
         .env_remove("GPU_GUARD_CONFIG")
         .stdin(Stdio::piped())
@@ -76,7 +76,7 @@ fn prestart(cfg: &Path, dir: &Path, spec: &str) -> Output {
         r#"{{"ociVersion":"1.0.2","id":"c1","status":"creating","pid":1,"bundle":"{}"}}"#,
         bundle.display()
     );
-    let mut child = Command::new(BIN)
+    let mut child = Command::new(*BIN)
         .args(["--config", cfg.to_str().unwrap(), "hook", "prestart"])
         .env_remove("GPU_GUARD_CONFIG")
         .stdin(Stdio::piped())

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_gpu-guard");
+static BIN: std::sync::LazyLock<&str> = std::sync::LazyLock::new(crate::support::gpu_guard);
 /// The driver of tests/data/hosts/a100.json.
 const DRIVER: &str = "535.104.05";
 
@@ -37,7 +37,7 @@ fn config(dir: &Path, name: &str, extra: &str) -> PathBuf {
 }
 
 fn run(args: &[&str], stdin: &[u8]) -> Output {
-    let mut child = Command::new(BIN)
+    let mut child = Command::new(*BIN)
         .args(args)
         .env_remove("GPU_GUARD_CONFIG")
         .stdin(Stdio::piped())

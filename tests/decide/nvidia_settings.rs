@@ -179,7 +179,7 @@ fn check_follows_nvidias_config_file() {
     )
     .unwrap();
     let check = || {
-        let out = Command::new(env!("CARGO_BIN_EXE_gpu-guard"))
+        let out = Command::new(crate::support::gpu_guard())
             .arg("--config")
             .arg(&cfg)
             .args(["check", "--json", "--spec"])
@@ -251,7 +251,7 @@ fn other_hosts_are_judged_with_nvidias_defaults_not_this_hosts_file() {
     )
     .unwrap();
     let check = |extra: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_gpu-guard"))
+        let out = Command::new(crate::support::gpu_guard())
             .arg("--config")
             .arg(&cfg)
             .args(["check", "--spec"])

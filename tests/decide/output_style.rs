@@ -10,7 +10,7 @@ use crate::support::TempDir;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const BIN: &str = env!("CARGO_BIN_EXE_gpu-guard");
+static BIN: std::sync::LazyLock<&str> = std::sync::LazyLock::new(crate::support::gpu_guard);
 
 fn data(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -34,7 +34,7 @@ fn config(dir: &Path, profile: &str, extra: &str) -> PathBuf {
 
 fn gg(config: &Path, args: &[&str], stdin: Option<&[u8]>) -> Output {
     use std::io::Write;
-    let mut child = Command::new(BIN)
+    let mut child = Command::new(*BIN)
         .arg("--config")
         .arg(config)
         .args(args)
@@ -236,7 +236,7 @@ fn git(args: &[&str]) -> Option<String> {
 
 #[test]
 fn version_shows_the_commit_and_the_build_date() {
-    let o = Command::new(BIN).arg("--version").output().unwrap();
+    let o = Command::new(*BIN).arg("--version").output().unwrap();
     assert_eq!(o.status.code(), Some(0));
     let line = out(&o);
     let want_commit = git(&["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into());
@@ -272,7 +272,7 @@ fn version_shows_the_commit_and_the_build_date() {
 fn the_kubectl_plugin_name_runs_gpu_guard() {
     let t = TempDir::new("style-kubectl");
     let link = t.join("kubectl-gpu_guard");
-    std::os::unix::fs::symlink(BIN, &link).unwrap();
+    std::os::unix::fs::symlink(*BIN, &link).unwrap();
     let cfg = config(t.path(), "a100", "");
     let run = |args: &[&str]| {
         Command::new(&link)
@@ -307,7 +307,7 @@ fn the_kubectl_plugin_name_runs_gpu_guard() {
     assert!(err(&e).contains("Usage: kubectl gpu-guard"), "{}", err(&e));
     // The wrapper's name still wins over clap.
     let w = t.join("gpu-guard-runtime");
-    std::os::unix::fs::symlink(BIN, &w).unwrap();
+    std::os::unix::fs::symlink(*BIN, &w).unwrap();
     let o = Command::new(&w)
         .arg("--bogus-runc-flag")
         .env("GPU_GUARD_CONFIG", &cfg)
@@ -343,7 +343,7 @@ fn runtime_help_is_the_wrappers_and_the_rest_is_runcs() {
         &format!("[runtime]\npath = \"{}\"\n", fake.display()),
     );
     let link = t.join("gpu-guard-runtime");
-    std::os::unix::fs::symlink(BIN, &link).unwrap();
+    std::os::unix::fs::symlink(*BIN, &link).unwrap();
     let as_runtime = |args: &[&str]| {
         Command::new(&link)
             .args(args)

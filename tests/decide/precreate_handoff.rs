@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-const BIN: &str = env!("CARGO_BIN_EXE_gpu-guard");
+static BIN: std::sync::LazyLock<&str> = std::sync::LazyLock::new(crate::support::gpu_guard);
 
 use crate::support::TempDir as Tmp;
 
@@ -50,7 +50,7 @@ fn precreate(cfg: &Path, stage: &str, hook_path: &Path) -> Output {
         Some(list) => list.push(nvidia),
         None => spec["hooks"]["prestart"] = serde_json::json!([nvidia]),
     }
-    let mut child = Command::new(BIN)
+    let mut child = Command::new(*BIN)
         .args(["--config", cfg.to_str().unwrap(), "hook", "precreate"])
         .env_remove("GPU_GUARD_CONFIG")
         .stdin(Stdio::piped())
@@ -100,15 +100,16 @@ fn the_binary_itself_and_links_to_it_count() {
     let t = Tmp::new("links");
     let cfg = config(&t.0);
     for stage in ["prestart", "createRuntime"] {
-        assert_handed_off(&precreate(&cfg, stage, Path::new(BIN)), "the binary");
+        assert_handed_off(&precreate(&cfg, stage, Path::new(*BIN)), "the binary");
     }
     let sym = t.0.join("gpu-guard");
-    std::os::unix::fs::symlink(BIN, &sym).unwrap();
+    std::os::unix::fs::symlink(*BIN, &sym).unwrap();
     assert_handed_off(&precreate(&cfg, "prestart", &sym), "a symlink to it");
     // A hard link counts whatever its name: it is the same file.
-    let hard =
-        Removed(Path::new(BIN).with_file_name(format!(".handoff-hardlink-{}", std::process::id())));
-    std::fs::hard_link(BIN, &hard.0).unwrap();
+    let hard = Removed(
+        Path::new(*BIN).with_file_name(format!(".handoff-hardlink-{}", std::process::id())),
+    );
+    std::fs::hard_link(*BIN, &hard.0).unwrap();
     assert_handed_off(&precreate(&cfg, "prestart", &hard.0), "a hard link to it");
 }
 
@@ -120,7 +121,7 @@ fn a_copy_or_a_lookalike_name_does_not_count() {
     let bin_dir = t.0.join("usr/bin");
     std::fs::create_dir_all(&bin_dir).unwrap();
     let copy = bin_dir.join("gpu-guard");
-    std::fs::copy(BIN, &copy).unwrap();
+    std::fs::copy(*BIN, &copy).unwrap();
     assert_refused_here(&precreate(&cfg, "prestart", &copy), "a copy");
     // The basename prefix the old check trusted.
     let lookalike = bin_dir.join("gpu-guard-anything");

@@ -379,7 +379,7 @@ fn crio_keys_select_under_crio() {
 
 // ---- through the binary: `gpu-guard check --spec` ----
 
-const BIN: &str = env!("CARGO_BIN_EXE_gpu-guard");
+static BIN: std::sync::LazyLock<&str> = std::sync::LazyLock::new(crate::support::gpu_guard);
 
 use crate::support::tempdir as tmp;
 
@@ -423,7 +423,7 @@ fn check(config: &Path, spec: &str, dir: &Path) -> (i32, String) {
 fn check_as(config: &Path, spec: &str, dir: &Path, extra: &[&str]) -> (i32, String) {
     let f = dir.join("config.json");
     std::fs::write(&f, spec).unwrap();
-    let o = Command::new(BIN)
+    let o = Command::new(*BIN)
         .args(["--config", config.to_str().unwrap(), "check"])
         .args(extra)
         .arg("--spec")

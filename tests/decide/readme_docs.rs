@@ -243,7 +243,7 @@ fn parses_or_names_a_flag(cmd: &[String]) -> Result<(), String> {
         return Err(err);
     }
     parses(before)?;
-    let help = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-guard"))
+    let help = std::process::Command::new(crate::support::gpu_guard())
         .args([cmd[1].as_str(), "--help"])
         .output()
         .unwrap();

@@ -10,7 +10,7 @@
 use std::path::Path;
 use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_gpu-guard");
+static BIN: std::sync::LazyLock<&str> = std::sync::LazyLock::new(crate::support::gpu_guard);
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
 const SUBCOMMANDS: [&str; 9] = [
     "check",
@@ -150,7 +150,7 @@ pub(super) fn inline_invocations(text: &str) -> Vec<Vec<String>> {
 }
 
 pub(super) fn parses(args: &[String]) -> Result<(), String> {
-    let o = Command::new(BIN)
+    let o = Command::new(*BIN)
         .args(&args[1..])
         .arg("--help")
         .env_remove("GPU_GUARD_CONFIG")

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_gpu-guard");
+static BIN: std::sync::LazyLock<&str> = std::sync::LazyLock::new(crate::support::gpu_guard);
 
 fn check(env: &[&str]) -> (Option<i32>, String) {
     let data = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data");
@@ -19,7 +19,7 @@ fn check(env: &[&str]) -> (Option<i32>, String) {
         ),
     )
     .unwrap();
-    let mut c = Command::new(BIN);
+    let mut c = Command::new(*BIN);
     c.arg("--config").arg(&cfg).arg("check");
     for e in env {
         c.args(["--env", e]);

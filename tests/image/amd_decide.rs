@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_gpu-guard");
+static BIN: std::sync::LazyLock<&str> = std::sync::LazyLock::new(crate::support::gpu_guard);
 
 fn data(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -33,7 +33,7 @@ fn config(dir: &TempDir) -> PathBuf {
 
 /// The host facts of a KFD tree, as `gpu-guard host --json` writes them.
 fn facts(dir: &TempDir, tree: &str) -> PathBuf {
-    let o = Command::new(BIN)
+    let o = Command::new(*BIN)
         .arg("--config")
         .arg(config(dir))
         .args(["host", "--json", "--host-root"])
@@ -87,7 +87,7 @@ const MI300X_ALL: [(&str, u32, u32); 5] = [
 ];
 
 fn check(dir: &TempDir, b: &Path, host: &Path, extra: &[&str]) -> (i32, Value) {
-    let o = Command::new(BIN)
+    let o = Command::new(*BIN)
         .arg("--config")
         .arg(config(dir))
         .args(["check", "--json", "--bundle"])

@@ -113,7 +113,7 @@ pub fn note_12_4(branches: &str) -> Vec<u8> {
     ))
 }
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_gpu-guard");
+pub static BIN: std::sync::LazyLock<&str> = std::sync::LazyLock::new(crate::support::gpu_guard);
 
 pub fn data(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -180,7 +180,7 @@ pub fn check_json(
     extra: &str,
 ) -> (i32, serde_json::Value) {
     let cfg = config(base, extra);
-    let out = Command::new(BIN)
+    let out = Command::new(*BIN)
         .arg("--config")
         .arg(&cfg)
         .args(["check", "--json", "--bundle"])
@@ -199,7 +199,7 @@ pub fn check_json(
 /// The same, for people: exit code and text.
 pub fn check_human(base: &Path, bundle: &Path, profile: &str, extra: &str) -> (i32, String) {
     let cfg = config(base, extra);
-    let out = Command::new(BIN)
+    let out = Command::new(*BIN)
         .arg("--config")
         .arg(&cfg)
         .args(["check", "--bundle"])

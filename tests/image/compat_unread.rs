@@ -15,7 +15,7 @@ const LIB: &str = "libcuda.so.550.54.15";
 /// `check --json --env ... [more args]` with the image's env.
 fn check_env(base: &std::path::Path, more: &[&str]) -> (i32, serde_json::Value) {
     let cfg = config(base, "");
-    let mut cmd = Command::new(BIN);
+    let mut cmd = Command::new(*BIN);
     cmd.arg("--config").arg(&cfg).args(["check", "--json"]);
     for e in image_env(IMAGE) {
         cmd.arg("--env").arg(e);

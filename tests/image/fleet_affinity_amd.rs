@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_gpu-guard");
+static BIN: std::sync::LazyLock<&str> = std::sync::LazyLock::new(crate::support::gpu_guard);
 
 fn data(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -33,7 +33,7 @@ fn tree_labels(dir: &Path, tree: &str) -> BTreeMap<String, String> {
         "[host]\nnvml_library = \"/nonexistent/libnvidia-ml.so.1\"\ncache_file = \"\"\n[log]\nsyslog = false\n",
     )
     .unwrap();
-    let o = Command::new(BIN)
+    let o = Command::new(*BIN)
         .env_remove("GPU_GUARD_CONFIG")
         .arg("--config")
         .arg(&cfg)
@@ -304,7 +304,7 @@ fn rocm_images_are_placed_exactly_on_amd_nodes() {
 
 /// `check --nodes --json` of `image` with AMD GPUs asked for.
 fn fleet_json(dir: &Path, image: &Path, nodes: &Path) -> serde_json::Value {
-    let o = Command::new(BIN)
+    let o = Command::new(*BIN)
         .env_remove("GPU_GUARD_CONFIG")
         .arg("--config")
         .arg(dir.join("config.toml"))
@@ -332,7 +332,7 @@ fn amd_nodes_read_from_labels_judge_vendor_code_and_driver() {
     let nodes = amd_nodes(&dir);
     let file = write_nodes(&dir, &nodes);
     // A CUDA image on AMD nodes: a vendor error naming what each has.
-    let o = Command::new(BIN)
+    let o = Command::new(*BIN)
         .env_remove("GPU_GUARD_CONFIG")
         .arg("--config")
         .arg(dir.join("config.toml"))

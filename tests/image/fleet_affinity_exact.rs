@@ -30,7 +30,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_gpu-guard");
+static BIN: std::sync::LazyLock<&str> = std::sync::LazyLock::new(crate::support::gpu_guard);
 
 fn data(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -330,7 +330,7 @@ fn gpu_guard_labels(dir: &Path, facts: &Value) -> BTreeMap<String, String> {
         ),
     )
     .unwrap();
-    let o = Command::new(BIN)
+    let o = Command::new(*BIN)
         .env_remove("GPU_GUARD_CONFIG")
         .arg("--config")
         .arg(&cfg)
@@ -530,7 +530,7 @@ pub(crate) fn tmpdir(name: &str) -> PathBuf {
 
 /// `gpu-guard check` of `image` (or of the env alone) with `args`.
 fn gg(dir: &Path, image: Option<&Path>, env: &[String], args: &[&str]) -> std::process::Output {
-    let mut c = Command::new(BIN);
+    let mut c = Command::new(*BIN);
     c.env_remove("GPU_GUARD_CONFIG")
         .arg("--config")
         .arg(dir.join("config.toml"))

@@ -21,7 +21,7 @@ const AS_LIMIT: u64 = 768 << 20;
 const TIMEOUT: Duration = Duration::from_secs(90);
 
 fn bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_gpu-guard"))
+    PathBuf::from(crate::support::gpu_guard())
 }
 
 fn data(p: &str) -> PathBuf {

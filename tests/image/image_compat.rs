@@ -36,7 +36,7 @@ fn image_with_compat(name: &str, note: &[u8]) -> std::path::PathBuf {
 fn check(image: &std::path::Path, profile: &str) -> (i32, serde_json::Value) {
     let base = compat_support::tmp(&format!("cfg-{profile}"));
     let cfg = compat_support::config(&base, "");
-    let out = Command::new(compat_support::BIN)
+    let out = Command::new(*compat_support::BIN)
         .arg("--config")
         .arg(&cfg)
         .args(["check", "--json", "--image"])

@@ -18,7 +18,7 @@ const OLD: &str = "NVIDIA_REQUIRE_CUDA=cuda>=11.0";
 /// `check --image ARG --host a100.json` run in `cwd`: exit status, stdout, stderr.
 fn check(cwd: &Path, arg: &str) -> (i32, String, String) {
     let cfg = config(cwd, "");
-    let o = Command::new(BIN)
+    let o = Command::new(*BIN)
         .current_dir(cwd)
         .arg("--config")
         .arg(&cfg)

@@ -52,7 +52,7 @@ fn memlock_shows_in_edits_and_only_raises() {
     assert!(d["edits"].get("rlimits").is_none(), "{d}");
     // A bad value names the key.
     let cfg = config(&base, "[tuning]\nmemlock = \"lots\"\n");
-    let out = std::process::Command::new(BIN)
+    let out = std::process::Command::new(*BIN)
         .arg("--config")
         .arg(&cfg)
         .args(["check", "--json", "--bundle"])

@@ -21,7 +21,7 @@ fn a_fleet_reads_the_compat_library_as_one_host_does() {
         None,
     );
     let cfg = config(&base, "");
-    let out = Command::new(BIN)
+    let out = Command::new(*BIN)
         .arg("--config")
         .arg(&cfg)
         .args(["check", "--json", "--bundle"])

@@ -82,5 +82,5 @@ pub fn real_library() -> Option<PathBuf> {
 }
 
 pub fn gpu_guard() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_gpu-guard"))
+    PathBuf::from(crate::support::gpu_guard())
 }

@@ -633,7 +633,7 @@ fn host_warns_about_drift_with_the_file_and_the_fix() {
         let script = format!(
             "mount --bind {} /var/lib && exec {} --config {} host {extra}",
             lib.display(),
-            env!("CARGO_BIN_EXE_gpu-guard"),
+            crate::support::gpu_guard(),
             cfg.display()
         );
         let out = Command::new("unshare")

@@ -90,7 +90,7 @@ pub fn files_under(dir: &Path) -> Vec<String> {
 
 /// The gpu-guard binary cargo built for these tests.
 pub fn bin() -> std::process::Command {
-    std::process::Command::new(env!("CARGO_BIN_EXE_gpu-guard"))
+    std::process::Command::new(crate::support::gpu_guard())
 }
 
 /// `gpu-guard ARGS --bin-dir /usr/bin --host-root ROOT` without the

@@ -45,7 +45,7 @@ fn a_second_file_that_cannot_be_written_leaves_the_first_untouched() {
     fs::set_permissions(&config_d, fs::Permissions::from_mode(0o555)).unwrap();
     let out = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .arg(env!("CARGO_BIN_EXE_gpu-guard"))
+        .arg(crate::support::gpu_guard())
         .args(["install", "docker", "--bin-dir", "/usr/bin", "--host-root"])
         .arg(&root)
         .env_remove("GPU_GUARD_CONFIG")

@@ -143,3 +143,37 @@ impl AsRef<Path> for TempDir {
         &self.0
     }
 }
+
+/// The path of workspace binary `name` that the tests run:
+/// `$GPU_GUARD_TEST_BIN_DIR/name` when that is set, else cargo's own build
+/// of it (`cargo_built`, from `option_env!("CARGO_BIN_EXE_<name>")`).
+/// integration/test-all.sh points the variable at the release build, which
+/// is built without test-hooks, so every test outside test_hooks runs
+/// against the binaries the packages ship. The test_hooks binary never
+/// calls this: it needs cargo's test-hooks build.
+pub fn under_test(name: &str, cargo_built: Option<&'static str>) -> &'static str {
+    static CHOSEN: std::sync::Mutex<Vec<(String, &'static str)>> =
+        std::sync::Mutex::new(Vec::new());
+    let Some(dir) = std::env::var_os("GPU_GUARD_TEST_BIN_DIR") else {
+        return cargo_built
+            .unwrap_or_else(|| panic!("cargo builds no {name} for this test binary's package"));
+    };
+    let mut chosen = CHOSEN.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, path)) = chosen.iter().find(|(n, _)| n == name) {
+        return path;
+    }
+    let path = Path::new(&dir).join(name);
+    assert!(
+        path.is_file(),
+        "GPU_GUARD_TEST_BIN_DIR names {}, which holds no {name}",
+        Path::new(&dir).display()
+    );
+    let path: &'static str = Box::leak(path.to_string_lossy().into_owned().into_boxed_str());
+    chosen.push((name.to_string(), path));
+    path
+}
+
+/// gpu-guard's binary under test ([`under_test`]).
+pub fn gpu_guard() -> &'static str {
+    under_test("gpu-guard", option_env!("CARGO_BIN_EXE_gpu-guard"))
+}

@@ -13,7 +13,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-const NET: &str = env!("CARGO_BIN_EXE_gpu-guard-admission");
+static NET: std::sync::LazyLock<&str> = std::sync::LazyLock::new(crate::hook_bin::bin);
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -124,7 +124,7 @@ fn same_decision_as_the_saved_tar() {
     let host = repo_root().join("tests/data/hosts/h100x8.json");
     let nodes = repo_root().join("tests/data/nodes/fleet.json");
     let run = |image: &str, extra: &[&str]| {
-        Command::new(NET)
+        Command::new(*NET)
             .arg("--config")
             .arg(&cfg)
             .args(["check", "--image", image, "--json"])
@@ -180,7 +180,7 @@ fn same_decision_as_the_saved_tar() {
             && err.trim().lines().count() == 1,
         "{err}"
     );
-    let o = Command::new(NET)
+    let o = Command::new(*NET)
         .arg("--config")
         .arg(&cfg)
         .args([

@@ -2,8 +2,7 @@
 //! 127.0.0.1:PORT --tls-cert --tls-key [--metrics-listen 127.0.0.1:PORT]`
 //! started as a process, its config the shipped one with `[admission]`
 //! keys set by the test, called over TLS as the API server calls it.
-//! `GG_ADMISSION_BIN` runs another build of it (to check a test against
-//! another branch).
+//! `GPU_GUARD_TEST_BIN_DIR` runs another build of it (tests/support).
 
 use crate::registry_support;
 use crate::support::TempDir;
@@ -12,10 +11,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub fn bin() -> PathBuf {
-    std::env::var_os("GG_ADMISSION_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_gpu-guard-admission")))
+pub fn bin() -> &'static str {
+    crate::support::under_test(
+        "gpu-guard-admission",
+        option_env!("CARGO_BIN_EXE_gpu-guard-admission"),
+    )
 }
 
 pub fn repo_root() -> PathBuf {

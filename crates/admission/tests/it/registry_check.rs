@@ -13,7 +13,7 @@ use crate::registry_support::Registry;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const NET: &str = env!("CARGO_BIN_EXE_gpu-guard-admission");
+static NET: std::sync::LazyLock<&str> = std::sync::LazyLock::new(crate::hook_bin::bin);
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -54,7 +54,7 @@ fn config(dir: &Path) -> PathBuf {
 }
 
 fn check(cfg: &Path, args: &[&str], envs: &[(&str, &str)]) -> Output {
-    let mut c = Command::new(NET);
+    let mut c = Command::new(*NET);
     c.arg("--config").arg(cfg).arg("check").args(args);
     c.env("HOME", "/nonexistent")
         .env_remove("DOCKER_CONFIG")
@@ -147,7 +147,7 @@ fn same_decision_as_the_layout_by_tag_and_digest_then_attested() {
         assert_eq!(decision(&o)["image"]["manifest_digest"], digest);
     }
     // `gpu-guard check` hands docker:// images to gpu-guard-admission beside it.
-    let main_bin = Path::new(NET).with_file_name("gpu-guard");
+    let main_bin = Path::new(*NET).with_file_name("gpu-guard");
     if main_bin.exists() {
         let o = Command::new(&main_bin)
             .arg("--config")

@@ -41,7 +41,10 @@ pub fn gpu_guard_bin() -> Option<PathBuf> {
 }
 
 pub fn agent_bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_gpu-guard-node-agent"))
+    Command::new(support::under_test(
+        "gpu-guard-node-agent",
+        option_env!("CARGO_BIN_EXE_gpu-guard-node-agent"),
+    ))
 }
 
 /// Copies `bin` into `root` at `dest` (a host path) with every library
