@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use crate::core::policy::{default_kernel_image_libraries, Config};
 
+mod comments;
 mod deprecated;
 mod fallback;
 pub use fallback::{describe_unread, Fallback};
@@ -131,8 +132,9 @@ fn load_files(flag: Option<&Path>) -> Result<Loaded, ConfigError> {
     if drop_ins.is_empty() {
         // The common case: one file, parsed once.
         if let Some(text) = &main_text {
-            loaded.config = parse(text).map_err(|message| rejected(&path, message))?;
-            loaded.deprecated = deprecated::warnings(&path, text);
+            let text = comments::without_comment_lines(text);
+            loaded.config = parse_emptied(&text).map_err(|message| rejected(&path, message))?;
+            loaded.deprecated = deprecated::warnings(&path, &text);
             if !loaded.config.runtime.path.is_empty() {
                 loaded.runtime_path_from = Some(path);
             }
@@ -161,8 +163,9 @@ fn merge_files(
     for (p, text) in &files {
         // Each file alone first, so an unknown key or a bad value names
         // the file it is in.
-        let table = parse_file_table(text).map_err(|m| rejected(p, m))?;
-        loaded.deprecated.extend(deprecated::warnings(p, text));
+        let text = comments::without_comment_lines(text);
+        let table = parse_file_table(&text).map_err(|m| rejected(p, m))?;
+        loaded.deprecated.extend(deprecated::warnings(p, &text));
         if table
             .get("runtime")
             .and_then(|r| r.get("path"))
@@ -376,6 +379,11 @@ pub fn drop_ins_line(l: &Loaded) -> Option<String> {
 
 /// Parses and validates config text; the error is one line naming the key.
 pub fn parse(text: &str) -> Result<Config, String> {
+    parse_emptied(&comments::without_comment_lines(text))
+}
+
+/// [`parse`] on text whose comment lines are already emptied.
+fn parse_emptied(text: &str) -> Result<Config, String> {
     let cfg = parse_unvalidated(text)?;
     cfg.validate()?;
     validate_globs(&cfg)?;

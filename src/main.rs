@@ -2,7 +2,7 @@
 //! outcome to an exit status. All logic lives in the library.
 
 use clap::Parser;
-use gpu_guard::commands::cli::{Cli, Command};
+use gpu_guard::commands::cli::{Cli, Command, HookStage};
 use gpu_guard::commands::network;
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -22,6 +22,9 @@ fn main() -> ExitCode {
             return exit(0);
         }
         return exit(gpu_guard::commands::runtime::main(config.as_deref(), rest));
+    }
+    if let Some((config, stage)) = hook_invocation(&args) {
+        return exit(gpu_guard::commands::hook::main(config.as_deref(), stage));
     }
     let cli = match parse(&args) {
         Ok(c) => c,
@@ -97,21 +100,106 @@ fn runtime_invocation(args: &[OsString]) -> Option<(Option<PathBuf>, Vec<OsStrin
     if name == "gpu-guard-runtime" {
         return Some((None, args[1..].to_vec()));
     }
+    let (config, at) = leading_config(args)?;
+    (args.get(at)? == "runtime").then(|| (config, args[at + 1..].to_vec()))
+}
+
+/// `gpu-guard [--config F] hook STAGE`, the form engines run the hook in
+/// (packaging/hooks.d, `gpu-guard install`), read without clap: building
+/// clap's command (every subcommand's arguments) costs a container start
+/// more than deciding on a non-GPU container does. Any other form, and
+/// any stage clap would not accept, goes through clap.
+fn hook_invocation(args: &[OsString]) -> Option<(Option<PathBuf>, HookStage)> {
+    use clap::ValueEnum;
+    let (config, at) = leading_config(args)?;
+    match &args[at..] {
+        [hook, stage] if hook == "hook" => {
+            Some((config, HookStage::from_str(stage.to_str()?, false).ok()?))
+        }
+        _ => None,
+    }
+}
+
+/// The `--config FILE` or `--config=FILE` before the subcommand (at most
+/// one, as clap allows), and the index of the subcommand.
+fn leading_config(args: &[OsString]) -> Option<(Option<PathBuf>, usize)> {
+    use std::os::unix::ffi::OsStrExt;
     let mut config = None;
     let mut i = 1;
     while i < args.len() {
-        let a = args[i].to_string_lossy();
-        if a == "--config" {
-            config = Some(PathBuf::from(args.get(i + 1)?));
+        let a = args[i].as_bytes();
+        let value = if a == b"--config" {
             i += 2;
-        } else if let Some(v) = a.strip_prefix("--config=") {
-            config = Some(PathBuf::from(v));
+            PathBuf::from(args.get(i - 1)?)
+        } else if let Some(v) = a.strip_prefix(b"--config=") {
             i += 1;
-        } else if a == "runtime" {
-            return Some((config, args[i + 1..].to_vec()));
+            PathBuf::from(std::ffi::OsStr::from_bytes(v))
         } else {
+            return Some((config, i));
+        };
+        if config.replace(value).is_some() {
             return None;
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(a: &[&str]) -> Vec<OsString> {
+        a.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn the_hook_forms_engines_run_skip_clap() {
+        let stage = |a: &[&str]| hook_invocation(&argv(a));
+        assert_eq!(
+            stage(&["gpu-guard", "hook", "prestart"]),
+            Some((None, HookStage::Prestart))
+        );
+        assert_eq!(
+            stage(&["gpu-guard", "--config", "/c.toml", "hook", "createRuntime"]),
+            Some((Some("/c.toml".into()), HookStage::CreateRuntime))
+        );
+        assert_eq!(
+            stage(&["gpu-guard", "--config=/c.toml", "hook", "create-runtime"]),
+            Some((Some("/c.toml".into()), HookStage::CreateRuntime))
+        );
+        // Everything else is clap's: its errors, help, and other orders.
+        for other in [
+            &["gpu-guard", "hook", "Prestart"][..],
+            &["gpu-guard", "hook", "prestart", "--config", "/c.toml"],
+            &["gpu-guard", "hook", "--help"],
+            &["gpu-guard", "hook"],
+            &[
+                "gpu-guard",
+                "--config",
+                "/a",
+                "--config",
+                "/b",
+                "hook",
+                "prestart",
+            ],
+            &["gpu-guard", "--config"],
+            &["gpu-guard", "check", "prestart"],
+        ] {
+            assert_eq!(stage(other), None, "{other:?}");
+        }
+    }
+
+    #[test]
+    fn the_runtime_forms() {
+        let run = |a: &[&str]| runtime_invocation(&argv(a));
+        assert_eq!(
+            run(&["/usr/bin/gpu-guard-runtime", "create", "x"]),
+            Some((None, argv(&["create", "x"])))
+        );
+        assert_eq!(
+            run(&["gpu-guard", "--config=/c", "runtime", "--help"]),
+            Some((Some("/c".into()), argv(&["--help"])))
+        );
+        assert_eq!(run(&["gpu-guard", "hook", "prestart"]), None);
+    }
 }

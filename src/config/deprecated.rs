@@ -11,39 +11,48 @@ use std::path::Path;
 /// `[table]` header, or dotted) reads `refuse` as a deprecated spelling of
 /// `enforce`, naming the file and line.
 pub fn warnings(file: &Path, text: &str) -> Vec<String> {
-    if !text.contains("refuse") {
-        return Vec::new();
-    }
-    let mut table = String::new();
+    // Only the lines that say `refuse` are read: the scan runs at every
+    // container start, and such lines are rare.
     let mut out = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        let l = line.trim();
-        if let Some(t) = l.strip_prefix('[').and_then(|r| r.strip_suffix(']')) {
-            table = t.trim().to_string();
+    let mut last_line = None;
+    for (at, _) in text.match_indices("refuse") {
+        let start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+        if last_line == Some(start) {
             continue;
         }
-        let Some((key, value)) = l.split_once('=') else {
+        last_line = Some(start);
+        let end = text[at..].find('\n').map_or(text.len(), |i| at + i);
+        let Some(key) = refuse_key(&text[start..end]) else {
             continue;
         };
-        let value = value.split('#').next().unwrap_or_default().trim();
-        if value != "\"refuse\"" && value != "'refuse'" {
-            continue;
-        }
-        let key = key.trim().replace(' ', "");
-        let full = if table.is_empty() {
-            key
-        } else {
-            format!("{table}.{key}")
+        let full = match table_above(&text[..start]) {
+            Some(table) => format!("{table}.{key}"),
+            None => key,
         };
         if DEPRECATED_REFUSE.contains(&full.as_str()) {
             out.push(format!(
                 "{}:{}: {full} = \"refuse\" is deprecated; write \"enforce\" (same meaning)",
                 file.display(),
-                n + 1
+                text[..start].matches('\n').count() + 1
             ));
         }
     }
     out
+}
+
+/// The key of a `key = "refuse"` line (spaces in a dotted key dropped).
+fn refuse_key(line: &str) -> Option<String> {
+    let (key, value) = line.trim().split_once('=')?;
+    let value = value.split('#').next().unwrap_or_default().trim();
+    (value == "\"refuse\"" || value == "'refuse'").then(|| key.trim().replace(' ', ""))
+}
+
+/// The `[table]` header nearest above, if any.
+fn table_above(before: &str) -> Option<String> {
+    before.lines().rev().find_map(|l| {
+        let t = l.trim().strip_prefix('[')?.strip_suffix(']')?;
+        Some(t.trim().to_string())
+    })
 }
 
 #[cfg(test)]
