@@ -14,7 +14,7 @@
 #      run on one thread and leave the other core to the test build;
 #   2. four lanes at once: two of cargo's test executables (run as
 #      `cargo test` runs them), and two of engine scripts that share no
-#      daemon or engine config. The integration tests run against the
+#      daemon or engine config; then the package step alone. The integration tests run against the
 #      release build (GPU_GUARD_TEST_BIN_DIR, tests/support), which has no
 #      test-hooks, so the shipped binaries pass the same tests; test_hooks
 #      runs cargo's test-hooks build. The engine scripts run the release
@@ -112,23 +112,20 @@ tests_a() {
 }
 tests_b() {
     step "cargo tests: $TESTS_B" run_tests $TESTS_B
+    step "kubernetes manifests" integration/validate-k8s.sh
+    step "metrics textfile" integration/test-metrics.sh
 }
 engines_a() {
     step "runc" integration/test-runc.sh
     step "runc spec parity" integration/test-spec-parity.sh
-    step "metrics textfile" integration/test-metrics.sh
-    step "containerd CRI" integration/test-cri.sh
     step "failure modes" integration/test-failure-modes.sh
-    step "kubernetes manifests" integration/validate-k8s.sh
 }
 engines_b() {
-    # docker and podman: the package step installs gpu-guard into this
-    # host's own engine configs, so nothing else here uses them meanwhile.
     step "podman" integration/test-podman.sh
     step "docker" integration/test-docker.sh
+    step "containerd CRI" integration/test-cri.sh
     step "kubernetes image" integration/test-k8s-image.sh
     step "check --image vs docker export" integration/test-image-docker.sh
-    step "packages (.deb install/purge, .rpm)" integration/package-test.sh
 }
 # The engine scripts run the release build (integration/lib.sh would take
 # the newer of it and cargo's debug build, which has test-hooks).
@@ -142,6 +139,11 @@ else
     lane engines-a engines_a
     lane engines-b engines_b
     wait_lanes
+    # Alone: it installs gpu-guard into this host's own docker and podman
+    # configs, and checks that purging leaves nothing of gpu-guard's in
+    # /etc, /run, /usr and /var/lib, which any other gpu-guard run could
+    # write meanwhile.
+    step "packages (.deb install/purge, .rpm)" integration/package-test.sh
 fi
 
 echo
