@@ -91,27 +91,32 @@ fn expand_into(whole: &str, s: &str, out: &mut Vec<String>) -> Result<(), GlobEr
     let mut depth = 0usize;
     let mut close = None;
     let mut commas = Vec::new();
-    for (i, c) in s[open..].char_indices() {
-        let i = open + i;
+    for (i, &c) in s.as_bytes().iter().enumerate().skip(open) {
         match c {
-            '{' => depth += 1,
-            '}' => {
+            b'{' => depth += 1,
+            b'}' => {
                 depth -= 1;
                 if depth == 0 {
                     close = Some(i);
                     break;
                 }
             }
-            ',' if depth == 1 => commas.push(i),
+            b',' if depth == 1 => commas.push(i),
             _ => {}
         }
     }
     let close = close.ok_or_else(|| GlobError::Braces(shown(whole)))?;
     let (head, tail) = (&s[..open], &s[close + 1..]);
     let mut start = open + 1;
+    // Every GPU container's start expands the shipped globs (about 170
+    // patterns): one buffer, no formatting machinery.
+    let mut joined = String::with_capacity(s.len());
     for end in commas.into_iter().chain(std::iter::once(close)) {
-        let alt = &s[start..end];
-        expand_into(whole, &format!("{head}{alt}{tail}"), out)?;
+        joined.clear();
+        joined.push_str(head);
+        joined.push_str(&s[start..end]);
+        joined.push_str(tail);
+        expand_into(whole, &joined, out)?;
         start = end + 1;
     }
     Ok(())
