@@ -83,28 +83,32 @@ wait_lanes
 # --- 2. tests and engines ---------------------------------------------------
 # The test executables run as `cargo test` runs them (in their package's
 # directory), but two at a time: cargo holds its build lock while tests
-# run, so two `cargo test`s would take turns. Unit tests are `unit`.
+# run, so two `cargo test`s would take turns. Unit tests are `unit`; a
+# step after the lanes checks that each executable the build made ran.
 run_tests() { # TARGET...: every test executable of these targets
-    local want=" $* " name kind exe dir key rc=0
-    while IFS=$'\t' read -r name kind exe dir; do
+    local want=" $* " name kind exe dir key rc=0 ran=0 line
+    local -a list
+    # Read whole first: a test reading its stdin must not eat the list.
+    mapfile -t list <"$LOGS/test-binaries"
+    for line in "${list[@]}"; do
+        IFS=$'\t' read -r name kind exe dir <<<"$line"
         key=$name
         [ "$kind" = test ] || key=unit
         [[ $want == *" $key "* ]] || continue
         echo "--- $name ($kind): $exe"
-        (cd "$dir" && GPU_GUARD_TEST_BIN_DIR=$RELEASE_DIR "$exe") || rc=1
-    done <"$LOGS/test-binaries"
+        (cd "$dir" && GPU_GUARD_TEST_BIN_DIR=$RELEASE_DIR "$exe" </dev/null) || rc=1
+        ran=$((ran + 1))
+        echo "$exe" >>"$LOGS/ran"
+    done
+    echo "--- $ran test executables run for: $*"
+    [ "$ran" -gt 0 ] || rc=1
     return $rc
 }
 TESTS_A="decide install it"
 TESTS_B="unit image test_hooks"
-every_test_binary_runs() { # nothing the build made is left out of both lanes
-    local name kind exe dir key left=0
-    while IFS=$'\t' read -r name kind exe dir; do
-        key=$name
-        [ "$kind" = test ] || key=unit
-        [[ " $TESTS_A $TESTS_B " == *" $key "* ]] || { echo "not run: $name ($kind) $exe"; left=1; }
-    done <"$LOGS/test-binaries"
-    [ -s "$LOGS/test-binaries" ] && [ $left = 0 ]
+every_test_executable_ran() { # each one the build made, once
+    diff <(cut -f3 "$LOGS/test-binaries" | sort) <(sort "$LOGS/ran" 2>/dev/null) &&
+        [ -s "$LOGS/test-binaries" ]
 }
 tests_a() {
     # `it`: the admission and node-agent crates' integration tests.
@@ -130,7 +134,6 @@ engines_b() {
 # The engine scripts run the release build (integration/lib.sh would take
 # the newer of it and cargo's debug build, which has test-hooks).
 export GPU_GUARD_BIN=$RELEASE_DIR/gpu-guard
-step "every test binary in a lane" every_test_binary_runs
 if grep -q '^FAIL' "$RESULTS"; then
     echo "test-all: a build failed; no tests run" >&2
 else
@@ -139,6 +142,7 @@ else
     lane engines-a engines_a
     lane engines-b engines_b
     wait_lanes
+    step "every test executable ran once" every_test_executable_ran
     # Alone: it installs gpu-guard into this host's own docker and podman
     # configs, and checks that purging leaves nothing of gpu-guard's in
     # /etc, /run, /usr and /var/lib, which any other gpu-guard run could
