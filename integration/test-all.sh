@@ -12,9 +12,9 @@
 #      and every test below but test_hooks run) and cargo's test build
 #      (with test-hooks), at the same time: the release build's LTO links
 #      run on one thread and leave the other core to the test build;
-#   2. four lanes at once: two of cargo's test executables (run as
-#      `cargo test` runs them), and two of engine scripts that share no
-#      daemon or engine config; then the package step alone. The integration tests run against the
+#   2. four lanes at once of cargo's test executables (run as `cargo test`
+#      runs them) and engine scripts, no two of which share a daemon or an
+#      engine config; then the package step alone. The integration tests run against the
 #      release build (GPU_GUARD_TEST_BIN_DIR, tests/support), which has no
 #      test-hooks, so the shipped binaries pass the same tests; test_hooks
 #      runs cargo's test-hooks build. The engine scripts run the release
@@ -105,31 +105,35 @@ run_tests() { # TARGET...: every test executable of these targets
     return $rc
 }
 TESTS_A="decide install it"
-TESTS_B="unit image test_hooks"
+TESTS_B="unit image"
+TESTS_C="test_hooks"
 every_test_executable_ran() { # each one the build made, once
     diff <(cut -f3 "$LOGS/test-binaries" | sort) <(sort "$LOGS/ran" 2>/dev/null) &&
         [ -s "$LOGS/test-binaries" ]
 }
-tests_a() {
+# Four lanes of about the same length here (two cores): the tests are
+# CPU-bound, the engine scripts mostly wait on their engines.
+lane_1() {
     # `it`: the admission and node-agent crates' integration tests.
     step "cargo tests: $TESTS_A" run_tests $TESTS_A
 }
-tests_b() {
+lane_2() {
     step "cargo tests: $TESTS_B" run_tests $TESTS_B
     step "kubernetes manifests" integration/validate-k8s.sh
     step "metrics textfile" integration/test-metrics.sh
 }
-engines_a() {
+lane_3() {
     step "runc" integration/test-runc.sh
     step "runc spec parity" integration/test-spec-parity.sh
     step "failure modes" integration/test-failure-modes.sh
 }
-engines_b() {
+lane_4() {
     step "podman" integration/test-podman.sh
     step "docker" integration/test-docker.sh
     step "containerd CRI" integration/test-cri.sh
     step "kubernetes image" integration/test-k8s-image.sh
     step "check --image vs docker export" integration/test-image-docker.sh
+    step "cargo tests: $TESTS_C" run_tests $TESTS_C
 }
 # The engine scripts run the release build (integration/lib.sh would take
 # the newer of it and cargo's debug build, which has test-hooks).
@@ -137,10 +141,10 @@ export GPU_GUARD_BIN=$RELEASE_DIR/gpu-guard
 if grep -q '^FAIL' "$RESULTS"; then
     echo "test-all: a build failed; no tests run" >&2
 else
-    lane tests-a tests_a
-    lane tests-b tests_b
-    lane engines-a engines_a
-    lane engines-b engines_b
+    lane lane-1 lane_1
+    lane lane-2 lane_2
+    lane lane-3 lane_3
+    lane lane-4 lane_4
     wait_lanes
     step "every test executable ran once" every_test_executable_ran
     # Alone: it installs gpu-guard into this host's own docker and podman
