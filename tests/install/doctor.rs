@@ -73,22 +73,9 @@ fn config(root: &Path, profile: &str, extra: &str) {
 }
 
 fn install(root: &Path, args: &[&str]) -> (Option<i32>, String) {
-    let o = bin()
-        .arg("install")
-        .args(args)
-        .args(["--bin-dir", "/usr/bin", "--host-root"])
-        .arg(root)
-        .env_remove("GPU_GUARD_CONFIG")
-        .output()
-        .unwrap();
-    (
-        o.status.code(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        ),
-    )
+    let mut all = vec!["install"];
+    all.extend_from_slice(args);
+    crate::install_support::on_host_root(root, &all)
 }
 
 /// `doctor --json --host-root ROOT`: exit status and the report.
