@@ -106,12 +106,10 @@ pub fn fallback(flag: Option<&Path>) -> Fallback {
 
 /// Fills what detection reads from this host beside the config, once
 /// with the config: what NVIDIA's toolkit here honours decides which
-/// requests make a GPU container (core::detect), and the host's device
-/// majors which nodes are GPUs.
+/// requests make a GPU container (core::detect). The host's device majors
+/// are read only for a container with devices (pipeline::classify).
 fn read_host_detection(cfg: &mut Config) {
     cfg.detect.nvidia = crate::host::nvidia_config::read(&cfg.detect.nvidia_config);
-    // Which device majors are GPU drivers' here (core::device_table).
-    cfg.detect.majors = crate::host::device_nodes::host_majors();
 }
 
 fn load_files(flag: Option<&Path>) -> Result<Loaded, ConfigError> {
@@ -132,8 +130,8 @@ fn load_files(flag: Option<&Path>) -> Result<Loaded, ConfigError> {
     if drop_ins.is_empty() {
         // The common case: one file, parsed once.
         if let Some(text) = &main_text {
-            let text = comments::without_comment_lines(text);
-            loaded.config = parse_emptied(&text).map_err(|message| rejected(&path, message))?;
+            let text = comments::content(text);
+            loaded.config = parse_content(&text).map_err(|message| rejected(&path, message))?;
             loaded.deprecated = deprecated::warnings(&path, &text);
             if !loaded.config.runtime.path.is_empty() {
                 loaded.runtime_path_from = Some(path);
@@ -163,7 +161,7 @@ fn merge_files(
     for (p, text) in &files {
         // Each file alone first, so an unknown key or a bad value names
         // the file it is in.
-        let text = comments::without_comment_lines(text);
+        let text = comments::content(text);
         let table = parse_file_table(&text).map_err(|m| rejected(p, m))?;
         loaded.deprecated.extend(deprecated::warnings(p, &text));
         if table
@@ -290,11 +288,12 @@ fn list_drop_ins(dir: &Path) -> Result<Vec<PathBuf>, ConfigError> {
 
 /// One file of a merged config: checked on its own (unknown keys, types,
 /// values), returned as the table it wrote.
-fn parse_file_table(text: &str) -> Result<toml::Table, String> {
+fn parse_file_table(text: &comments::Content) -> Result<toml::Table, String> {
     // Values are checked once merged: a drop-in may name a framework
     // another file defines.
     parse_unvalidated(text)?;
-    text.parse::<toml::Table>()
+    text.text()
+        .parse::<toml::Table>()
         .map_err(|e| one_line_toml_error(text, &e))
 }
 
@@ -379,19 +378,19 @@ pub fn drop_ins_line(l: &Loaded) -> Option<String> {
 
 /// Parses and validates config text; the error is one line naming the key.
 pub fn parse(text: &str) -> Result<Config, String> {
-    parse_emptied(&comments::without_comment_lines(text))
+    parse_content(&comments::content(text))
 }
 
-/// [`parse`] on text whose comment lines are already emptied.
-fn parse_emptied(text: &str) -> Result<Config, String> {
+/// [`parse`] on the lines of a file that can mean something.
+fn parse_content(text: &comments::Content) -> Result<Config, String> {
     let cfg = parse_unvalidated(text)?;
     cfg.validate()?;
     validate_globs(&cfg)?;
     Ok(cfg)
 }
 
-fn parse_unvalidated(text: &str) -> Result<Config, String> {
-    let de = toml::Deserializer::parse(text).map_err(|e| one_line_toml_error(text, &e))?;
+fn parse_unvalidated(text: &comments::Content) -> Result<Config, String> {
+    let de = toml::Deserializer::parse(text.text()).map_err(|e| one_line_toml_error(text, &e))?;
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
@@ -405,12 +404,14 @@ fn parse_unvalidated(text: &str) -> Result<Config, String> {
 }
 
 /// toml errors span several lines with a source excerpt; we want one line
-/// with the line number.
-fn one_line_toml_error(text: &str, e: &toml::de::Error) -> String {
+/// with the file's line number.
+fn one_line_toml_error(content: &comments::Content, e: &toml::de::Error) -> String {
     let msg = e.message().trim().replace('\n', " ");
+    let text = content.text();
     match e.span() {
         Some(span) => {
-            let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
+            let before = &text.as_bytes()[..span.start.min(text.len())];
+            let line = content.file_line(before.iter().filter(|&&b| b == b'\n').count() + 1);
             format!("line {line}: {msg}")
         }
         None => msg,
@@ -455,6 +456,15 @@ mod tests {
         // and a custom list is still checked
         let e = parse("[kernel_image]\nlibraries = [\"usr/{lib\"]\n").unwrap_err();
         assert!(e.contains("kernel_image.libraries[0]"), "{e}");
+    }
+
+    #[test]
+    fn errors_name_the_files_line_past_comments_and_blank_lines() {
+        let text = "# a comment\n\n[host]\n  # another\n\nprobe_timeout_ms = \"soon\"\n";
+        let e = parse(text).unwrap_err();
+        assert!(e.starts_with("key `host.probe_timeout_ms`: line 6:"), "{e}");
+        let e = parse("# c\n\nmode = \"warn\"\n# d\n[host\n").unwrap_err();
+        assert!(e.starts_with("line 5:"), "{e}");
     }
 
     #[test]

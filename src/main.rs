@@ -1,14 +1,32 @@
 //! The `gpu-guard` binary: parse arguments, set up logging, dispatch, map the
 //! outcome to an exit status. All logic lives in the library.
+//!
+//! The entry is a C `main` of its own: std's start-up costs every
+//! container start more than it gives this binary (sys::process_start).
+
+#![cfg_attr(not(test), no_main)]
+// The unit tests' harness has its own entry: `run`, and what only it
+// calls, are unused there.
+#![cfg_attr(test, allow(dead_code))]
 
 use clap::Parser;
 use gpu_guard::commands::cli::{Cli, Command, HookStage};
 use gpu_guard::commands::network;
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
-fn main() -> ExitCode {
+#[cfg(not(test))]
+#[no_mangle]
+extern "C" fn main(
+    _argc: std::ffi::c_int,
+    _argv: *const *const std::ffi::c_char,
+) -> std::ffi::c_int {
+    gpu_guard::sys::process_start::init();
+    // std::process::exit flushes stdout, as returning from std's main does.
+    std::process::exit(run())
+}
+
+fn run() -> i32 {
     let args: Vec<OsString> = std::env::args_os().collect();
     // The runtime wrapper must see the engine's argv untouched: it is not
     // parsed by clap, whose flags could collide with runc's.
@@ -31,7 +49,7 @@ fn main() -> ExitCode {
         Err(e) => {
             let _ = e.print();
             // clap uses 2 for usage errors, 0 for --help/--version.
-            return ExitCode::from(e.exit_code().clamp(0, 255) as u8);
+            return e.exit_code();
         }
     };
     let config = cli.config.as_deref();
@@ -89,8 +107,9 @@ fn parse(args: &[OsString]) -> Result<Cli, clap::Error> {
     Cli::try_parse_from(args)
 }
 
-fn exit(code: i32) -> ExitCode {
-    ExitCode::from(code.clamp(0, 255) as u8)
+/// The exit status for `code`: 0 to 255, as the kernel keeps it.
+fn exit(code: i32) -> i32 {
+    code.clamp(0, 255)
 }
 
 /// `gpu-guard-runtime ARGS` or `gpu-guard [--config F] runtime ARGS`.

@@ -4,13 +4,15 @@
 //! It reads lines, not the TOML tree: the config is parsed once per
 //! container start, and a second parse for a warning would double that.
 
+use super::comments::Content;
 use crate::core::enforcement::DEPRECATED_REFUSE;
 use std::path::Path;
 
 /// One warning per `key = "refuse"` line of `text` whose key (under its
 /// `[table]` header, or dotted) reads `refuse` as a deprecated spelling of
 /// `enforce`, naming the file and line.
-pub fn warnings(file: &Path, text: &str) -> Vec<String> {
+pub fn warnings(file: &Path, content: &Content) -> Vec<String> {
+    let text = content.text();
     // Only the lines that say `refuse` are read: the scan runs at every
     // container start, and such lines are rare.
     let mut out = Vec::new();
@@ -33,7 +35,7 @@ pub fn warnings(file: &Path, text: &str) -> Vec<String> {
             out.push(format!(
                 "{}:{}: {full} = \"refuse\" is deprecated; write \"enforce\" (same meaning)",
                 file.display(),
-                text[..start].matches('\n').count() + 1
+                content.file_line(text[..start].matches('\n').count() + 1)
             ));
         }
     }
@@ -57,12 +59,13 @@ fn table_above(before: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::comments::content;
     use super::*;
 
     #[test]
     fn names_each_deprecated_word_and_nothing_else() {
         let text = "[host]\non_probe_failure = \"refuse\"\n\n[compat]\nmissing_library = \"refuse\" # old\n[kernel_image]\non_incomplete = 'refuse'\n# on_incomplete = \"refuse\"\n[libraries]\non_incomplete = \"enforce\"\n";
-        let w = warnings(Path::new("/etc/gpu-guard/config.toml"), text);
+        let w = warnings(Path::new("/etc/gpu-guard/config.toml"), &content(text));
         assert_eq!(
             w,
             [
@@ -70,7 +73,18 @@ mod tests {
                 "/etc/gpu-guard/config.toml:7: kernel_image.on_incomplete = \"refuse\" is deprecated; write \"enforce\" (same meaning)",
             ]
         );
-        assert!(warnings(Path::new("x"), "libraries.on_incomplete = \"refuse\"\n").len() == 1);
-        assert!(warnings(Path::new("x"), "[host]\non_probe_failure = \"refuse\"\n").is_empty());
+        assert!(
+            warnings(
+                Path::new("x"),
+                &content("libraries.on_incomplete = \"refuse\"\n")
+            )
+            .len()
+                == 1
+        );
+        assert!(warnings(
+            Path::new("x"),
+            &content("[host]\non_probe_failure = \"refuse\"\n")
+        )
+        .is_empty());
     }
 }

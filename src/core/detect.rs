@@ -332,6 +332,8 @@ pub fn nvidia_cdi_kinds(cfg: &DetectConfig) -> Vec<&str> {
 }
 
 /// Classifies a container under the default detection policy.
+pub use devices::reads_host_majors;
+
 pub fn classify(c: &Container) -> Detection {
     classify_with(c, &DetectConfig::default())
 }

@@ -292,6 +292,28 @@ fn minor_version_rule(
     Some(MinorOutcome::NotAdmitted(note))
 }
 
+/// The GPUs a requirement is judged on to learn only whether it holds:
+/// one of each brand and compute capability, the only facts of a GPU its
+/// factors read (requirement::eval); `None` alone when none is visible. A
+/// node of eight alike GPUs judges the thirty alternatives of a CUDA
+/// image's NVIDIA_REQUIRE_CUDA once, not eight times, at every start.
+fn alike_judged_once<'a>(visible: &[&'a Gpu]) -> Vec<Option<&'a Gpu>> {
+    let mut kinds: Vec<Option<&Gpu>> = Vec::new();
+    for g in visible {
+        let seen = kinds
+            .iter()
+            .flatten()
+            .any(|k| k.brand == g.brand && k.compute_capability == g.compute_capability);
+        if !seen {
+            kinds.push(Some(*g));
+        }
+    }
+    if kinds.is_empty() {
+        kinds.push(None);
+    }
+    kinds
+}
+
 /// Whether the image's CUDA compat library must be read for this
 /// container on this host (the pipeline reads it only then), and why:
 /// - some requirement holds on a visible GPU only through a
@@ -317,11 +339,7 @@ pub fn forward_compat_need(
         .and_then(|v| Version::parse(v).ok());
     let mut only_via_fwd: Option<(String, Version)> = None;
     if !disable_require_honoured(c, cfg) {
-        let gpus: Vec<Option<&Gpu>> = if visible.is_empty() {
-            vec![None]
-        } else {
-            visible.iter().map(|g| Some(*g)).collect()
-        };
+        let gpus = alike_judged_once(visible);
         for req in &declared.reqs {
             for gpu in &gpus {
                 let ctx = Context {
@@ -511,4 +529,29 @@ fn cannot_judge_finding(
         format!("{} cannot be judged on {on}: {why}", req.source),
     )
     .with_fix("make NVML available to gpu-guard (install the NVIDIA driver's libnvidia-ml.so.1) so compute capability and CUDA version can be read")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpus_alike_in_brand_and_capability_are_judged_once() {
+        let gpu = |index: u32, brand: &str, cc: Option<&str>| Gpu {
+            index,
+            brand: brand.into(),
+            compute_capability: cc.map(str::to_string),
+            ..Gpu::default()
+        };
+        let (h0, h1) = (gpu(0, "tesla", Some("9.0")), gpu(1, "tesla", Some("9.0")));
+        let (a, g, u) = (
+            gpu(2, "tesla", Some("8.0")),
+            gpu(3, "geforce", Some("9.0")),
+            gpu(4, "tesla", None),
+        );
+        let kinds = alike_judged_once(&[&h0, &h1, &a, &g, &u, &h1]);
+        let indexes: Vec<u32> = kinds.iter().flatten().map(|g| g.index).collect();
+        assert_eq!(indexes, [0, 2, 3, 4]);
+        assert_eq!(alike_judged_once(&[]), [None]);
+    }
 }

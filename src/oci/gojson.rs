@@ -171,6 +171,20 @@ fn string(b: &[u8], start: usize) -> Result<(String, usize), Error> {
     let mut out = String::new();
     let mut i = start + 1;
     loop {
+        // A run of plain ASCII is copied whole (a spec's strings are
+        // mostly that); only escapes, non-ASCII and the end are decoded
+        // one at a time.
+        let plain = |&c: &u8| (0x20..0x80).contains(&c) && c != b'"' && c != b'\\';
+        let run = b
+            .get(i..)
+            .unwrap_or_default()
+            .iter()
+            .take_while(|c| plain(c))
+            .count();
+        if run > 0 {
+            out.push_str(std::str::from_utf8(&b[i..i + run]).unwrap_or_default());
+            i += run;
+        }
         let Some(&c) = b.get(i) else {
             return Err(Error::Eof);
         };

@@ -115,6 +115,18 @@ pub fn classify(
     // A bind-mounted GPU node counts by what it is on the host, not by
     // its name (core::detect).
     crate::host::device_nodes::inspect_mounts(&mut container);
+    // Which device majors are GPU drivers' here (core::device_table):
+    // /proc/devices, read only when the container's devices ask.
+    let with_majors;
+    let detect_cfg = if detect::reads_host_majors(&container) {
+        with_majors = DetectConfig {
+            majors: crate::host::device_nodes::host_majors(),
+            ..detect_cfg.clone()
+        };
+        &with_majors
+    } else {
+        detect_cfg
+    };
     let detection = detect::classify_with(&container, detect_cfg);
     (container, detection)
 }

@@ -3,6 +3,9 @@
 //! `[abc]`/`[a-z]`/`[!x]` classes, `{a,b}` alternatives and `**` (any number
 //! of directories). Pure pattern logic; rootfs.rs walks the directories.
 
+use std::collections::HashSet;
+use std::rc::Rc;
+
 /// The most patterns one config entry may expand to through `{...}`.
 const MAX_EXPANSIONS: usize = 1024;
 
@@ -22,13 +25,13 @@ pub enum GlobError {
     Nul(String),
 }
 
-/// One path component of a pattern.
+/// One path component of a pattern. Names are shared ([`Names`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Component {
     /// Matched by name, no directory listing needed.
-    Literal(String),
+    Literal(Rc<str>),
     /// Has `*`, `?` or `[`: the directory is listed and names matched.
-    Wild(String),
+    Wild(Rc<str>),
     /// `**`: zero or more directories.
     AnyDepth,
 }
@@ -65,24 +68,53 @@ fn shown(s: &str) -> String {
     s.escape_debug().to_string()
 }
 
+/// The component names of the patterns parsed with it, each kept once:
+/// every GPU container's start parses the shipped globs, about 170
+/// patterns of mostly the same few names, and a name of its own for each
+/// was most of what parsing them cost.
+#[derive(Default)]
+pub struct Names(HashSet<Rc<str>>);
+
+impl Names {
+    fn get(&mut self, name: &str) -> Rc<str> {
+        if let Some(n) = self.0.get(name) {
+            return n.clone();
+        }
+        let n: Rc<str> = name.into();
+        self.0.insert(n.clone());
+        n
+    }
+}
+
 /// Expands `{a,b}` alternatives (nested allowed), e.g. `{usr,opt}/lib` into
 /// `usr/lib` and `opt/lib`.
+#[cfg(test)]
 fn expand_braces(glob: &str) -> Result<Vec<String>, GlobError> {
     let mut out = Vec::new();
-    expand_into(glob, glob, &mut out)?;
+    expand_into(glob, glob, &mut 0, &mut |p| {
+        out.push(p.to_string());
+        Ok(())
+    })?;
     Ok(out)
 }
 
-fn expand_into(whole: &str, s: &str, out: &mut Vec<String>) -> Result<(), GlobError> {
+/// Calls `each` on every expansion of `s` (part of the config glob
+/// `whole`), in order; `count` is how many came before.
+fn expand_into(
+    whole: &str,
+    s: &str,
+    count: &mut usize,
+    each: &mut dyn FnMut(&str) -> Result<(), GlobError>,
+) -> Result<(), GlobError> {
     let Some(open) = s.find('{') else {
         if s.contains('}') {
             return Err(GlobError::Braces(shown(whole)));
         }
-        if out.len() >= MAX_EXPANSIONS {
+        if *count >= MAX_EXPANSIONS {
             return Err(GlobError::TooMany(shown(whole)));
         }
-        out.push(s.to_string());
-        return Ok(());
+        *count += 1;
+        return each(s);
     };
     if s[..open].contains('}') {
         return Err(GlobError::Braces(shown(whole)));
@@ -116,7 +148,7 @@ fn expand_into(whole: &str, s: &str, out: &mut Vec<String>) -> Result<(), GlobEr
         joined.push_str(head);
         joined.push_str(&s[start..end]);
         joined.push_str(tail);
-        expand_into(whole, &joined, out)?;
+        expand_into(whole, &joined, count, each)?;
         start = end + 1;
     }
     Ok(())
@@ -124,7 +156,12 @@ fn expand_into(whole: &str, s: &str, out: &mut Vec<String>) -> Result<(), GlobEr
 
 /// Splits a brace-free pattern. A leading `/` means the rootfs root, as
 /// every pattern is relative to it anyway.
-pub fn compile(pattern: &str) -> Result<Pattern, GlobError> {
+#[cfg(test)]
+fn compile(pattern: &str) -> Result<Pattern, GlobError> {
+    compile_named(pattern, &mut Names::default())
+}
+
+fn compile_named(pattern: &str, names: &mut Names) -> Result<Pattern, GlobError> {
     if pattern.contains('\0') {
         return Err(GlobError::Nul(shown(pattern)));
     }
@@ -140,9 +177,9 @@ pub fn compile(pattern: &str) -> Result<Pattern, GlobError> {
             }
             p if p.contains(['*', '?', '[']) => {
                 check_classes(pattern, p)?;
-                components.push(Component::Wild(p.to_string()));
+                components.push(Component::Wild(names.get(p)));
             }
-            p => components.push(Component::Literal(p.to_string())),
+            p => components.push(Component::Literal(names.get(p))),
         }
     }
     if components.is_empty() {
@@ -153,7 +190,17 @@ pub fn compile(pattern: &str) -> Result<Pattern, GlobError> {
 
 /// Parses and expands a config glob, reporting its first problem.
 pub fn parse(glob: &str) -> Result<Vec<Pattern>, GlobError> {
-    expand_braces(glob)?.iter().map(|p| compile(p)).collect()
+    parse_named(glob, &mut Names::default())
+}
+
+/// [`parse`], the names shared with the other globs parsed with `names`.
+pub fn parse_named(glob: &str, names: &mut Names) -> Result<Vec<Pattern>, GlobError> {
+    let mut out = Vec::new();
+    expand_into(glob, glob, &mut 0, &mut |p| {
+        out.push(compile_named(p, names)?);
+        Ok(())
+    })?;
+    Ok(out)
 }
 
 fn check_classes(whole: &str, p: &str) -> Result<(), GlobError> {
@@ -283,7 +330,7 @@ fn match_parts(comps: &[Component], parts: &[&str], depth: usize) -> bool {
     };
     match first {
         Component::Literal(l) => {
-            parts.first().is_some_and(|p| p == l) && match_parts(rest, &parts[1..], depth)
+            parts.first().is_some_and(|p| *p == &**l) && match_parts(rest, &parts[1..], depth)
         }
         Component::Wild(w) => {
             parts.first().is_some_and(|p| match_name(w, p.as_bytes()))

@@ -184,7 +184,7 @@ impl Walker<'_> {
         match first {
             Component::Literal(name) => {
                 let next = if dir.is_empty() {
-                    name.clone()
+                    name.to_string()
                 } else {
                     format!("{dir}/{name}")
                 };
@@ -271,10 +271,11 @@ fn expand(
 /// Parses every configured glob, each pattern with the index of its glob;
 /// a bad one is skipped (config validation reports it before we get here).
 pub fn patterns(cfg: &KernelImageConfig) -> Vec<(usize, Pattern)> {
+    let mut names = glob::Names::default();
     cfg.libraries
         .iter()
         .enumerate()
-        .filter_map(|(i, g)| glob::parse(g).ok().map(|ps| (i, ps)))
+        .filter_map(|(i, g)| glob::parse_named(g, &mut names).ok().map(|ps| (i, ps)))
         .flat_map(|(i, ps)| ps.into_iter().map(move |p| (i, p)))
         .collect()
 }

@@ -57,6 +57,20 @@ impl AmdNodes {
 /// `kfd_device_name`).
 const KFD_PATH: &str = "/dev/kfd";
 
+/// Whether judging `c`'s device signals reads the host's majors: it has
+/// nodes in `linux.devices`, a bind mount of a host character device, or
+/// device cgroup rules and a way to make or reach nodes
+/// ([`crate::core::device_access::rule_grants`]). Any other container is
+/// judged without them, so its start does not read `/proc/devices`.
+pub fn reads_host_majors(c: &Container) -> bool {
+    !c.devices.is_empty()
+        || !c.device_nodes.is_empty()
+        || c.mounts
+            .iter()
+            .any(|m| matches!(m.host, Some(MountSource::CharDevice { .. })))
+        || (!c.device_rules.is_empty() && crate::core::device_access::node_source(c).is_some())
+}
+
 /// Every device signal of `c` on a host with `majors`.
 pub(super) fn signals(c: &Container, majors: &HostMajors, d: &mut Detection) {
     node_signals(c, majors, d);
