@@ -21,7 +21,7 @@ extern "C" fn main(
     _argc: std::ffi::c_int,
     _argv: *const *const std::ffi::c_char,
 ) -> std::ffi::c_int {
-    gpu_guard::sys::process_start::init();
+    gpu_guard::commands::process_start::init();
     // std::process::exit flushes stdout, as returning from std's main does.
     std::process::exit(run())
 }

@@ -13,6 +13,7 @@ pub mod install;
 pub mod man_page;
 pub mod network;
 pub mod output;
+pub mod process_start;
 pub mod runtime;
 pub mod scan;
 pub mod scan_libraries;

@@ -21,18 +21,27 @@
 /// Makes fds 0-2 valid and ignores SIGPIPE; aborts when a closed standard
 /// descriptor cannot be opened on /dev/null (as std does).
 pub fn init() {
-    for fd in 0..3 {
-        // SAFETY: F_GETFD only reads the descriptor's flags.
-        let closed = unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1
-            && std::io::Error::last_os_error().raw_os_error() == Some(libc::EBADF);
-        // SAFETY: a NUL-terminated path; the lowest free descriptor is
-        // `fd`, as every lower one is open.
-        if closed && unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) } != fd {
-            std::process::abort();
+    use nix::errno::Errno;
+    use nix::fcntl::{fcntl, open, FcntlArg, OFlag};
+    use nix::sys::signal::{signal, SigHandler, Signal};
+    use std::os::fd::{AsFd, AsRawFd, IntoRawFd};
+    let (i, o, e) = (std::io::stdin(), std::io::stdout(), std::io::stderr());
+    for fd in [i.as_fd(), o.as_fd(), e.as_fd()] {
+        if fcntl(fd, FcntlArg::F_GETFD) != Err(Errno::EBADF) {
+            continue;
+        }
+        // The lowest free descriptor is this one, as every lower one is open.
+        match open("/dev/null", OFlag::O_RDWR, nix::sys::stat::Mode::empty()) {
+            Ok(null) if null.as_raw_fd() == fd.as_raw_fd() => {
+                // Kept open for the life of the process.
+                let _ = null.into_raw_fd();
+            }
+            _ => std::process::abort(),
         }
     }
-    // SAFETY: setting a signal's disposition to SIG_IGN installs no handler.
-    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    // SAFETY: SIG_IGN installs no handler, so no code runs in a signal
+    // context (nix marks `signal` unsafe for the handlers it can install).
+    let _ = unsafe { signal(Signal::SIGPIPE, SigHandler::SigIgn) };
 }
 
 #[cfg(test)]
@@ -40,10 +49,13 @@ mod tests {
     #[test]
     fn sigpipe_is_ignored_after_init() {
         super::init();
-        // SAFETY: reads the current disposition without changing it.
-        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
-        let rc = unsafe { libc::sigaction(libc::SIGPIPE, std::ptr::null(), &mut old) };
-        assert_eq!(rc, 0);
-        assert_eq!(old.sa_sigaction, libc::SIG_IGN);
+        // proc(5): SigIgn, a hex mask of ignored signals, bit N-1 for signal N.
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let ignored = status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigIgn:"))
+            .map(|m| u64::from_str_radix(m.trim(), 16).unwrap())
+            .unwrap();
+        assert_ne!(ignored & (1 << (libc::SIGPIPE - 1)), 0);
     }
 }
