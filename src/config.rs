@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use crate::core::policy::{default_kernel_image_libraries, Config};
 
+mod cache;
 mod comments;
 mod deprecated;
 mod fallback;
@@ -54,7 +55,7 @@ pub fn drop_in_dir(config: &Path) -> PathBuf {
 const DROP_IN_DIR_NAME: &str = "config.d";
 
 /// A config as loaded, with where it came from.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Loaded {
     pub config: Config,
     /// The main file, when it was read (a missing default file is not).
@@ -114,40 +115,54 @@ fn read_host_detection(cfg: &mut Config) {
 
 fn load_files(flag: Option<&Path>) -> Result<Loaded, ConfigError> {
     let (path, explicit) = config_path(flag);
-    let main_text = match read_config_file(&path) {
-        Ok(t) => Some(t),
-        Err(e) if e.absent && !explicit => None,
+    let mut files: Vec<(PathBuf, String)> = Vec::new();
+    match read_config_file(&path) {
+        Ok(text) => files.push((path.clone(), text)),
+        Err(e) if e.absent && !explicit => {}
         Err(e) => return Err(e.error),
-    };
-    let drop_ins = list_drop_ins(&drop_in_dir(&path))?;
+    }
+    let main_read = !files.is_empty();
+    for p in list_drop_ins(&drop_in_dir(&path))? {
+        let text = read_config_file(&p).map_err(|e| e.error)?;
+        files.push((p, text));
+    }
+    // Every file was read and trusted above; only their parse is kept.
+    let cache = cache::Parsed::for_files(&path, &files);
+    if let Some(loaded) = cache.get() {
+        return Ok(loaded);
+    }
+    let loaded = parse_files(&path, main_read, files)?;
+    cache.put(&loaded);
+    Ok(loaded)
+}
+
+/// The config the files read give: the main file (when `main_read`, first
+/// in `files`) and the drop-ins after it.
+fn parse_files(
+    path: &Path,
+    main_read: bool,
+    files: Vec<(PathBuf, String)>,
+) -> Result<Loaded, ConfigError> {
     let mut loaded = Loaded {
         config: Config::default(),
-        main: main_text.as_ref().map(|_| path.clone()),
+        main: main_read.then(|| path.to_path_buf()),
         drop_ins: Vec::new(),
         runtime_path_from: None,
         deprecated: Vec::new(),
     };
-    if drop_ins.is_empty() {
+    match files.as_slice() {
+        [] => {}
         // The common case: one file, parsed once.
-        if let Some(text) = &main_text {
+        [(_, text)] if main_read => {
             let text = comments::content(text);
-            loaded.config = parse_content(&text).map_err(|message| rejected(&path, message))?;
-            loaded.deprecated = deprecated::warnings(&path, &text);
+            loaded.config = parse_content(&text).map_err(|message| rejected(path, message))?;
+            loaded.deprecated = deprecated::warnings(path, &text);
             if !loaded.config.runtime.path.is_empty() {
-                loaded.runtime_path_from = Some(path);
+                loaded.runtime_path_from = Some(path.to_path_buf());
             }
         }
-        return Ok(loaded);
+        _ => merge_files(path, files, &mut loaded)?,
     }
-    let mut files: Vec<(PathBuf, String)> = Vec::new();
-    if let Some(text) = main_text {
-        files.push((path.clone(), text));
-    }
-    for p in drop_ins {
-        let text = read_config_file(&p).map_err(|e| e.error)?;
-        files.push((p, text));
-    }
-    merge_files(&path, files, &mut loaded)?;
     Ok(loaded)
 }
 

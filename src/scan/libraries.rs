@@ -183,11 +183,13 @@ impl Walker<'_> {
         };
         match first {
             Component::Literal(name) => {
-                let next = if dir.is_empty() {
-                    name.to_string()
-                } else {
-                    format!("{dir}/{name}")
-                };
+                // The path grows in place: every GPU container's start walks
+                // the shipped globs' 170 patterns.
+                let mut next = dir;
+                if !next.is_empty() {
+                    next.push('/');
+                }
+                next.push_str(name);
                 self.walk(rest, next, any_depth);
             }
             Component::Wild(p) => {

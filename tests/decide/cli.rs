@@ -658,3 +658,60 @@ fn decisions_reach_syslog_as_one_escaped_line() {
     assert_eq!(o.status.code(), Some(0));
     assert!(recv().is_empty());
 }
+
+/// The parsed config kept between starts (src/config/cache.rs) follows
+/// every edit of the files at the next start, never keeps a config that
+/// fails, and is not used from a directory others can write.
+#[test]
+fn the_parsed_config_kept_between_starts_follows_every_edit() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = Tmp::new("config-cache");
+    let cfg = config(&t.0, "a100");
+    let base = std::fs::read_to_string(&cfg).unwrap();
+    let kept = t.0.join("kept");
+    let b = bundle(
+        &t.0,
+        &with_nvidia_hook(
+            r#"{"process":{"env":["NVIDIA_VISIBLE_DEVICES=all","NVIDIA_REQUIRE_CUDA=cuda>=99.0"]},"root":{"path":"rootfs"}}"#,
+        ),
+    );
+    let check = || {
+        Command::new(*BIN)
+            .args(["--config", cfg.to_str().unwrap(), "check", "--bundle"])
+            .arg(&b)
+            .env_remove("GPU_GUARD_CONFIG")
+            .env("GPU_GUARD_CONFIG_CACHE", &kept)
+            .output()
+            .unwrap()
+    };
+    let entries = || std::fs::read_dir(&kept).map_or(0, |d| d.count());
+    let with_mode = |mode: &str| std::fs::write(&cfg, format!("{mode}\n{base}")).unwrap();
+    // Refused, the parse kept, and refused again from what was kept.
+    assert_eq!(check().status.code(), Some(1), "{}", stderr(&check()));
+    assert_eq!(entries(), 1);
+    assert_eq!(check().status.code(), Some(1));
+    // Each edit counts at the next start: the main file, then a drop-in.
+    with_mode("mode = \"off\"");
+    assert_eq!(check().status.code(), Some(0), "{}", stderr(&check()));
+    let drop_ins = t.0.join("config.d");
+    std::fs::create_dir_all(&drop_ins).unwrap();
+    std::fs::write(drop_ins.join("90-enforce.toml"), "mode = \"enforce\"\n").unwrap();
+    assert_eq!(check().status.code(), Some(1));
+    std::fs::remove_file(drop_ins.join("90-enforce.toml")).unwrap();
+    assert_eq!(check().status.code(), Some(0));
+    // A config that fails is found again at every start, and never kept.
+    with_mode("mode = \"bogus\"");
+    for _ in 0..2 {
+        let o = check();
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        assert!(stderr(&o).contains("key `mode`: line 1"), "{}", stderr(&o));
+    }
+    assert_eq!(entries(), 1);
+    // A directory others can write is not used: nothing is kept there.
+    std::fs::remove_dir_all(&kept).unwrap();
+    std::fs::create_dir(&kept).unwrap();
+    std::fs::set_permissions(&kept, std::fs::Permissions::from_mode(0o777)).unwrap();
+    with_mode("");
+    assert_eq!(check().status.code(), Some(1));
+    assert_eq!(entries(), 0);
+}
