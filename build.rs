@@ -43,6 +43,10 @@ fn date(epoch: i64) -> String {
 }
 
 /// Reruns when HEAD moves: the HEAD file, the branch's ref, packed-refs.
+/// Only the ones that exist are named: cargo reruns a build script at every
+/// build while a path it watches is missing (a clone has packed-refs; a
+/// repository whose refs were never packed has none), and a ref that moves
+/// into packed-refs later removes its own file, which is a change.
 fn watch_git() {
     let (Some(dir), Some(common)) = (
         git(&["rev-parse", "--git-dir"]),
@@ -51,16 +55,12 @@ fn watch_git() {
         return;
     };
     let (dir, common) = (PathBuf::from(dir), PathBuf::from(common));
-    println!("cargo:rerun-if-changed={}", dir.join("HEAD").display());
-    println!(
-        "cargo:rerun-if-changed={}",
-        common.join("packed-refs").display()
-    );
+    let mut watched = vec![dir.join("HEAD"), common.join("packed-refs")];
     if let Some(r) = git(&["symbolic-ref", "-q", "HEAD"]) {
-        println!(
-            "cargo:rerun-if-changed={}",
-            common.join(Path::new(&r)).display()
-        );
+        watched.push(common.join(Path::new(&r)));
+    }
+    for p in watched.iter().filter(|p| p.exists()) {
+        println!("cargo:rerun-if-changed={}", p.display());
     }
 }
 
