@@ -6,7 +6,9 @@
 #  - a non-GPU container under the shipped config (syslog off, as every
 #    case here; syslog is a socket write the engine never waits on longer);
 #  - the same under a two-line config (what the shipped one's size costs);
-#  - `--version` (exec, loader, the Rust runtime, clap);
+#  - the same with no parsed config kept (GPU_GUARD_CONFIG_CACHE empty):
+#    what every start paid before, and a start after an edit still pays;
+#  - `--version` (exec, loader, clap);
 #  - a GPU container (nvidia/cuda 12.4.1's env) judged from a facts file.
 # Goals: 0.5 ms above /bin/true for a non-GPU container, 1 ms for a GPU one.
 # Usage: integration/bench-start.sh [rounds] [starts-per-loop]
@@ -58,6 +60,7 @@ bench() { # NAME STDIN-FILE ARGS...
 }
 echo "binary: $BIN ($(stat -c %s "$BIN") B); $ROUNDS rounds of $N starts each"
 bench "non-GPU container, shipped config" "$T/plain.state" "$GG" --config "$T/shipped.toml" hook prestart
+bench "non-GPU container, shipped config, none kept" "$T/plain.state" GPU_GUARD_CONFIG_CACHE= "$GG" --config "$T/shipped.toml" hook prestart
 bench "non-GPU container, two-line config" "$T/plain.state" "$GG" --config "$T/short.toml" hook prestart
 bench "--version (exec, loader, clap)" "$T/plain.state" "$GG" --version
 bench "GPU container from a facts file (h100x8)" "$T/gpu.state" "$GG" --config "$T/shipped.toml" hook prestart
