@@ -4,7 +4,8 @@
 # starts against the same loop of /bin/true with the same stdin, A B A B,
 # and the difference of the medians over N is the cost of one start:
 #  - a non-GPU container under the shipped config (syslog off, as every
-#    case here; syslog is a socket write the engine never waits on longer);
+#    case here; syslog is a socket write the engine never waits on longer)
+#    on a host with NVIDIA's toolkit config (tests/data/nvidia-toolkit);
 #  - the same under a two-line config (what the shipped one's size costs);
 #  - the same with no parsed config kept (GPU_GUARD_CONFIG_CACHE empty):
 #    what every start paid before, and a start after an edit still pays;
@@ -26,6 +27,10 @@ new_scratch
 cp "$BIN" "$T/gpu-guard"
 GG=$T/gpu-guard
 GG_SYSLOG=false gg_config "$T/shipped.toml" h100x8
+# Every GPU host has NVIDIA's toolkit config, which a start reads beside
+# gpu-guard's own (detect.nvidia_config).
+sed -i "s|^nvidia_config = .*|nvidia_config = \"$REPO_DIR/tests/data/nvidia-toolkit/config.toml\"|" "$T/shipped.toml"
+grep -q "^nvidia_config = \"$REPO_DIR/" "$T/shipped.toml" || { echo "bench-start: the config names no NVIDIA toolkit config" >&2; exit 1; }
 printf 'mode = "enforce"\n[log]\nsyslog = false\n' >"$T/short.toml"
 mapfile -t IMG < "$REPO_DIR/tests/data/images/cuda-12.4.1-base-ubuntu2204.env"
 make_bundle "$T/plain" '["true"]' HOME=/root

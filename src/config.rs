@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::core::policy::{default_kernel_image_libraries, Config};
+use crate::sys::policy_file::TrustedDirs;
 
 mod cache;
 mod comments;
@@ -90,8 +91,7 @@ pub fn load(flag: Option<&Path>) -> Result<Config, ConfigError> {
 /// `60-enforce.toml` that cannot be read must not leave an earlier
 /// `50-warn.toml` in force).
 pub fn load_detailed(flag: Option<&Path>) -> Result<Loaded, ConfigError> {
-    let mut loaded = load_files(flag)?;
-    read_host_detection(&mut loaded.config);
+    let loaded = load_files(flag)?;
     for w in &loaded.deprecated {
         eprintln!("gpu-guard: warning: {w}");
     }
@@ -105,10 +105,11 @@ pub fn fallback(flag: Option<&Path>) -> Fallback {
     fallback::read(flag)
 }
 
-/// Fills what detection reads from this host beside the config, once
-/// with the config: what NVIDIA's toolkit here honours decides which
-/// requests make a GPU container (core::detect). The host's device majors
-/// are read only for a container with devices (pipeline::classify).
+/// Fills what detection reads from this host beside the config: what
+/// NVIDIA's toolkit here honours decides which requests make a GPU
+/// container (core::detect); a full load keeps its parse
+/// ([`nvidia_settings`]). The host's device majors are read only for a
+/// container with devices (pipeline::classify).
 fn read_host_detection(cfg: &mut Config) {
     cfg.detect.nvidia = crate::host::nvidia_config::read(&cfg.detect.nvidia_config);
 }
@@ -116,24 +117,54 @@ fn read_host_detection(cfg: &mut Config) {
 fn load_files(flag: Option<&Path>) -> Result<Loaded, ConfigError> {
     let (path, explicit) = config_path(flag);
     let mut files: Vec<(PathBuf, String)> = Vec::new();
-    match read_config_file(&path) {
+    // The main file, config.d and the drop-ins mostly share directories:
+    // each is judged once.
+    let mut known = TrustedDirs::default();
+    match read_config_file(&path, &mut known) {
         Ok(text) => files.push((path.clone(), text)),
         Err(e) if e.absent && !explicit => {}
         Err(e) => return Err(e.error),
     }
     let main_read = !files.is_empty();
-    for p in list_drop_ins(&drop_in_dir(&path))? {
-        let text = read_config_file(&p).map_err(|e| e.error)?;
+    for p in list_drop_ins(&drop_in_dir(&path), &mut known)? {
+        let text = read_config_file(&p, &mut known).map_err(|e| e.error)?;
         files.push((p, text));
     }
     // Every file was read and trusted above; only their parse is kept.
     let cache = cache::Parsed::for_files(&path, &files);
-    if let Some(loaded) = cache.get() {
-        return Ok(loaded);
+    let (mut loaded, kept) = match cache.get() {
+        Some(k) => (k.loaded, k.nvidia),
+        None => (parse_files(&path, main_read, files)?, None),
+    };
+    let nvidia = nvidia_settings(&loaded.config.detect.nvidia_config, kept);
+    if kept != Some(nvidia) {
+        cache.put(&loaded, Some(nvidia));
     }
-    let loaded = parse_files(&path, main_read, files)?;
-    cache.put(&loaded);
+    loaded.config.detect.nvidia = nvidia.settings;
     Ok(loaded)
+}
+
+/// What NVIDIA's toolkit config at `path` gives ([`read_host_detection`]),
+/// read at every start; its parse is taken from `kept` when the path and
+/// text are the ones it was made from. Parsing it as TOML, on a host that
+/// has the file, was a quarter of a non-GPU container's start
+/// (integration/bench-start.sh).
+fn nvidia_settings(path: &str, kept: Option<cache::NvidiaKept>) -> cache::NvidiaKept {
+    use std::hash::{Hash, Hasher};
+    let text = crate::host::nvidia_config::read_text(path);
+    let mut h = crate::sys::word_hash::WordHasher::default();
+    (path, &text).hash(&mut h);
+    let hash = h.finish();
+    match kept {
+        Some(k) if k.text == hash => k,
+        _ => cache::NvidiaKept {
+            text: hash,
+            settings: text
+                .as_deref()
+                .map(crate::host::nvidia_config::parse)
+                .unwrap_or_default(),
+        },
+    }
 }
 
 /// The config the files read give: the main file (when `main_read`, first
@@ -227,8 +258,8 @@ struct NotRead {
 /// writable by others, in a directory others can write) is rejected; one
 /// that cannot be read as a config (missing, a dangling symlink, a FIFO,
 /// a device, too large, not UTF-8) is unreadable.
-fn read_config_file(path: &Path) -> Result<String, NotRead> {
-    use crate::sys::policy_file::{read_policy_file, PolicyFileError};
+fn read_config_file(path: &Path, known: &mut TrustedDirs) -> Result<String, NotRead> {
+    use crate::sys::policy_file::{read_policy_file_in, PolicyFileError};
     let unreadable = |message: String, absent: bool| NotRead {
         error: ConfigError {
             path: path.to_path_buf(),
@@ -237,7 +268,7 @@ fn read_config_file(path: &Path) -> Result<String, NotRead> {
         },
         absent,
     };
-    match read_policy_file(path, MAX_CONFIG_BYTES) {
+    match read_policy_file_in(path, MAX_CONFIG_BYTES, known) {
         Ok(bytes) => String::from_utf8(bytes)
             .map_err(|_| unreadable("cannot read it: not UTF-8".into(), false)),
         Err(PolicyFileError::Absent) => Err(unreadable(
@@ -263,14 +294,14 @@ fn read_config_file(path: &Path) -> Result<String, NotRead> {
 /// policy (a dangling symlink, a FIFO or a device is an error, not
 /// skipped). A missing directory has none; one that others can write is an
 /// error.
-fn list_drop_ins(dir: &Path) -> Result<Vec<PathBuf>, ConfigError> {
-    use crate::sys::policy_file::{check_policy_dir, PolicyFileError};
+fn list_drop_ins(dir: &Path, known: &mut TrustedDirs) -> Result<Vec<PathBuf>, ConfigError> {
+    use crate::sys::policy_file::{check_policy_dir_in, PolicyFileError};
     let fail = |message: String, unreadable: bool| ConfigError {
         path: dir.to_path_buf(),
         message,
         unreadable,
     };
-    let real = match check_policy_dir(dir) {
+    let real = match check_policy_dir_in(dir, known) {
         Ok(real) => real,
         Err(PolicyFileError::Absent) => return Ok(Vec::new()),
         Err(PolicyFileError::Unreadable(e)) => {

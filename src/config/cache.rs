@@ -17,7 +17,8 @@
 //! rewritten, and the directory holds at most [`MAX_ENTRIES`] entries.
 
 use super::Loaded;
-use std::collections::hash_map::DefaultHasher;
+use crate::core::policy::NvidiaDeviceSettings;
+use crate::sys::word_hash::WordHasher;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 
@@ -30,6 +31,29 @@ const MAX_ENTRY_BYTES: u64 = 1 << 20;
 /// One entry per config path; a host uses one or two.
 pub const MAX_ENTRIES: usize = 16;
 
+/// What NVIDIA's toolkit config gave, with the hash of its path and text
+/// ([`super::nvidia_settings`]): the file is read at every start, and only
+/// its parse is kept, for the same bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct NvidiaKept {
+    pub text: u64,
+    pub settings: NvidiaDeviceSettings,
+}
+
+/// What an entry holds.
+#[derive(Debug, PartialEq, serde::Deserialize)]
+pub struct Kept {
+    pub loaded: Loaded,
+    pub nvidia: Option<NvidiaKept>,
+}
+
+/// [`Kept`] as written, borrowing the config.
+#[derive(serde::Serialize)]
+struct KeptRef<'a> {
+    loaded: &'a Loaded,
+    nvidia: Option<NvidiaKept>,
+}
+
 /// The entry for one set of config files.
 pub struct Parsed {
     /// None: no usable directory, nothing is kept.
@@ -41,13 +65,13 @@ impl Parsed {
     /// The entry for `files` (path and text, in the order merged), read
     /// for the config at `config`.
     pub fn for_files(config: &Path, files: &[(PathBuf, String)]) -> Parsed {
-        let mut h = DefaultHasher::new();
+        let mut h = WordHasher::default();
         hash_binary(&mut h);
         config.hash(&mut h);
         files.hash(&mut h);
         let bytes: usize = files.iter().map(|(_, t)| t.len()).sum();
         let key = format!("{:016x}-{}-{bytes}", h.finish(), files.len());
-        let mut name = DefaultHasher::new();
+        let mut name = WordHasher::default();
         config.hash(&mut name);
         let file = dir().map(|d| d.join(format!("{:016x}.json", name.finish())));
         Parsed { file, key }
@@ -56,7 +80,7 @@ impl Parsed {
     /// The config kept for these files, if there is one. An entry is its
     /// key on the first line, then the JSON: another key is told without
     /// reading the rest.
-    pub fn get(&self) -> Option<Loaded> {
+    pub fn get(&self) -> Option<Kept> {
         let bytes = crate::sys::fsutil::read_limited(self.file.as_ref()?, MAX_ENTRY_BYTES).ok()?;
         let json = bytes
             .strip_prefix(self.key.as_bytes())?
@@ -64,14 +88,14 @@ impl Parsed {
         serde_json::from_slice(json).ok()
     }
 
-    /// Keeps `loaded` for these files; a failure only means the next start
-    /// parses again.
-    pub fn put(&self, loaded: &Loaded) {
+    /// Keeps `loaded` (and what NVIDIA's config gave) for these files; a
+    /// failure only means the next start parses again.
+    pub fn put(&self, loaded: &Loaded, nvidia: Option<NvidiaKept>) {
         let Some(file) = &self.file else {
             return;
         };
         let mut entry = format!("{}\n", self.key).into_bytes();
-        if serde_json::to_writer(&mut entry, loaded).is_err() {
+        if serde_json::to_writer(&mut entry, &KeptRef { loaded, nvidia }).is_err() {
             return;
         }
         if crate::sys::fsutil::write_with_mode(file, &entry, 0o600, false).is_ok() {
@@ -164,8 +188,19 @@ mod tests {
             let p = entry(&d, &files);
             assert!(p.get().is_none());
             let l = loaded(text);
-            p.put(&l);
-            assert_eq!(p.get(), Some(l), "{text}");
+            let nvidia = NvidiaKept {
+                text: 7,
+                settings: NvidiaDeviceSettings {
+                    accept_volume_mounts: true,
+                    accept_envvar_unprivileged: false,
+                },
+            };
+            p.put(&l, Some(nvidia));
+            let kept = Kept {
+                loaded: l,
+                nvidia: Some(nvidia),
+            };
+            assert_eq!(p.get(), Some(kept), "{text}");
         }
     }
 
@@ -175,7 +210,7 @@ mod tests {
         let main = PathBuf::from("/etc/gpu-guard/config.toml");
         let files = vec![(main.clone(), "mode = \"warn\"\n".to_string())];
         let p = entry(&d, &files);
-        p.put(&loaded("mode = \"warn\"\n"));
+        p.put(&loaded("mode = \"warn\"\n"), None);
         assert!(p.get().is_some());
         let mut edited = files.clone();
         edited[0].1 = "mode = \"warm\"\n".into();
@@ -199,7 +234,7 @@ mod tests {
             std::fs::write(d.join(format!("{i:02}.json")), b"{}").unwrap();
         }
         let p = entry(&d, &[]);
-        p.put(&loaded(""));
+        p.put(&loaded(""), None);
         let left = std::fs::read_dir(&d).unwrap().count();
         assert_eq!(left, MAX_ENTRIES);
         assert!(p.get().is_some());

@@ -35,6 +35,7 @@ use super::{drop_in_dir, list_drop_ins, merge_tables, read_config_file};
 use crate::core::policy::{Config, EnvRequests, Mode};
 use crate::core::runtime_engines::Engine;
 use crate::core::runtime_engines::EngineRuntime;
+use crate::sys::policy_file::TrustedDirs;
 use std::path::Path;
 
 /// The settings an invalid config still gives.
@@ -68,15 +69,16 @@ pub fn read(flag: Option<&Path>) -> Fallback {
     let (path, explicit) = super::config_path(flag);
     let mut unread = Vec::new();
     let mut merged = toml::Table::new();
-    match read_config_file(&path) {
+    let mut known = TrustedDirs::default();
+    match read_config_file(&path, &mut known) {
         Ok(text) => absorb(&path, &text, &mut merged, &mut unread),
         Err(e) if e.absent && !explicit => {}
         Err(e) => unread.push(not_read(&e.error)),
     }
-    match list_drop_ins(&drop_in_dir(&path)) {
+    match list_drop_ins(&drop_in_dir(&path), &mut known) {
         Ok(list) => {
             for p in list {
-                match read_config_file(&p) {
+                match read_config_file(&p, &mut known) {
                     Ok(text) => absorb(&p, &text, &mut merged, &mut unread),
                     Err(e) => unread.push(not_read(&e.error)),
                 }

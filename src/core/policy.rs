@@ -109,7 +109,7 @@ pub struct DetectConfig {
 /// it acts on (`/etc/nvidia-container-runtime/config.toml`, top level;
 /// nvidia-container-toolkit api/config/v1/config.go, `Config` and
 /// `GetDefault`; internal/config/image/cuda_image.go, `VisibleDevices`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NvidiaDeviceSettings {
     /// `accept-nvidia-visible-devices-as-volume-mounts` (default false):
     /// the device list of `/dev/null` mounts under

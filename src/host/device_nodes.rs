@@ -23,8 +23,10 @@ pub fn host_majors() -> HostMajors {
 
 /// Fills `Mount::host` for `c`'s bind mounts with an absolute source.
 pub fn inspect_mounts(c: &mut Container) {
-    // The host's /dev filesystem, when /dev is one of its own (devtmpfs).
-    let dev = match (std::fs::metadata("/dev"), std::fs::metadata("/")) {
+    // The host's /dev filesystem, when /dev is one of its own (devtmpfs);
+    // looked at only for a container with a bind mount to judge.
+    let dev = std::cell::OnceCell::new();
+    let host_dev = || match (std::fs::metadata("/dev"), std::fs::metadata("/")) {
         (Ok(d), Ok(r)) if d.dev() != r.dev() => Some(d.dev()),
         _ => None,
     };
@@ -41,7 +43,7 @@ pub fn inspect_mounts(c: &mut Container) {
                 major: nix::sys::stat::major(rdev) as u32,
                 minor: nix::sys::stat::minor(rdev) as u32,
             })
-        } else if meta.is_dir() && Some(meta.dev()) == dev {
+        } else if meta.is_dir() && Some(meta.dev()) == *dev.get_or_init(host_dev) {
             Some(MountSource::DeviceDir)
         } else {
             None

@@ -22,13 +22,16 @@ const ACCEPT_ENV_UNPRIVILEGED: &str = "accept-nvidia-visible-devices-envvar-when
 
 /// The settings from the file at `path` (`""`: NVIDIA's defaults).
 pub fn read(path: &str) -> NvidiaDeviceSettings {
+    read_text(path).as_deref().map(parse).unwrap_or_default()
+}
+
+/// The text of the file at `path`; None for `""` and for a file that
+/// cannot be read as text (both mean NVIDIA's defaults).
+pub fn read_text(path: &str) -> Option<String> {
     if path.is_empty() {
-        return NvidiaDeviceSettings::default();
+        return None;
     }
-    match crate::sys::fsutil::read_to_string_limited(Path::new(path), MAX_BYTES) {
-        Ok(text) => parse(&text),
-        Err(_) => NvidiaDeviceSettings::default(),
-    }
+    crate::sys::fsutil::read_to_string_limited(Path::new(path), MAX_BYTES).ok()
 }
 
 /// The settings a config text gives, NVIDIA's defaults for the rest.

@@ -55,14 +55,20 @@ pub fn private_cache_dir(dir: &str, what: &str) -> Option<PathBuf> {
         return None;
     }
     let dir = PathBuf::from(dir);
-    if !dir.is_dir() {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&dir)
-            .ok()?;
-    }
-    if let Err(e) = crate::sys::fsutil::check_private_dir(&dir) {
+    let check = crate::sys::fsutil::check_private_dir;
+    // Checked first: the directory is there at every start but the first.
+    let checked = match check(&dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&dir)
+                .ok()?;
+            check(&dir)
+        }
+        checked => checked,
+    };
+    if let Err(e) = checked {
         let level = match nix::unistd::geteuid().is_root() {
             true => log::Level::Warn,
             false => log::Level::Debug,

@@ -3,8 +3,9 @@
 //! `[abc]`/`[a-z]`/`[!x]` classes, `{a,b}` alternatives and `**` (any number
 //! of directories). Pure pattern logic; rootfs.rs walks the directories.
 
+use crate::sys::word_hash::WordHasher;
 use std::collections::HashSet;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 use std::rc::Rc;
 
 /// The most patterns one config entry may expand to through `{...}`.
@@ -16,6 +17,8 @@ pub enum GlobError {
     Braces(String),
     #[error("glob `{0}` expands to more than {MAX_EXPANSIONS} patterns")]
     TooMany(String),
+    #[error("glob `{0}` has more than {MAX_GROUPS} `{{...}}` groups")]
+    Groups(String),
     #[error("glob `{0}` is empty")]
     Empty(String),
     #[error("glob `{0}` has a `..` component; globs stay inside the rootfs")]
@@ -74,30 +77,7 @@ fn shown(s: &str) -> String {
 /// patterns of mostly the same few names, and a name of its own for each
 /// was most of what parsing them cost.
 #[derive(Default)]
-pub struct Names(HashSet<Rc<str>, BuildHasherDefault<Fnv1a>>);
-
-/// FNV-1a, 64 bits (IETF draft-eastlake-fnv, "FNV-1a"): the names are the
-/// config's own, a few bytes each, where SipHash's guard against chosen
-/// collisions is not needed and was most of the cost of a lookup.
-#[derive(Default)]
-pub struct Fnv1a(u64);
-
-impl Hasher for Fnv1a {
-    fn write(&mut self, bytes: &[u8]) {
-        let mut h = if self.0 == 0 {
-            0xcbf2_9ce4_8422_2325
-        } else {
-            self.0
-        };
-        for &b in bytes {
-            h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
-        }
-        self.0 = h;
-    }
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
+pub struct Names(HashSet<Rc<str>, BuildHasherDefault<WordHasher>>);
 
 impl Names {
     fn get(&mut self, name: &str) -> Rc<str> {
@@ -115,67 +95,136 @@ impl Names {
 #[cfg(test)]
 fn expand_braces(glob: &str) -> Result<Vec<String>, GlobError> {
     let mut out = Vec::new();
-    expand_into(glob, glob, &mut 0, &mut |p| {
+    expand(glob, &mut |p| {
         out.push(p.to_string());
         Ok(())
     })?;
     Ok(out)
 }
 
-/// Calls `each` on every expansion of `s` (part of the config glob
-/// `whole`), in order; `count` is how many came before.
-fn expand_into(
-    whole: &str,
-    s: &str,
-    count: &mut usize,
+/// The most `{...}` groups one config glob may have: the expansion below
+/// recurses once per group and text run, so this bounds its depth.
+const MAX_GROUPS: usize = 64;
+
+/// A glob read as text runs and `{...}` groups.
+enum Piece<'a> {
+    Text(&'a str),
+    /// The alternatives of one group, each a sequence of pieces.
+    Group(Vec<Vec<Piece<'a>>>),
+}
+
+/// Reads `glob` into pieces: every `{` must close and every `}` open; a
+/// comma outside braces is text.
+fn pieces(glob: &str) -> Result<Vec<Piece<'_>>, GlobError> {
+    // The groups still open, each with its alternatives so far and the
+    // sequence it interrupts.
+    let mut open: Vec<(Vec<Vec<Piece>>, Vec<Piece>)> = Vec::new();
+    let mut seq = Vec::new();
+    let (mut start, mut groups) = (0, 0);
+    for (i, c) in glob.bytes().enumerate() {
+        if !matches!(c, b'{' | b'}') && (c != b',' || open.is_empty()) {
+            continue;
+        }
+        if start < i {
+            seq.push(Piece::Text(&glob[start..i]));
+        }
+        start = i + 1;
+        match c {
+            b'{' => {
+                groups += 1;
+                if groups > MAX_GROUPS {
+                    return Err(GlobError::Groups(shown(glob)));
+                }
+                open.push((Vec::new(), std::mem::take(&mut seq)));
+            }
+            b',' => open
+                .last_mut()
+                .map_or((), |(alts, _)| alts.push(std::mem::take(&mut seq))),
+            _ => {
+                let Some((mut alts, outer)) = open.pop() else {
+                    return Err(GlobError::Braces(shown(glob)));
+                };
+                alts.push(std::mem::replace(&mut seq, outer));
+                seq.push(Piece::Group(alts));
+            }
+        }
+    }
+    if !open.is_empty() {
+        return Err(GlobError::Braces(shown(glob)));
+    }
+    if start < glob.len() {
+        seq.push(Piece::Text(&glob[start..]));
+    }
+    Ok(seq)
+}
+
+/// Calls `each` on every expansion of the config glob `glob`, in order
+/// (the leftmost group varies slowest). Every GPU container's start
+/// expands the shipped globs (about 170 patterns): each expansion is
+/// written into one buffer, nothing else is allocated per pattern.
+fn expand(
+    glob: &str,
     each: &mut dyn FnMut(&str) -> Result<(), GlobError>,
 ) -> Result<(), GlobError> {
-    let Some(open) = s.find('{') else {
-        if s.contains('}') {
-            return Err(GlobError::Braces(shown(whole)));
-        }
-        if *count >= MAX_EXPANSIONS {
-            return Err(GlobError::TooMany(shown(whole)));
-        }
-        *count += 1;
-        return each(s);
+    let seq = pieces(glob)?;
+    let mut out = Emit {
+        glob,
+        count: 0,
+        each,
     };
-    if s[..open].contains('}') {
-        return Err(GlobError::Braces(shown(whole)));
-    }
-    // Find the matching close brace and the top-level commas.
-    let mut depth = 0usize;
-    let mut close = None;
-    let mut commas = Vec::new();
-    for (i, &c) in s.as_bytes().iter().enumerate().skip(open) {
-        match c {
-            b'{' => depth += 1,
-            b'}' => {
-                depth -= 1;
-                if depth == 0 {
-                    close = Some(i);
-                    break;
-                }
-            }
-            b',' if depth == 1 => commas.push(i),
-            _ => {}
+    emit(
+        &mut vec![&seq[..]],
+        &mut String::with_capacity(glob.len()),
+        &mut out,
+    )
+}
+
+/// Where [`emit`] hands finished expansions.
+struct Emit<'e> {
+    glob: &'e str,
+    count: usize,
+    each: &'e mut dyn FnMut(&str) -> Result<(), GlobError>,
+}
+
+/// Emits every way to finish `buf` with the sequences in `todo` (the next
+/// one last); leaves `todo` and `buf` as it found them.
+fn emit<'p>(
+    todo: &mut Vec<&'p [Piece<'p>]>,
+    buf: &mut String,
+    out: &mut Emit,
+) -> Result<(), GlobError> {
+    let Some(seq) = todo.pop() else {
+        if out.count >= MAX_EXPANSIONS {
+            return Err(GlobError::TooMany(shown(out.glob)));
         }
-    }
-    let close = close.ok_or_else(|| GlobError::Braces(shown(whole)))?;
-    let (head, tail) = (&s[..open], &s[close + 1..]);
-    let mut start = open + 1;
-    // Every GPU container's start expands the shipped globs (about 170
-    // patterns): one buffer, no formatting machinery.
-    let mut joined = String::with_capacity(s.len());
-    for end in commas.into_iter().chain(std::iter::once(close)) {
-        joined.clear();
-        joined.push_str(head);
-        joined.push_str(&s[start..end]);
-        joined.push_str(tail);
-        expand_into(whole, &joined, count, each)?;
-        start = end + 1;
-    }
-    Ok(())
+        out.count += 1;
+        return (out.each)(buf);
+    };
+    let r = match seq.split_first() {
+        None => emit(todo, buf, out),
+        Some((Piece::Text(t), rest)) => {
+            let len = buf.len();
+            buf.push_str(t);
+            todo.push(rest);
+            let r = emit(todo, buf, out);
+            todo.pop();
+            buf.truncate(len);
+            r
+        }
+        Some((Piece::Group(alts), rest)) => {
+            todo.push(rest);
+            let r = alts.iter().try_for_each(|alt| {
+                todo.push(alt);
+                let r = emit(todo, buf, out);
+                todo.pop();
+                r
+            });
+            todo.pop();
+            r
+        }
+    };
+    todo.push(seq);
+    r
 }
 
 /// Splits a brace-free pattern. A leading `/` means the rootfs root, as
@@ -186,25 +235,34 @@ fn compile(pattern: &str) -> Result<Pattern, GlobError> {
 }
 
 fn compile_named(pattern: &str, names: &mut Names) -> Result<Pattern, GlobError> {
-    if pattern.contains('\0') {
+    let b = pattern.as_bytes();
+    if b.contains(&0) {
         return Err(GlobError::Nul(shown(pattern)));
     }
-    let mut components = Vec::with_capacity(pattern.bytes().filter(|&b| b == b'/').count() + 1);
-    for part in pattern.split('/') {
-        match part {
-            "" | "." => continue,
+    let mut components = Vec::with_capacity(b.iter().filter(|&&c| c == b'/').count() + 1);
+    // Split by hand: the components are a few bytes each, too short for
+    // `str::split`'s memchr to pay for itself.
+    let mut start = 0;
+    while start <= b.len() {
+        let end = b[start..]
+            .iter()
+            .position(|&c| c == b'/')
+            .map_or(b.len(), |k| start + k);
+        match &pattern[start..end] {
+            "" | "." => {}
             ".." => return Err(GlobError::DotDot(shown(pattern))),
             "**" => {
                 if components.last() != Some(&Component::AnyDepth) {
                     components.push(Component::AnyDepth);
                 }
             }
-            p if p.contains(['*', '?', '[']) => {
+            p if p.bytes().any(|c| matches!(c, b'*' | b'?' | b'[')) => {
                 check_classes(pattern, p)?;
                 components.push(Component::Wild(names.get(p)));
             }
             p => components.push(Component::Literal(names.get(p))),
         }
+        start = end + 1;
     }
     if components.is_empty() {
         return Err(GlobError::Empty(shown(pattern)));
@@ -220,7 +278,7 @@ pub fn parse(glob: &str) -> Result<Vec<Pattern>, GlobError> {
 /// [`parse`], the names shared with the other globs parsed with `names`.
 pub fn parse_named(glob: &str, names: &mut Names) -> Result<Vec<Pattern>, GlobError> {
     let mut out = Vec::new();
-    expand_into(glob, glob, &mut 0, &mut |p| {
+    expand(glob, &mut |p| {
         out.push(compile_named(p, names)?);
         Ok(())
     })?;
@@ -392,6 +450,17 @@ mod tests {
         }
         let bomb = "{a,b}".repeat(11);
         assert!(matches!(expand_braces(&bomb), Err(GlobError::TooMany(_))));
+        // Depth is bounded by the number of groups, nested or in a row.
+        let deep = format!("{}x{}", "{".repeat(65), "}".repeat(65));
+        assert!(matches!(expand_braces(&deep), Err(GlobError::Groups(_))));
+        assert!(matches!(
+            expand_braces(&"{}".repeat(65)),
+            Err(GlobError::Groups(_))
+        ));
+        assert_eq!(expand_braces(&"{}".repeat(64)).unwrap(), [""]);
+        // Commas outside braces are text; empty alternatives are kept.
+        assert_eq!(expand_braces("a,b{c,}").unwrap(), ["a,bc", "a,b"]);
+        assert_eq!(expand_braces("{a,{b,c}d}e").unwrap(), ["ae", "bde", "cde"]);
     }
 
     #[test]

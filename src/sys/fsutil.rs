@@ -32,14 +32,36 @@ pub fn read_limited(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
             format!("file is larger than {limit} bytes"),
         ));
     }
-    let mut buf = Vec::with_capacity(meta.len() as usize);
-    file.take(limit + 1).read_to_end(&mut buf)?;
-    if buf.len() as u64 > limit {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("file is larger than {limit} bytes"),
-        ));
+    read_open_file(&file, meta.len(), limit)
+}
+
+/// Reads the open regular file `file`, which fstat said holds `len` bytes,
+/// refusing more than `limit`: a read for those bytes and one that finds
+/// the end, where `read_to_end` on a `take`n file starts with 8 KiB reads
+/// (every container start reads the config this way). A file that grew
+/// since is read on, up to the limit.
+pub fn read_open_file(mut file: &fs::File, len: u64, limit: u64) -> io::Result<Vec<u8>> {
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX - 1);
+    let mut buf = vec![0u8; usize::try_from(len).unwrap_or(limit).min(limit) + 1];
+    let mut filled = 0;
+    loop {
+        if filled == buf.len() {
+            if filled > limit {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("file is larger than {limit} bytes"),
+                ));
+            }
+            buf.resize(buf.len().saturating_mul(2).min(limit + 1), 0);
+        }
+        match file.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
     }
+    buf.truncate(filled);
     Ok(buf)
 }
 
@@ -298,39 +320,52 @@ pub fn check_private_dir(dir: &Path) -> io::Result<()> {
         return Err(refuse(&meta, "is writable by group or others", fix));
     }
     // Ancestors, both as written (the links on the way sit in them) and as
-    // resolved (the directories really walked through).
+    // resolved (the directories really walked through). A way with no link
+    // and no `..` resolves to itself: its directories are checked once.
     let abs = std::path::absolute(dir)?;
-    let mut ancestors: Vec<PathBuf> = abs.ancestors().skip(1).map(Path::to_path_buf).collect();
-    if let Ok(real) = fs::canonicalize(dir) {
-        ancestors.extend(real.ancestors().skip(1).map(Path::to_path_buf));
+    let mut winding = abs
+        .components()
+        .any(|c| c == std::path::Component::ParentDir);
+    for a in abs.ancestors().skip(1) {
+        winding |= check_ancestor(dir, a, owner_ok)?;
     }
-    for a in &ancestors {
-        let Ok(m) = fs::symlink_metadata(a) else {
-            continue;
-        };
-        if m.file_type().is_symlink() {
-            // Resolved in the canonical list; the link itself lives in the
-            // next ancestor up, which is checked.
-            continue;
-        }
-        if !owner_ok(m.uid()) {
-            let fix = format!("chown root {} or move {}", a.display(), dir.display());
-            return Err(unsafe_dir(dir, a, &m, "is owned by another user", &fix));
-        }
-        // A sticky directory (/tmp) lets others add entries but not rename
-        // or remove ours.
-        if m.mode() & 0o022 != 0 && m.mode() & 0o1000 == 0 {
-            let fix = format!("chmod go-w {} or move {}", a.display(), dir.display());
-            return Err(unsafe_dir(
-                dir,
-                a,
-                &m,
-                "is writable by group or others",
-                &fix,
-            ));
+    if winding {
+        if let Ok(real) = fs::canonicalize(dir) {
+            for a in real.ancestors().skip(1) {
+                check_ancestor(dir, a, owner_ok)?;
+            }
         }
     }
     Ok(())
+}
+
+/// Checks one ancestor `a` of the private directory `dir`; true when it is
+/// a symlink, which is resolved on the canonical way instead (the link
+/// itself lives in the next ancestor up, which is checked).
+fn check_ancestor(dir: &Path, a: &Path, owner_ok: impl Fn(u32) -> bool) -> io::Result<bool> {
+    let Ok(m) = fs::symlink_metadata(a) else {
+        return Ok(false);
+    };
+    if m.file_type().is_symlink() {
+        return Ok(true);
+    }
+    if !owner_ok(m.uid()) {
+        let fix = format!("chown root {} or move {}", a.display(), dir.display());
+        return Err(unsafe_dir(dir, a, &m, "is owned by another user", &fix));
+    }
+    // A sticky directory (/tmp) lets others add entries but not rename
+    // or remove ours.
+    if m.mode() & 0o022 != 0 && m.mode() & 0o1000 == 0 {
+        let fix = format!("chmod go-w {} or move {}", a.display(), dir.display());
+        return Err(unsafe_dir(
+            dir,
+            a,
+            &m,
+            "is writable by group or others",
+            &fix,
+        ));
+    }
+    Ok(false)
 }
 
 /// The one-line refusal: the directory, the offending path (it or an

@@ -6,7 +6,7 @@
 
 use nix::fcntl::OFlag;
 use std::fs::{self, OpenOptions};
-use std::io::{self, Read};
+use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -97,9 +97,32 @@ fn lstat(p: &Path) -> Result<fs::Metadata, PolicyFileError> {
 /// once every directory on the way is writable only by trusted users, no
 /// one else can swap an entry between this walk and the open.
 pub(crate) fn resolve_trusted(path: &Path) -> Result<PathBuf, PolicyFileError> {
+    resolve_trusted_in(path, &mut TrustedDirs::default())
+}
+
+/// The directories one reading of the policy (a config and its drop-ins)
+/// has already walked through and judged trusted, each real (no symlink in
+/// its path) with its metadata: the next path under one of them starts its
+/// walk there instead of at `/`. Kept for one reading only, so a long-lived
+/// process sees a directory that has since become writable by others.
+#[derive(Default)]
+pub struct TrustedDirs(Vec<(PathBuf, fs::Metadata)>);
+
+impl TrustedDirs {
+    /// The deepest remembered directory `abs` lies under.
+    fn deepest_under(&self, abs: &Path) -> Option<&(PathBuf, fs::Metadata)> {
+        self.0
+            .iter()
+            .filter(|(d, _)| abs.starts_with(d))
+            .max_by_key(|(d, _)| d.as_os_str().len())
+    }
+}
+
+/// [`resolve_trusted`], starting below the directories `known` already
+/// judged, and remembering those it judges.
+fn resolve_trusted_in(path: &Path, known: &mut TrustedDirs) -> Result<PathBuf, PolicyFileError> {
     let abs = std::path::absolute(path).map_err(PolicyFileError::Unreadable)?;
-    let mut walk = Walk::start(path)?;
-    walk.push_front(&abs, false);
+    let mut walk = Walk::start(path, &abs, known)?;
     while let Some((name, from_link)) = walk.pending.pop_front() {
         if name == ".." {
             walk.cur.pop();
@@ -116,6 +139,7 @@ pub(crate) fn resolve_trusted(path: &Path) -> Result<PathBuf, PolicyFileError> {
             return Ok(next);
         }
         walk.enter(next, m)?;
+        known.0.push((walk.cur.clone(), walk.cur_meta.clone()));
     }
     Ok(walk.cur)
 }
@@ -133,23 +157,42 @@ struct Walk<'a> {
 }
 
 impl<'a> Walk<'a> {
-    fn start(path: &'a Path) -> Result<Walk<'a>, PolicyFileError> {
-        let cur = PathBuf::from("/");
-        let cur_meta = lstat(&cur)?;
-        if !trusted_owner(cur_meta.uid()) {
-            return Err(PolicyFileError::Untrusted(format!(
-                "refusing {}: / ({}) is owned by another user",
-                path.display(),
-                mode_owner(&cur_meta)
-            )));
-        }
-        Ok(Walk {
+    /// Starts at `/`, or at the deepest directory of `known` that `abs`
+    /// (the absolute `path`) lies under, with the rest of `abs` to walk.
+    fn start(
+        path: &'a Path,
+        abs: &Path,
+        known: &mut TrustedDirs,
+    ) -> Result<Walk<'a>, PolicyFileError> {
+        let (cur, cur_meta, rest) = match known.deepest_under(abs) {
+            Some((dir, meta)) => (
+                dir.clone(),
+                meta.clone(),
+                abs.strip_prefix(dir).unwrap_or(abs),
+            ),
+            None => {
+                let root = PathBuf::from("/");
+                let meta = lstat(&root)?;
+                if !trusted_owner(meta.uid()) {
+                    return Err(PolicyFileError::Untrusted(format!(
+                        "refusing {}: / ({}) is owned by another user",
+                        path.display(),
+                        mode_owner(&meta)
+                    )));
+                }
+                known.0.push((root.clone(), meta.clone()));
+                (root, meta, abs)
+            }
+        };
+        let mut walk = Walk {
             path,
             cur,
             cur_meta,
             pending: Default::default(),
             links: 0,
-        })
+        };
+        walk.push_front(rest, false);
+        Ok(walk)
     }
 
     /// Puts the names of `p` before what is still to walk.
@@ -259,7 +302,17 @@ pub(crate) fn kind_of(m: &fs::Metadata) -> &'static str {
 /// not writable by group or others. Anything else is an error naming the
 /// path, never a file skipped.
 pub fn read_policy_file(path: &Path, limit: u64) -> Result<Vec<u8>, PolicyFileError> {
-    let real = resolve_trusted(path)?;
+    read_policy_file_in(path, limit, &mut TrustedDirs::default())
+}
+
+/// [`read_policy_file`] as one of several reads of the same policy, which
+/// share the directories judged on the way (`known`).
+pub fn read_policy_file_in(
+    path: &Path,
+    limit: u64,
+    known: &mut TrustedDirs,
+) -> Result<Vec<u8>, PolicyFileError> {
+    let real = resolve_trusted_in(path, known)?;
     let file = OpenOptions::new()
         .read(true)
         .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC).bits())
@@ -291,23 +344,13 @@ pub fn read_policy_file(path: &Path, limit: u64) -> Result<Vec<u8>, PolicyFileEr
             real.display()
         )));
     }
-    let too_large = || {
-        PolicyFileError::Unreadable(io::Error::new(
+    if m.len() > limit {
+        return Err(PolicyFileError::Unreadable(io::Error::new(
             io::ErrorKind::InvalidData,
             format!("file is larger than {limit} bytes"),
-        ))
-    };
-    if m.len() > limit {
-        return Err(too_large());
+        )));
     }
-    let mut buf = Vec::with_capacity(m.len() as usize);
-    file.take(limit + 1)
-        .read_to_end(&mut buf)
-        .map_err(PolicyFileError::Unreadable)?;
-    if buf.len() as u64 > limit {
-        return Err(too_large());
-    }
-    Ok(buf)
+    crate::sys::fsutil::read_open_file(&file, m.len(), limit).map_err(PolicyFileError::Unreadable)
 }
 
 /// Checks a directory whose entries are policy (`config.d`): resolved
@@ -316,7 +359,16 @@ pub fn read_policy_file(path: &Path, limit: u64) -> Result<Vec<u8>, PolicyFileEr
 /// may add a file there could add a drop-in. Returns the resolved path to
 /// list.
 pub fn check_policy_dir(dir: &Path) -> Result<PathBuf, PolicyFileError> {
-    let real = resolve_trusted(dir)?;
+    check_policy_dir_in(dir, &mut TrustedDirs::default())
+}
+
+/// [`check_policy_dir`], sharing the directories judged with other reads
+/// of the same policy (`known`).
+pub fn check_policy_dir_in(
+    dir: &Path,
+    known: &mut TrustedDirs,
+) -> Result<PathBuf, PolicyFileError> {
+    let real = resolve_trusted_in(dir, known)?;
     let m = lstat(&real)?;
     if !m.is_dir() {
         return Err(PolicyFileError::Unreadable(io::Error::new(

@@ -152,7 +152,8 @@ fn tmp(tag: &str) -> PathBuf {
 /// on a host with a T4 (GPU 0, sm_75) and an A10 (GPU 1, sm_86), a spec
 /// whose mounts name GPU 1 and whose env names GPU 0 needs arch>=8.0: it
 /// runs when NVIDIA takes the mounts, and is refused when NVIDIA takes the
-/// env (its default).
+/// env (its default). Its parse is kept with gpu-guard's parsed config
+/// between starts: each edit still counts at the next start.
 #[test]
 fn check_follows_nvidias_config_file() {
     let dir = tmp("check");
@@ -178,6 +179,7 @@ fn check_follows_nvidias_config_file() {
         ),
     )
     .unwrap();
+    let kept = dir.join("kept");
     let check = || {
         let out = Command::new(crate::support::gpu_guard())
             .arg("--config")
@@ -186,6 +188,7 @@ fn check_follows_nvidias_config_file() {
             .arg(&spec_file)
             .arg("--host")
             .arg(&hosts)
+            .env("GPU_GUARD_CONFIG_CACHE", &kept)
             .output()
             .unwrap();
         let v: serde_json::Value = serde_json::from_slice(&out.stdout)
@@ -195,7 +198,10 @@ fn check_follows_nvidias_config_file() {
             v["verdict"].as_str().unwrap_or("").to_string(),
         )
     };
-    // No NVIDIA config: NVIDIA's defaults, the env's GPU 0.
+    // No NVIDIA config: NVIDIA's defaults, the env's GPU 0; the second
+    // start takes the parse kept by the first.
+    assert_eq!(check(), (Some(1), "refuse".into()));
+    assert_eq!(fs::read_dir(&kept).unwrap().count(), 1);
     assert_eq!(check(), (Some(1), "refuse".into()));
     fs::write(
         &nvidia,
@@ -210,6 +216,10 @@ fn check_follows_nvidias_config_file() {
     .unwrap();
     // Neither is honoured in this unprivileged container: not a GPU container.
     assert_eq!(check(), (Some(0), "skip".into()));
+    assert_eq!(check(), (Some(0), "skip".into()));
+    // Gone again: NVIDIA's defaults again.
+    fs::remove_file(&nvidia).unwrap();
+    assert_eq!(check(), (Some(1), "refuse".into()));
     fs::remove_dir_all(dir).unwrap();
 }
 
