@@ -458,4 +458,38 @@ mod tests {
         ));
         fs::remove_dir_all(d).unwrap();
     }
+
+    #[test]
+    fn reads_sharing_judged_directories_resolve_as_fresh_ones() {
+        use std::os::unix::fs::symlink;
+        let d = tempdir("policy-shared");
+        set_mode(&d, 0o755);
+        fs::create_dir_all(d.join("etc/config.d")).unwrap();
+        fs::create_dir_all(d.join("open")).unwrap();
+        set_mode(&d.join("open"), 0o777);
+        fs::write(d.join("etc/config.toml"), b"x = 1").unwrap();
+        fs::write(d.join("open/f.toml"), b"x = 2").unwrap();
+        symlink("../open/f.toml", d.join("etc/up.toml")).unwrap();
+        let mut known = TrustedDirs::default();
+        let paths = [
+            d.join("etc/config.toml"),
+            d.join("etc/config.d"),
+            d.join("etc/config.d/../config.toml"),
+            d.join("etc/up.toml"),
+            d.join("open/f.toml"),
+            d.join("etc/none.toml"),
+        ];
+        for p in &paths {
+            let shared = resolve_trusted_in(p, &mut known).map_err(|e| e.to_string());
+            let fresh = resolve_trusted(p).map_err(|e| e.to_string());
+            assert_eq!(shared, fresh, "{}", p.display());
+        }
+        // The directory others can write is judged under a known parent too.
+        assert!(matches!(
+            read_policy_file_in(&d.join("etc/up.toml"), 100, &mut known),
+            Err(PolicyFileError::Untrusted(_))
+        ));
+        assert!(known.0.iter().any(|(k, _)| k == &d.join("etc")));
+        fs::remove_dir_all(d).unwrap();
+    }
 }

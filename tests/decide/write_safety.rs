@@ -317,6 +317,20 @@ fn directories_others_can_write_are_refused() {
     // Sticky (as /tmp): others cannot rename ours, so it is fine.
     set_mode(&open, 0o1777);
     fsutil::check_private_dir(&inner).unwrap();
+    // Reached through a link, the directories really walked through are
+    // judged: here one that others can write.
+    let open2 = t.0.join("open2");
+    mkdir(&open2, 0o777);
+    mkdir(&open2.join("inner"), 0o700);
+    std::os::unix::fs::symlink(&open2, t.0.join("via")).unwrap();
+    let msg = fsutil::check_private_dir(&t.0.join("via/inner"))
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains(&open2.display().to_string()), "{msg}");
+    let msg = fsutil::check_private_dir(&t.0.join("open/../open2/inner"))
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("open2 (mode 0777"), "{msg}");
 
     // The directory itself a symlink: refused.
     let link = t.0.join("link");
