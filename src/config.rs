@@ -116,25 +116,33 @@ fn read_host_detection(cfg: &mut Config) {
 
 fn load_files(flag: Option<&Path>) -> Result<Loaded, ConfigError> {
     let (path, explicit) = config_path(flag);
-    let mut files: Vec<(PathBuf, String)> = Vec::new();
+    let mut files: Vec<(PathBuf, Vec<u8>)> = Vec::new();
     // The main file, config.d and the drop-ins mostly share directories:
     // each is judged once.
     let mut known = TrustedDirs::default();
-    match read_config_file(&path, &mut known) {
-        Ok(text) => files.push((path.clone(), text)),
+    match read_config_bytes(&path, &mut known) {
+        Ok(bytes) => files.push((path.clone(), bytes)),
         Err(e) if e.absent && !explicit => {}
         Err(e) => return Err(e.error),
     }
     let main_read = !files.is_empty();
     for p in list_drop_ins(&drop_in_dir(&path), &mut known)? {
-        let text = read_config_file(&p, &mut known).map_err(|e| e.error)?;
-        files.push((p, text));
+        let bytes = read_config_bytes(&p, &mut known).map_err(|e| e.error)?;
+        files.push((p, bytes));
     }
     // Every file was read and trusted above; only their parse is kept.
+    // Kept entries come only from files that parsed, so UTF-8 ones: the
+    // bytes are checked as text only when they are parsed.
     let cache = cache::Parsed::for_files(&path, &files);
     let (mut loaded, kept) = match cache.get() {
         Some(k) => (k.loaded, k.nvidia),
-        None => (parse_files(&path, main_read, files)?, None),
+        None => {
+            let texts = files
+                .into_iter()
+                .map(|(p, bytes)| config_text(&p, bytes).map(|t| (p, t)).map_err(|e| e.error))
+                .collect::<Result<_, _>>()?;
+            (parse_files(&path, main_read, texts)?, None)
+        }
     };
     let nvidia = nvidia_settings(&loaded.config.detect.nvidia_config, kept);
     if kept != Some(nvidia) {
@@ -259,6 +267,23 @@ struct NotRead {
 /// that cannot be read as a config (missing, a dangling symlink, a FIFO,
 /// a device, too large, not UTF-8) is unreadable.
 fn read_config_file(path: &Path, known: &mut TrustedDirs) -> Result<String, NotRead> {
+    config_text(path, read_config_bytes(path, known)?)
+}
+
+/// The text of the config file `path` read as `bytes`: UTF-8, or unreadable.
+fn config_text(path: &Path, bytes: Vec<u8>) -> Result<String, NotRead> {
+    String::from_utf8(bytes).map_err(|_| NotRead {
+        error: ConfigError {
+            path: path.to_path_buf(),
+            message: "cannot read it: not UTF-8".into(),
+            unreadable: true,
+        },
+        absent: false,
+    })
+}
+
+/// [`read_config_file`]'s bytes, not yet checked as text.
+fn read_config_bytes(path: &Path, known: &mut TrustedDirs) -> Result<Vec<u8>, NotRead> {
     use crate::sys::policy_file::{read_policy_file_in, PolicyFileError};
     let unreadable = |message: String, absent: bool| NotRead {
         error: ConfigError {
@@ -269,8 +294,7 @@ fn read_config_file(path: &Path, known: &mut TrustedDirs) -> Result<String, NotR
         absent,
     };
     match read_policy_file_in(path, MAX_CONFIG_BYTES, known) {
-        Ok(bytes) => String::from_utf8(bytes)
-            .map_err(|_| unreadable("cannot read it: not UTF-8".into(), false)),
+        Ok(bytes) => Ok(bytes),
         Err(PolicyFileError::Absent) => Err(unreadable(
             format!(
                 "cannot read it: {}",

@@ -62,14 +62,17 @@ pub struct Parsed {
 }
 
 impl Parsed {
-    /// The entry for `files` (path and text, in the order merged), read
+    /// The entry for `files` (path and bytes, in the order merged), read
     /// for the config at `config`.
-    pub fn for_files(config: &Path, files: &[(PathBuf, String)]) -> Parsed {
+    pub fn for_files<T: AsRef<[u8]>>(config: &Path, files: &[(PathBuf, T)]) -> Parsed {
         let mut h = WordHasher::default();
         hash_binary(&mut h);
         config.hash(&mut h);
-        files.hash(&mut h);
-        let bytes: usize = files.iter().map(|(_, t)| t.len()).sum();
+        for (path, text) in files {
+            path.hash(&mut h);
+            text.as_ref().hash(&mut h);
+        }
+        let bytes: usize = files.iter().map(|(_, t)| t.as_ref().len()).sum();
         let key = format!("{:016x}-{}-{bytes}", h.finish(), files.len());
         let mut name = WordHasher::default();
         config.hash(&mut name);

@@ -1,6 +1,6 @@
 //! A fast 64-bit hash for data gpu-guard itself trusts: the text of the
-//! config files (the key of the parsed config kept between starts) and the
-//! names of the library globs. Both are read at every container start,
+//! config files and of NVIDIA's toolkit config (the key of the parsed
+//! config kept between starts) and the names of the library globs. Both are read at every container start,
 //! where SipHash (std's default, built to resist chosen collisions from
 //! untrusted keys) cost several instructions a byte. Neither is chosen by
 //! a container: the config files are root's own and trust-checked first.
@@ -8,38 +8,56 @@
 //! Each 8-byte word goes through one step that is a bijection of the state
 //! for a fixed word and of the word for a fixed state (xor, multiply by an
 //! odd constant, rotate), so two inputs that differ in one word always hash
-//! differently; the result is finished with MurmurHash3's 64-bit mixer
-//! (fmix64) so that every input bit reaches every output bit.
+//! differently. Four lanes take the words of each 32-byte block in turn, so
+//! their multiplications overlap; the lanes are folded and finished with
+//! MurmurHash3's 64-bit mixer (fmix64) so that every input bit reaches
+//! every output bit.
 
 use std::hash::Hasher;
 
 /// An odd constant with well-spread bits (2^64 / the golden ratio).
 const K: u64 = 0x9e37_79b9_7f4a_7c15;
 
-#[derive(Default, Clone, Copy)]
-pub struct WordHasher(u64);
+/// Each lane starts apart, so the same word in two lanes counts apart.
+const SEEDS: [u64; 4] = [0, K, K.rotate_left(16), K.rotate_left(32)];
 
-impl WordHasher {
-    fn step(&mut self, word: u64) {
-        self.0 = (self.0 ^ word).wrapping_mul(K).rotate_left(29);
+#[derive(Clone, Copy)]
+pub struct WordHasher([u64; 4]);
+
+impl Default for WordHasher {
+    fn default() -> Self {
+        WordHasher(SEEDS)
     }
+}
+
+fn step(lane: u64, word: u64) -> u64 {
+    (lane ^ word).wrapping_mul(K).rotate_left(29)
+}
+
+fn word(bytes: &[u8]) -> u64 {
+    let mut w = [0u8; 8];
+    w[..bytes.len()].copy_from_slice(bytes);
+    u64::from_le_bytes(w)
 }
 
 impl Hasher for WordHasher {
     fn write(&mut self, bytes: &[u8]) {
-        let mut words = bytes.chunks_exact(8);
-        for w in &mut words {
-            self.step(u64::from_le_bytes(w.try_into().unwrap_or_default()));
+        let mut blocks = bytes.chunks_exact(32);
+        for block in &mut blocks {
+            for (lane, w) in self.0.iter_mut().zip(block.chunks_exact(8)) {
+                *lane = step(*lane, word(w));
+            }
         }
-        let mut tail = [0u8; 8];
-        let rest = words.remainder();
-        tail[..rest.len()].copy_from_slice(rest);
+        // The rest, under 32 bytes: whole words and a tail, lane by lane.
+        for (lane, w) in self.0.iter_mut().zip(blocks.remainder().chunks(8)) {
+            *lane = step(*lane, word(w));
+        }
         // The length keeps "a" apart from "a\0" and from a split write.
-        self.step(u64::from_le_bytes(tail) ^ ((bytes.len() as u64) << 56));
-        self.step(bytes.len() as u64);
+        self.0[0] = step(self.0[0], bytes.len() as u64);
     }
     fn finish(&self) -> u64 {
-        let mut h = self.0;
+        let [a, b, c, d] = self.0;
+        let mut h = a ^ b.rotate_left(17) ^ c.rotate_left(31) ^ d.rotate_left(47);
         h ^= h >> 33;
         h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
         h ^= h >> 33;

@@ -707,6 +707,15 @@ fn the_parsed_config_kept_between_starts_follows_every_edit() {
         assert!(stderr(&o).contains("key `mode`: line 1"), "{}", stderr(&o));
     }
     assert_eq!(entries(), 1);
+    // Nor one whose bytes are not UTF-8, though kept entries are found by
+    // bytes before the text is checked.
+    std::fs::write(&cfg, b"mode = \"off\"\n# \xff\n").unwrap();
+    for _ in 0..2 {
+        let o = check();
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        assert!(stderr(&o).contains("not UTF-8"), "{}", stderr(&o));
+    }
+    assert_eq!(entries(), 1);
     // A directory others can write is not used: nothing is kept there.
     std::fs::remove_dir_all(&kept).unwrap();
     std::fs::create_dir(&kept).unwrap();
