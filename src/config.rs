@@ -154,9 +154,9 @@ fn load_files(flag: Option<&Path>) -> Result<Loaded, ConfigError> {
 
 /// What NVIDIA's toolkit config at `path` gives ([`read_host_detection`]),
 /// read at every start; its parse is taken from `kept` when the path and
-/// text are the ones it was made from. Parsing it as TOML, on a host that
-/// has the file, was a quarter of a non-GPU container's start
-/// (integration/bench-start.sh).
+/// text are the ones it was made from: every start on a GPU host reads it,
+/// non-GPU ones too, and parsing it as TOML each time cost about 15 µs of a
+/// start (integration/bench-start.sh).
 fn nvidia_settings(path: &str, kept: Option<cache::NvidiaKept>) -> cache::NvidiaKept {
     use std::hash::{Hash, Hasher};
     let text = crate::host::nvidia_config::read_text(path);
