@@ -424,6 +424,30 @@ mod tests {
     }
 
     #[test]
+    fn an_open_file_is_read_whole_up_to_the_limit() {
+        let d = tempdir("fsutil-read");
+        let p = d.join("f");
+        let data: Vec<u8> = (0..100u8).collect();
+        fs::write(&p, &data).unwrap();
+        let f = fs::File::open(&p).unwrap();
+        let read = |len, limit| {
+            use std::io::Seek;
+            (&f).rewind().unwrap();
+            read_open_file(&f, len, limit)
+        };
+        assert_eq!(read(100, 100).unwrap(), data);
+        // A file that grew since its size was taken is read on, within the
+        // limit, and refused past it.
+        assert_eq!(read(10, 1000).unwrap(), data);
+        assert_eq!(read(0, 100).unwrap(), data);
+        let e = read(10, 99).unwrap_err();
+        assert!(e.to_string().contains("larger than 99 bytes"), "{e}");
+        // Shrunk: what is there.
+        assert_eq!(read(500, 1000).unwrap(), data);
+        fs::remove_dir_all(d).unwrap();
+    }
+
+    #[test]
     fn private_dir_check_refuses_writable_dirs() {
         let d = tempdir("fsutil");
         set_mode(&d, 0o755);
