@@ -135,7 +135,7 @@ fn load_files(flag: Option<&Path>) -> Result<Loaded, ConfigError> {
     // bytes are checked as text only when they are parsed.
     let cache = cache::Parsed::for_files(&path, &files);
     let (mut loaded, kept) = match cache.get() {
-        Some(k) => (k.loaded, k.nvidia),
+        Some(k) => (k.loaded, Some(k.nvidia)),
         None => {
             let texts = files
                 .into_iter()
@@ -146,7 +146,7 @@ fn load_files(flag: Option<&Path>) -> Result<Loaded, ConfigError> {
     };
     let nvidia = nvidia_settings(&loaded.config.detect.nvidia_config, kept);
     if kept != Some(nvidia) {
-        cache.put(&loaded, Some(nvidia));
+        cache.put(&loaded, nvidia);
     }
     loaded.config.detect.nvidia = nvidia.settings;
     Ok(loaded)

@@ -8,7 +8,9 @@
 //! and the path and text of every file read. The files are still found,
 //! trust-checked and read at every start ([`super::load_detailed`]); only
 //! their parse is skipped. A config that fails is never kept, so an error
-//! is found again at every start.
+//! is found again at every start. The entry also keeps what NVIDIA's
+//! toolkit config gave, by the hash of its path and text: that file too is
+//! read at every start, and parsed only when it changed.
 //!
 //! Nothing here can let a container through that the files would not: an
 //! entry is read only from a directory that only root (or the caller) can
@@ -44,14 +46,14 @@ pub struct NvidiaKept {
 #[derive(Debug, PartialEq, serde::Deserialize)]
 pub struct Kept {
     pub loaded: Loaded,
-    pub nvidia: Option<NvidiaKept>,
+    pub nvidia: NvidiaKept,
 }
 
 /// [`Kept`] as written, borrowing the config.
 #[derive(serde::Serialize)]
 struct KeptRef<'a> {
     loaded: &'a Loaded,
-    nvidia: Option<NvidiaKept>,
+    nvidia: NvidiaKept,
 }
 
 /// The entry for one set of config files.
@@ -93,7 +95,7 @@ impl Parsed {
 
     /// Keeps `loaded` (and what NVIDIA's config gave) for these files; a
     /// failure only means the next start parses again.
-    pub fn put(&self, loaded: &Loaded, nvidia: Option<NvidiaKept>) {
+    pub fn put(&self, loaded: &Loaded, nvidia: NvidiaKept) {
         let Some(file) = &self.file else {
             return;
         };
@@ -167,6 +169,13 @@ mod tests {
         }
     }
 
+    fn nvidia_defaults() -> NvidiaKept {
+        NvidiaKept {
+            text: 0,
+            settings: NvidiaDeviceSettings::default(),
+        }
+    }
+
     fn entry(dir: &Path, files: &[(PathBuf, String)]) -> Parsed {
         let mut p = Parsed::for_files(Path::new("/etc/gpu-guard/config.toml"), files);
         p.file = Some(dir.join("c.json"));
@@ -198,11 +207,8 @@ mod tests {
                     accept_envvar_unprivileged: false,
                 },
             };
-            p.put(&l, Some(nvidia));
-            let kept = Kept {
-                loaded: l,
-                nvidia: Some(nvidia),
-            };
+            p.put(&l, nvidia);
+            let kept = Kept { loaded: l, nvidia };
             assert_eq!(p.get(), Some(kept), "{text}");
         }
     }
@@ -213,7 +219,7 @@ mod tests {
         let main = PathBuf::from("/etc/gpu-guard/config.toml");
         let files = vec![(main.clone(), "mode = \"warn\"\n".to_string())];
         let p = entry(&d, &files);
-        p.put(&loaded("mode = \"warn\"\n"), None);
+        p.put(&loaded("mode = \"warn\"\n"), nvidia_defaults());
         assert!(p.get().is_some());
         let mut edited = files.clone();
         edited[0].1 = "mode = \"warm\"\n".into();
@@ -237,7 +243,7 @@ mod tests {
             std::fs::write(d.join(format!("{i:02}.json")), b"{}").unwrap();
         }
         let p = entry(&d, &[]);
-        p.put(&loaded(""), None);
+        p.put(&loaded(""), nvidia_defaults());
         let left = std::fs::read_dir(&d).unwrap().count();
         assert_eq!(left, MAX_ENTRIES);
         assert!(p.get().is_some());

@@ -331,9 +331,9 @@ pub fn nvidia_cdi_kinds(cfg: &DetectConfig) -> Vec<&str> {
     kinds
 }
 
-/// Classifies a container under the default detection policy.
 pub use devices::reads_host_majors;
 
+/// Classifies a container under the default detection policy.
 pub fn classify(c: &Container) -> Detection {
     classify_with(c, &DetectConfig::default())
 }

@@ -41,7 +41,8 @@ pub fn read_limited(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
 /// (every container start reads the config this way). A file that grew
 /// since is read on, up to the limit.
 pub fn read_open_file(mut file: &fs::File, len: u64, limit: u64) -> io::Result<Vec<u8>> {
-    let limit = usize::try_from(limit).unwrap_or(usize::MAX - 1);
+    // One byte past the limit is read to tell a file that is over it.
+    let limit = usize::try_from(limit).map_or(usize::MAX - 1, |l| l.min(usize::MAX - 1));
     let mut buf = vec![0u8; usize::try_from(len).unwrap_or(limit).min(limit) + 1];
     let mut filled = 0;
     loop {
@@ -444,6 +445,8 @@ mod tests {
         assert!(e.to_string().contains("larger than 99 bytes"), "{e}");
         // Shrunk: what is there.
         assert_eq!(read(500, 1000).unwrap(), data);
+        // No limit at all does not overflow.
+        assert_eq!(read(100, u64::MAX).unwrap(), data);
         fs::remove_dir_all(d).unwrap();
     }
 

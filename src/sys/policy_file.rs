@@ -139,7 +139,9 @@ fn resolve_trusted_in(path: &Path, known: &mut TrustedDirs) -> Result<PathBuf, P
             return Ok(next);
         }
         walk.enter(next, m)?;
-        known.0.push((walk.cur.clone(), walk.cur_meta.clone()));
+        if !known.0.iter().any(|(d, _)| *d == walk.cur) {
+            known.0.push((walk.cur.clone(), walk.cur_meta.clone()));
+        }
     }
     Ok(walk.cur)
 }
